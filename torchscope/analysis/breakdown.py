@@ -1,0 +1,104 @@
+"""Per-step time breakdown: every instant of a step attributed to exactly one category.
+
+Categories are taken in priority order and each one only gets the time not already taken by the ones
+before it, so per-step parts add up to the step duration ("other" is what no category covers).
+
+* Traces with device activity use the TensorBoard plugin's Overview order: kernel > memcpy > memset >
+  communication > runtime > data_loading > cpu_exec > other. "data_loading" is therefore the data-loading
+  time *not hidden* behind device work. (Unlike the plugin, NCCL kernels count as communication by name
+  too, and torchscope's own phase labels and ProfilerStep ranges are not CPU work.)
+* CPU-only traces (and the `phases` split of device traces) use the host phases: communication >
+  data_loading > optimizer > backward > forward > other.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from torchscope.analysis import intervals
+from torchscope.analysis.markers import HOST_RANGES, LABEL_PREFIX, comm_kernel_mask, phase_masks
+from torchscope.analysis.steps import StepWindows, step_marker_mask
+from torchscope.trace.kinds import Kind
+from torchscope.trace.tables import EventTable
+
+DEVICE_CATEGORIES = ("kernel", "memcpy", "memset", "communication", "runtime", "data_loading", "cpu_exec", "other")
+PHASE_PRIORITY = ("communication", "data_loading", "optimizer", "backward", "forward")
+PHASE_CATEGORIES = ("data_loading", "forward", "backward", "optimizer", "communication", "other")
+
+
+@dataclass(frozen=True)
+class StepBreakdown:
+    """Microseconds per (step, category); rows follow the step windows, columns `categories`."""
+
+    categories: tuple[str, ...]
+    per_step_us: np.ndarray
+
+    def mean_us(self) -> dict[str, float]:
+        if self.per_step_us.shape[0] == 0:
+            return {c: 0.0 for c in self.categories}
+        return {c: float(v) for c, v in zip(self.categories, self.per_step_us.mean(axis=0))}
+
+
+def _set(events: EventTable, mask: np.ndarray) -> intervals.IntervalSet:
+    start = events.ts_us[mask]
+    return intervals.union(start, start + events.dur_us[mask])
+
+
+def _partition(sets: list[intervals.IntervalSet], steps: StepWindows) -> np.ndarray:
+    windows = intervals.union(steps.start_us, steps.end_us)
+    parts = intervals.priority_partition(sets, windows)
+    return np.stack([intervals.overlap_per_window(p, steps.start_us, steps.end_us) for p in parts], axis=1)
+
+
+def device_breakdown(events: EventTable, steps: StepWindows) -> StepBreakdown:
+    kind = events.kind
+    comm_kernels = comm_kernel_mask(events)
+    phases = phase_masks(events)
+    labels = events.string_mask(lambda s: s.startswith(LABEL_PREFIX))[events.name]
+    cpu_exec = np.isin(kind, HOST_RANGES) & ~step_marker_mask(events) & ~labels
+    sets = [
+        _set(events, (kind == Kind.KERNEL) & ~comm_kernels),
+        _set(events, kind == Kind.MEMCPY),
+        _set(events, kind == Kind.MEMSET),
+        _set(events, comm_kernels | phases["communication"]),
+        _set(events, np.isin(kind, (Kind.RUNTIME, Kind.DRIVER))),
+        _set(events, phases["data_loading"]),
+        _set(events, cpu_exec),
+    ]
+    return StepBreakdown(DEVICE_CATEGORIES, _partition(sets, steps))
+
+
+def phase_breakdown(events: EventTable, steps: StepWindows) -> StepBreakdown:
+    masks = phase_masks(events)
+    sets = {name: _set(events, masks[name]) for name in PHASE_PRIORITY}
+    if not masks["forward"].any():
+        sets["forward"] = _implicit_forward(events, steps, sets["backward"])
+    per_priority = _partition([sets[name] for name in PHASE_PRIORITY], steps)
+    order = [PHASE_PRIORITY.index(c) if c != "other" else len(PHASE_PRIORITY) for c in PHASE_CATEGORIES]
+    return StepBreakdown(PHASE_CATEGORIES, per_priority[:, order])
+
+
+def _implicit_forward(
+    events: EventTable, steps: StepWindows, backward: intervals.IntervalSet
+) -> intervals.IntervalSet:
+    """Without forward markers: the step's CPU ops that start before its first backward op (all of
+    them when the step has no backward, e.g. inference)."""
+    ops = np.flatnonzero(events.kind == Kind.CPU_OP)
+    ops = ops[~step_marker_mask(events)[ops]]
+    ts = events.ts_us[ops]
+    step = np.searchsorted(steps.start_us, ts, side="right") - 1
+    inside = (step >= 0) & (ts < steps.end_us[np.maximum(step, 0)])
+    first_backward = np.full(len(steps), np.inf)
+    if backward[0].size:
+        b = np.searchsorted(backward[0], steps.start_us, side="left")
+        has = b < backward[0].size
+        first_backward[has] = np.where(
+            backward[0][np.minimum(b, backward[0].size - 1)][has] < steps.end_us[has],
+            backward[0][np.minimum(b, backward[0].size - 1)][has],
+            np.inf,
+        )
+    before = inside & (ts < first_backward[np.maximum(step, 0)])
+    chosen = ops[before]
+    return intervals.union(events.ts_us[chosen], events.ts_us[chosen] + events.dur_us[chosen])

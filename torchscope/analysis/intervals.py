@@ -1,0 +1,101 @@
+"""Vectorised interval arithmetic on half-open [start, end) intervals in microseconds.
+
+An *interval set* is a pair of sorted float arrays (starts, ends) with no overlaps; `union` makes one
+from arbitrary intervals. Everything here is numpy: no Python loop over intervals.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+IntervalSet = tuple[np.ndarray, np.ndarray]
+
+EMPTY: IntervalSet = (np.zeros(0), np.zeros(0))
+
+
+def union(starts: np.ndarray, ends: np.ndarray) -> IntervalSet:
+    """Merge possibly overlapping intervals into a disjoint sorted set (zero-length ones vanish)."""
+    starts = np.asarray(starts, dtype=np.float64)
+    ends = np.asarray(ends, dtype=np.float64)
+    keep = ends > starts
+    starts, ends = starts[keep], ends[keep]
+    if starts.size == 0:
+        return EMPTY
+    order = np.argsort(starts, kind="stable")
+    starts, ends = starts[order], ends[order]
+    running_end = np.maximum.accumulate(ends)
+    # A new merged interval begins where the start is past every earlier end.
+    new_group = np.empty(starts.size, dtype=bool)
+    new_group[0] = True
+    new_group[1:] = starts[1:] > running_end[:-1]
+    group_starts = starts[new_group]
+    last_in_group = np.append(np.flatnonzero(new_group)[1:] - 1, starts.size - 1)
+    return group_starts, running_end[last_in_group]
+
+
+def total_length(intervals: IntervalSet) -> float:
+    return float(np.sum(intervals[1] - intervals[0]))
+
+
+def _covered_before(intervals: IntervalSet, points: np.ndarray) -> np.ndarray:
+    """Covered length of the set in (-inf, p) for each point p."""
+    starts, ends = intervals
+    if starts.size == 0:
+        return np.zeros(np.shape(points))
+    cumulative = np.concatenate(([0.0], np.cumsum(ends - starts)))
+    i = np.searchsorted(starts, points, side="right")  # intervals starting at or before p
+    covered = cumulative[np.maximum(i - 1, 0)]
+    partial = np.clip(points - starts[np.maximum(i - 1, 0)], 0.0, (ends - starts)[np.maximum(i - 1, 0)])
+    return np.where(i > 0, covered + partial, 0.0)
+
+
+def overlap_per_window(intervals: IntervalSet, window_starts: np.ndarray, window_ends: np.ndarray) -> np.ndarray:
+    """Covered length of the set inside each window [ws, we)."""
+    ws = np.asarray(window_starts, dtype=np.float64)
+    we = np.maximum(np.asarray(window_ends, dtype=np.float64), ws)
+    return _covered_before(intervals, we) - _covered_before(intervals, ws)
+
+
+def intersect(a: IntervalSet, b: IntervalSet) -> IntervalSet:
+    """Intersection of two disjoint sorted sets."""
+    return _combine(a, b, lambda in_a, in_b: in_a & in_b)
+
+
+def subtract(a: IntervalSet, b: IntervalSet) -> IntervalSet:
+    """Parts of `a` not covered by `b`."""
+    return _combine(a, b, lambda in_a, in_b: in_a & ~in_b)
+
+
+def _combine(a: IntervalSet, b: IntervalSet, rule: "np.ufunc | object") -> IntervalSet:
+    if a[0].size == 0:
+        return EMPTY
+    points = np.unique(np.concatenate((a[0], a[1], b[0], b[1])))
+    if points.size < 2:
+        return EMPTY
+    lefts, rights = points[:-1], points[1:]
+    mids = (lefts + rights) / 2
+    keep = rule(_contains(a, mids), _contains(b, mids))  # type: ignore[operator]
+    return union(lefts[keep], rights[keep])
+
+
+def _contains(intervals: IntervalSet, points: np.ndarray) -> np.ndarray:
+    starts, ends = intervals
+    if starts.size == 0:
+        return np.zeros(points.shape, dtype=bool)
+    i = np.searchsorted(starts, points, side="right") - 1
+    return (i >= 0) & (points < ends[np.maximum(i, 0)])
+
+
+def priority_partition(category_sets: list[IntervalSet], windows: IntervalSet) -> list[IntervalSet]:
+    """Attribute each instant of `windows` to the first category (in list order) covering it.
+
+    Returns one set per category plus a final set for the instants no category covers ("other").
+    """
+    remaining = windows
+    parts: list[IntervalSet] = []
+    for category in category_sets:
+        part = intersect(remaining, category)
+        parts.append(part)
+        remaining = subtract(remaining, part)
+    parts.append(remaining)
+    return parts

@@ -1,0 +1,107 @@
+"""Names that PyTorch (and torchscope's capture) give to ranges, turned into boolean event masks.
+
+One place for every name pattern the analyses rely on, so each is documented once:
+* data loading: `enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__` (num_workers=0) or
+  `..._MultiProcessingDataLoaderIter.__next__`, and `enumerate(DataPipe)#...` (torch.utils.data).
+* optimizer: `Optimizer.step#SGD.step`, `Optimizer.zero_grad#SGD.zero_grad` (torch.optim), and the
+  `torchscope:optimizer` label.
+* backward: `autograd::engine::evaluate_function: XBackward0` (the autograd engine; bare `XBackward` node
+  names in PyTorch <= 1.9), the `torchscope:backward` label.
+* forward: the `torchscope:forward` label, `DistributedDataParallel.forward`, `DataParallel.forward`.
+* communication: collective ops `nccl:*`, `gloo:*`, `c10d::*`, `record_param_comms`, and NCCL/RCCL
+  kernels (`ncclKernel_*`, `ncclDevKernel_*`).
+User `record_function` labels named like a phase ("forward", "backward", "optimizer", "data") count too.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Callable
+
+import numpy as np
+
+from torchscope.trace.kinds import Kind
+from torchscope.trace.tables import EventTable
+
+LABEL_PREFIX = "torchscope:"
+PHASE_LABELS = {
+    "forward": "torchscope:forward",
+    "backward": "torchscope:backward",
+    "optimizer": "torchscope:optimizer",
+}
+COMM_OP_PREFIXES = ("nccl:", "gloo:", "c10d::", "mpi:", "ucc:")
+COMM_KERNEL_PREFIXES = ("ncclKernel", "ncclDevKernel", "rcclKernel")
+
+
+def is_data_loading_name(name: str) -> bool:
+    return (name.startswith("enumerate(DataLoader)#") and name.endswith(".__next__")) or name.startswith(
+        "enumerate(DataPipe)#"
+    )
+
+
+def is_optimizer_name(name: str) -> bool:
+    return name.startswith(("Optimizer.step#", "Optimizer.zero_grad#")) or name == PHASE_LABELS["optimizer"]
+
+
+_BACKWARD_NODE = re.compile(r"Backward\d*$")
+
+
+def is_backward_name(name: str) -> bool:
+    """Autograd engine work: `evaluate_function:` wrappers (PyTorch >= 1.10) or bare autograd node names
+    such as `CudnnConvolutionBackward` / `torch::autograd::AccumulateGrad` (older traces)."""
+    return (
+        name.startswith("autograd::engine::evaluate_function:")
+        or name == PHASE_LABELS["backward"]
+        or name == "torch::autograd::AccumulateGrad"
+        or (not name.startswith("aten::") and _BACKWARD_NODE.search(name) is not None)
+    )
+
+
+def is_forward_name(name: str) -> bool:
+    return name == PHASE_LABELS["forward"] or name in ("DistributedDataParallel.forward", "DataParallel.forward")
+
+
+def is_comm_op_name(name: str) -> bool:
+    return name.startswith(COMM_OP_PREFIXES) or name == "record_param_comms"
+
+
+def is_comm_kernel_name(name: str) -> bool:
+    return name.startswith(COMM_KERNEL_PREFIXES)
+
+
+def user_phase_of(name: str) -> str | None:
+    """Phase named by a user's own record_function label, e.g. "forward" or "## backward ##"."""
+    word = name.strip("#:_- ").lower()
+    for phase in ("forward", "backward", "optimizer"):
+        if word == phase or word in (f"{phase}_pass", f"{phase} pass", f"model.{phase}"):
+            return phase
+    if word in ("data", "data_loading", "dataloader", "data loading", "load_data"):
+        return "data_loading"
+    return None
+
+
+def name_mask(events: EventTable, predicate: Callable[[str], bool], kinds: tuple[Kind, ...]) -> np.ndarray:
+    """Events of `kinds` whose name satisfies `predicate` (evaluated once per distinct string)."""
+    return events.string_mask(predicate)[events.name] & np.isin(events.kind, kinds)
+
+
+HOST_RANGES = (Kind.CPU_OP, Kind.USER_ANNOTATION)
+
+
+def phase_masks(events: EventTable) -> dict[str, np.ndarray]:
+    """Event masks of the ranges that mark each training phase on the host."""
+    user = events.string_mask(lambda s: user_phase_of(s) is not None)[events.name] & (
+        events.kind == Kind.USER_ANNOTATION
+    )
+    user_phase = np.array([user_phase_of(s) or "" for s in events.strings], dtype=object)[events.name]
+    return {
+        "data_loading": name_mask(events, is_data_loading_name, HOST_RANGES) | (user & (user_phase == "data_loading")),
+        "optimizer": name_mask(events, is_optimizer_name, HOST_RANGES) | (user & (user_phase == "optimizer")),
+        "backward": name_mask(events, is_backward_name, HOST_RANGES) | (user & (user_phase == "backward")),
+        "forward": name_mask(events, is_forward_name, HOST_RANGES) | (user & (user_phase == "forward")),
+        "communication": name_mask(events, is_comm_op_name, HOST_RANGES),
+    }
+
+
+def comm_kernel_mask(events: EventTable) -> np.ndarray:
+    return name_mask(events, is_comm_kernel_name, (Kind.KERNEL,))

@@ -1,0 +1,94 @@
+"""Host call trees: which host event encloses which, per thread, computed with numpy.
+
+For each thread, events are ordered by (start, longer first). The depth of an event is the number of
+earlier events still open when it starts; its parent is the nearest earlier event one level up. Both come
+from sorted searches, not from a Python stack walk.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from torchscope.trace.kinds import Kind
+from torchscope.trace.tables import EventTable
+
+NESTED_KINDS = (Kind.CPU_OP, Kind.USER_ANNOTATION, Kind.PYTHON_FUNCTION, Kind.RUNTIME, Kind.DRIVER)
+
+
+@dataclass(frozen=True)
+class HostTree:
+    """Parent (event index, -1 for roots and non-host events) and depth (-1 for non-host) per event."""
+
+    parent: np.ndarray
+    depth: np.ndarray
+
+    def self_time_us(self, dur_us: np.ndarray, child_mask: np.ndarray | None = None) -> np.ndarray:
+        """Duration minus the durations of direct children (optionally only children in `child_mask`)."""
+        has_parent = self.parent >= 0
+        if child_mask is not None:
+            has_parent &= child_mask
+        children_time = np.bincount(
+            self.parent[has_parent], weights=dur_us[has_parent], minlength=dur_us.size
+        )
+        return np.maximum(dur_us - children_time, 0.0)
+
+    def inherit(self, own: np.ndarray, missing: int = -1) -> np.ndarray:
+        """Propagate a per-event label down the tree: events without their own label take the
+        nearest ancestor's (processed level by level, each level vectorised)."""
+        labels = own.copy()
+        for level in range(1, int(self.depth.max(initial=0)) + 1):
+            at_level = np.flatnonzero((self.depth == level) & (labels == missing))
+            parents = self.parent[at_level]
+            valid = parents >= 0
+            labels[at_level[valid]] = labels[parents[valid]]
+        return labels
+
+
+def build_host_tree(events: EventTable) -> HostTree:
+    n = len(events)
+    parent = np.full(n, -1, dtype=np.int64)
+    depth = np.full(n, -1, dtype=np.int64)
+    host = np.flatnonzero(np.isin(events.kind, NESTED_KINDS))
+    if host.size == 0:
+        return HostTree(parent, depth)
+    thread_key = (events.pid[host].astype(np.int64) << 32) | events.tid[host].astype(np.int64)
+    ts = events.ts_us[host]
+    dur = events.dur_us[host]
+    order = np.lexsort((-dur, ts, thread_key))
+    host, thread_key, ts, dur = host[order], thread_key[order], ts[order], dur[order]
+    boundaries = np.flatnonzero(np.diff(thread_key)) + 1
+    for lo, hi in zip(np.r_[0, boundaries], np.r_[boundaries, host.size]):
+        p, d = _thread_tree(ts[lo:hi], dur[lo:hi])
+        idx = host[lo:hi]
+        depth[idx] = d
+        parent[idx] = np.where(p >= 0, idx[np.maximum(p, 0)], -1)
+    return HostTree(parent, depth)
+
+
+def _thread_tree(ts: np.ndarray, dur: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Local parent positions and depths for one thread's events, sorted by (ts, -dur)."""
+    n = ts.size
+    end = ts + dur
+    position = np.arange(n)
+    # Events that closed at or before my start: all of them precede me in order, except zero-length
+    # events sharing my start and sorted after me.
+    closed = np.searchsorted(np.sort(end), ts, side="right")
+    zero = dur == 0
+    zero_ts = ts[zero]
+    zero_positions = np.flatnonzero(zero)
+    zeros_at_my_ts = np.searchsorted(zero_ts, ts, side="right") - np.searchsorted(zero_ts, ts, side="left")
+    # Zero-length events sharing my start that sort before me (they sort after every longer event).
+    zeros_before_me = np.searchsorted(zero_positions, position) - np.searchsorted(zero_ts, ts, side="left")
+    after_me = zeros_at_my_ts - np.where(zero, zeros_before_me, 0)  # includes myself when zero-length
+    depth = np.maximum(position - (closed - after_me), 0)
+    # Parent: the latest earlier event one level up.
+    key = depth * n + position
+    sorted_keys = np.sort(key)
+    target = (depth - 1) * n + position
+    j = np.searchsorted(sorted_keys, target, side="left") - 1
+    candidate = sorted_keys[np.maximum(j, 0)]
+    valid = (depth > 0) & (j >= 0) & (candidate // max(n, 1) == depth - 1)
+    parent = np.where(valid, candidate % max(n, 1), -1)
+    return parent, depth

@@ -1,0 +1,141 @@
+"""Step windows: where each training step starts and ends, on the host and including its device work.
+
+Steps are the `ProfilerStep#N` ranges that `torch.profiler`'s `prof.step()` records. On traces with device
+activity a step is stretched to cover the GPU work it launched, following the TensorBoard plugin's rule
+(so figures are comparable): a runtime call inside the step's host range owns the device ops that share
+its correlation id; start = max(previous step end, host start), end = max(host end, last owned device
+end). Trailing steps whose device work was cut off by the end of the capture are dropped.
+When a trace has no step markers the whole traced span is one window, and the result says so.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from torchscope.trace.kinds import DEVICE_KINDS, Kind
+from torchscope.trace.tables import EventTable
+
+STEP_PREFIX = "ProfilerStep#"
+
+
+@dataclass(frozen=True)
+class StepWindows:
+    """Step windows of one trace file, sorted by start; all arrays have one entry per step."""
+
+    number: np.ndarray
+    host_start_us: np.ndarray
+    host_end_us: np.ndarray
+    start_us: np.ndarray
+    end_us: np.ndarray
+    source: str  # "profiler_step" | "whole_trace"
+    device_stretched: bool
+
+    def __len__(self) -> int:
+        return int(self.number.size)
+
+    @property
+    def duration_us(self) -> np.ndarray:
+        return self.end_us - self.start_us
+
+
+def step_marker_mask(events: EventTable) -> np.ndarray:
+    is_step_name = events.string_mask(lambda s: s.startswith(STEP_PREFIX))[events.name]
+    return is_step_name & np.isin(events.kind, (Kind.CPU_OP, Kind.USER_ANNOTATION))
+
+
+def find_steps(events: EventTable) -> StepWindows:
+    markers = np.flatnonzero(step_marker_mask(events) & (events.dur_us > 0))
+    if markers.size == 0:
+        return _whole_trace(events)
+    numbers = np.array([_step_number(s) for s in events.text(events.name[markers])], dtype=np.int64)
+    starts = events.ts_us[markers]
+    ends = starts + events.dur_us[markers]
+    # The same step can be recorded twice (e.g. as cpu_op and user_annotation): keep one per number+start.
+    _, unique = np.unique(np.stack([numbers.astype(np.float64), starts]), axis=1, return_index=True)
+    order = unique[np.argsort(starts[unique], kind="stable")]
+    numbers, starts, ends = numbers[order], starts[order], ends[order]
+    return _stretch_to_device(events, numbers, starts, ends)
+
+
+def _step_number(name: str) -> int:
+    digits = name[len(STEP_PREFIX) :].strip()
+    return int(digits) if digits.isdigit() else -1
+
+
+def _whole_trace(events: EventTable) -> StepWindows:
+    timed = np.isin(events.kind, (*DEVICE_KINDS, Kind.CPU_OP, Kind.USER_ANNOTATION, Kind.RUNTIME, Kind.PYTHON_FUNCTION))
+    if not timed.any():
+        timed = events.kind != Kind.METADATA
+    start = float(events.ts_us[timed].min(initial=np.inf))
+    end = float((events.ts_us[timed] + events.dur_us[timed]).max(initial=-np.inf))
+    if not np.isfinite(start) or end < start:
+        start = end = 0.0
+    one = np.array([start])
+    return StepWindows(np.array([-1]), one, np.array([end]), one, np.array([end]), "whole_trace", False)
+
+
+def _stretch_to_device(
+    events: EventTable, numbers: np.ndarray, host_start: np.ndarray, host_end: np.ndarray
+) -> StepWindows:
+    device = np.flatnonzero(np.isin(events.kind, DEVICE_KINDS))
+    runtime = np.flatnonzero(np.isin(events.kind, (Kind.RUNTIME, Kind.DRIVER)) & (events.correlation >= 0))
+    owner = _device_owner_step(events, device, runtime, host_start, host_end)
+    if device.size == 0 or not (owner >= 0).any():
+        return StepWindows(numbers, host_start, host_end, host_start.copy(), host_end.copy(), "profiler_step", False)
+    dev_start = events.ts_us[device]
+    dev_end = dev_start + events.dur_us[device]
+    n = numbers.size
+    matched = np.bincount(owner[owner >= 0], minlength=n)
+    dev_max = np.full(n, -np.inf)
+    np.maximum.at(dev_max, owner[owner >= 0], dev_end[owner >= 0])
+    dev_min0 = dev_start[owner == 0].min(initial=np.inf)
+    prev_end = host_start[0]
+    if matched[0] > 0:
+        earlier = (owner < 0) & (dev_end < dev_min0)
+        prev_end = max(prev_end, float(dev_end[earlier].max(initial=-np.inf)))
+    start = np.empty(n)
+    end = np.empty(n)
+    for i in range(n):  # one iteration per step, not per event
+        start[i] = max(prev_end, host_start[i])
+        end[i] = max(host_end[i], dev_max[i]) if matched[i] else max(host_end[i], start[i])
+        prev_end = end[i]
+    keep = _steps_with_complete_device_work(matched)
+    return StepWindows(numbers[keep], host_start[keep], host_end[keep], start[keep], end[keep], "profiler_step", True)
+
+
+def _device_owner_step(
+    events: EventTable, device: np.ndarray, runtime: np.ndarray, host_start: np.ndarray, host_end: np.ndarray
+) -> np.ndarray:
+    """Index of the step owning each device event (-1 if none), via its launching runtime call."""
+    owner = np.full(device.size, -1, dtype=np.int64)
+    if device.size == 0 or runtime.size == 0:
+        return owner
+    rt_start = events.ts_us[runtime]
+    rt_end = rt_start + events.dur_us[runtime]
+    step = np.searchsorted(host_start, rt_start, side="right") - 1
+    inside = (step >= 0) & (rt_end <= host_end[np.maximum(step, 0)])
+    rt_corr = events.correlation[runtime][inside]
+    rt_step = step[inside]
+    order = np.argsort(rt_corr, kind="stable")
+    rt_corr, rt_step = rt_corr[order], rt_step[order]
+    dev_corr = events.correlation[device]
+    pos = np.searchsorted(rt_corr, dev_corr)
+    found = (pos < rt_corr.size) & (rt_corr[np.minimum(pos, rt_corr.size - 1)] == dev_corr) & (dev_corr >= 0)
+    owner[found] = rt_step[pos[found]]
+    return owner
+
+
+def _steps_with_complete_device_work(matched: np.ndarray) -> np.ndarray:
+    """Drop trailing steps without device work, and a last step with under 80 % of the previous one's
+    device ops (its work was cut off when the profiler stopped)."""
+    keep = np.ones(matched.size, dtype=bool)
+    with_work = np.flatnonzero(matched > 0)
+    if matched.size <= 1 or with_work.size == 0:
+        return keep
+    last = int(with_work[-1])
+    keep[last + 1 :] = False
+    if last >= 1 and matched[last - 1] * 0.8 > matched[last]:
+        keep[last] = False
+    return keep

@@ -1,0 +1,93 @@
+"""Event kinds: one small integer per event, normalising Kineto's category names across versions.
+
+PyTorch 1.8-1.10 wrote `Operator`, `Runtime`, `Kernel`, `Memcpy`, `Memset`; later versions write `cpu_op`,
+`cuda_runtime`, `kernel`, `gpu_memcpy`, `gpu_memset`; ROCm keeps the CUDA names; other backends add
+`xpu_runtime`, `privateuse1_runtime`, ... Unknown categories are kept as OTHER, never dropped.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+import numpy as np
+
+
+class Kind(IntEnum):
+    OTHER = 0
+    CPU_OP = 1
+    USER_ANNOTATION = 2
+    PYTHON_FUNCTION = 3
+    KERNEL = 4
+    MEMCPY = 5
+    MEMSET = 6
+    RUNTIME = 7
+    DRIVER = 8
+    GPU_USER_ANNOTATION = 9
+    CUDA_SYNC = 10
+    MEMORY = 11
+    FLOW = 12
+    METADATA = 13
+    TRACE_SPAN = 14
+    INSTANT = 15
+    OVERHEAD = 16
+
+
+CATEGORY_KINDS: dict[str, Kind] = {
+    "cpu_op": Kind.CPU_OP,
+    "operator": Kind.CPU_OP,
+    "user_annotation": Kind.USER_ANNOTATION,
+    "gpu_user_annotation": Kind.GPU_USER_ANNOTATION,
+    "python_function": Kind.PYTHON_FUNCTION,
+    "python": Kind.PYTHON_FUNCTION,
+    "kernel": Kind.KERNEL,
+    "gpu_memcpy": Kind.MEMCPY,
+    "memcpy": Kind.MEMCPY,
+    "gpu_memset": Kind.MEMSET,
+    "memset": Kind.MEMSET,
+    "cuda_runtime": Kind.RUNTIME,
+    "runtime": Kind.RUNTIME,
+    "cuda_driver": Kind.DRIVER,
+    "driver": Kind.DRIVER,
+    "cuda_sync": Kind.CUDA_SYNC,
+    "trace": Kind.TRACE_SPAN,
+    "overhead": Kind.OVERHEAD,
+}
+
+# Runtime/driver categories of other backends share the CUDA semantics.
+_RUNTIME_SUFFIXES = ("_runtime",)
+_DRIVER_SUFFIXES = ("_driver",)
+
+DEVICE_KINDS = (Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET)
+HOST_RANGE_KINDS = (Kind.CPU_OP, Kind.USER_ANNOTATION, Kind.PYTHON_FUNCTION)
+
+
+def kind_of_category(category: str) -> Kind:
+    """Map a trace `cat` string to a Kind (case-insensitive)."""
+    lowered = category.lower()
+    kind = CATEGORY_KINDS.get(lowered)
+    if kind is not None:
+        return kind
+    if lowered.endswith(_RUNTIME_SUFFIXES):
+        return Kind.RUNTIME
+    if lowered.endswith(_DRIVER_SUFFIXES):
+        return Kind.DRIVER
+    return Kind.OTHER
+
+
+def classify(
+    cat_ids: np.ndarray, ph_ids: np.ndarray, name_ids: np.ndarray, strings: list[str]
+) -> np.ndarray:
+    """Vectorised kind per event from interned category, phase and name ids."""
+    cat_lookup = np.array([kind_of_category(s) for s in strings], dtype=np.int8)
+    kinds = cat_lookup[cat_ids] if len(cat_ids) else np.zeros(0, dtype=np.int8)
+    ph_lookup = np.array([s[:1] if s else "" for s in strings])
+    ph_first = ph_lookup[ph_ids] if len(ph_ids) else np.zeros(0, dtype="<U1")
+    kinds = kinds.copy()
+    kinds[np.isin(ph_first, ("s", "f", "t"))] = Kind.FLOW
+    kinds[ph_first == "M"] = Kind.METADATA
+    instant = np.isin(ph_first, ("i", "I", "n"))
+    memory_name = np.array([s == "[memory]" for s in strings], dtype=bool)
+    is_memory = instant & (memory_name[name_ids] if len(name_ids) else np.zeros(0, bool))
+    kinds[instant & ~is_memory] = Kind.INSTANT
+    kinds[is_memory] = Kind.MEMORY
+    return kinds

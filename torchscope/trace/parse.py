@@ -1,0 +1,312 @@
+"""Parse Kineto Chrome-trace JSON into an `EventTable`.
+
+How: the top level is decoded with msgspec into raw slices (no Python objects for the events yet); the
+events are then decoded in fixed-size batches into small typed structs (`schema.Event`) and turned into
+numpy columns batch by batch, so peak memory is the file's bytes plus one batch of structs plus the
+columns. Strings are interned as they are seen. A file whose events do not all fit the strict shape is
+decoded event by event with type coercion; events that still do not fit are dropped and counted.
+"""
+
+from __future__ import annotations
+
+import gzip
+import logging
+import zlib
+from operator import attrgetter
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator
+
+import msgspec
+import numpy as np
+
+from torchscope.errors import TraceFormatError
+from torchscope.trace import schema
+from torchscope.trace.kinds import classify
+from torchscope.trace.tables import NUMERIC_COLUMNS, STRING_COLUMNS, EventTable, StringInterner, TraceFile
+
+log = logging.getLogger(__name__)
+
+BATCH_EVENTS = 100_000
+# Event arrays up to this size are decoded in one call; larger ones in batches of BATCH_EVENTS, which
+# bounds the memory held by decoded structs to one batch.
+DIRECT_DECODE_BYTES = 96 << 20
+_MAX_HEADER_VALUE_BYTES = 64 << 20
+
+_BASE_STRING_SOURCES = ("ph", "cat", "name", "pid", "tid")
+_RAW_TEXT_COLUMNS = frozenset(c for c, (_, kind, _) in schema.ARG_FIELDS.items() if kind is msgspec.Raw)
+
+
+def read_trace_bytes(path: Path) -> bytes:
+    """Read a trace file, gunzipping `.gz` (or any gzip-magic) content."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise TraceFormatError(path, "no such file") from None
+    except IsADirectoryError:
+        raise TraceFormatError(path, "is a directory, not a trace file") from None
+    except OSError as exc:
+        raise TraceFormatError(path, f"cannot read file ({exc.strerror or exc})") from None
+    if data[:2] == b"\x1f\x8b":
+        try:
+            data = gzip.decompress(data)
+        except (OSError, EOFError, zlib.error) as exc:
+            raise TraceFormatError(path, f"damaged gzip data ({exc})") from None
+    return data
+
+
+def parse_trace(path: Path) -> TraceFile:
+    """Read and parse one trace file."""
+    return parse_trace_bytes(read_trace_bytes(path), path)
+
+
+def parse_trace_bytes(data: bytes, path: Path | str = "<bytes>") -> TraceFile:
+    """Parse Chrome-trace JSON (object with `traceEvents`, or a bare event array)."""
+    if not data.strip():
+        raise TraceFormatError(path, "empty file")
+    try:
+        top = schema.TOP_LEVEL_DECODER.decode(data)
+    except msgspec.DecodeError as exc:
+        raise TraceFormatError(path, _describe_decode_error(exc)) from None
+    except msgspec.ValidationError:
+        raise TraceFormatError(path, "not a Kineto trace: top level is neither an object nor an array") from None
+    except RecursionError:
+        raise TraceFormatError(path, "JSON nested too deeply") from None
+    header, raw_events = _split_top_level(top, path)
+    del top
+    warnings: list[str] = []
+    table = _build_table(raw_events, warnings)
+    del raw_events
+    _check_events(table, path)
+    _clean_times(table, warnings)
+    return TraceFile(str(path), header, table, warnings)
+
+
+def _describe_decode_error(exc: Exception) -> str:
+    text = str(exc)
+    if "truncated" in text:
+        return "truncated JSON (the file ends in the middle of the data)"
+    return f"malformed JSON ({text.removeprefix('JSON is malformed: ')})"
+
+
+def _split_top_level(
+    top: Any, path: Path | str
+) -> tuple[dict[str, Any], list[msgspec.Raw] | msgspec.Raw]:
+    if isinstance(top, list):
+        return {}, top
+    raw = top.pop("traceEvents", None)
+    if raw is None:
+        raise TraceFormatError(path, "not a Kineto trace: no 'traceEvents' array")
+    events: list[msgspec.Raw] | msgspec.Raw
+    if len(raw) <= DIRECT_DECODE_BYTES and bytes(memoryview(raw)[:1]) == b"[":
+        events = raw  # small enough: decode the array in one go, skipping the batching copy
+    else:
+        try:
+            events = schema.RAW_LIST_DECODER.decode(raw)
+        except msgspec.ValidationError:
+            raise TraceFormatError(path, "not a Kineto trace: 'traceEvents' is not an array") from None
+    header: dict[str, Any] = {}
+    for key, value in top.items():
+        if len(value) > _MAX_HEADER_VALUE_BYTES:
+            continue  # never let a foreign, giant header field dominate memory
+        try:
+            header[key] = msgspec.json.decode(value)
+        except (msgspec.DecodeError, RecursionError):
+            continue
+    return header, events
+
+
+def _event_batches(raw_events: list[msgspec.Raw] | msgspec.Raw) -> Iterator[tuple[list[schema.Event], int]]:
+    """Decoded events in batches, with the number of malformed events dropped from each."""
+    if isinstance(raw_events, msgspec.Raw):
+        try:
+            yield schema.EVENT_LIST_DECODER.decode(raw_events), 0
+            return
+        except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
+            try:
+                raw_events = schema.RAW_LIST_DECODER.decode(raw_events)
+            except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
+                raise TraceFormatError("<trace>", "not a Kineto trace: 'traceEvents' is not an array") from None
+    for start in range(0, len(raw_events), BATCH_EVENTS):
+        yield _decode_batch(raw_events[start : start + BATCH_EVENTS])
+
+
+def _build_table(raw_events: list[msgspec.Raw] | msgspec.Raw, warnings: list[str]) -> EventTable:
+    interner = StringInterner()
+    kinds = _KindCache(interner)
+    parts: dict[str, list[np.ndarray]] = {c: [] for c in (*NUMERIC_COLUMNS, *STRING_COLUMNS, "kind")}
+    dropped = total = 0
+    for events, batch_dropped in _event_batches(raw_events):
+        dropped += batch_dropped
+        total += batch_dropped + len(events)
+        for column, values in _batch_columns(events, interner, kinds).items():
+            parts[column].append(values)
+        del events
+    if dropped:
+        warnings.append(f"dropped {dropped} malformed event(s) of {total}")
+    columns = {c: (np.concatenate(v) if v else np.zeros(0, _dtype(c))) for c, v in parts.items()}
+    return EventTable(columns, interner.strings)
+
+
+def _dtype(column: str) -> Any:
+    if column == "kind":
+        return np.int8
+    return NUMERIC_COLUMNS.get(column, np.int32)
+
+
+def _decode_batch(batch: list[msgspec.Raw]) -> tuple[list[schema.Event], int]:
+    try:
+        return schema.EVENT_LIST_DECODER.decode(b"[" + b",".join(batch) + b"]"), 0
+    except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
+        events = [e for e in map(_decode_one_leniently, batch) if e is not None]
+        return events, len(batch) - len(events)
+
+
+def _decode_one_leniently(raw: msgspec.Raw) -> schema.Event | None:
+    """Decode one event, coercing types (e.g. a numeric string); None when it cannot be used."""
+    try:
+        return schema.EVENT_DECODER.decode(raw)
+    except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
+        pass
+    try:
+        obj = msgspec.json.decode(raw)
+    except (msgspec.DecodeError, RecursionError):
+        return None
+    if not isinstance(obj, dict) or not isinstance(obj.get("ph"), str):
+        return None
+    args = obj.pop("args", None)
+    try:
+        event = msgspec.convert(obj, schema.Event, strict=False)
+    except (msgspec.ValidationError, TypeError, RecursionError):
+        return None
+    if isinstance(args, dict):
+        event.args = msgspec.Raw(msgspec.json.encode(args))
+    return event
+
+
+class _KindCache:
+    """Kind per (category id, phase id, name id), computed once per distinct combination."""
+
+    def __init__(self, interner: StringInterner) -> None:
+        self.interner = interner
+
+    def kinds(self, cat: np.ndarray, ph: np.ndarray, name: np.ndarray) -> np.ndarray:
+        memory_id = self.interner["[memory]"]
+        # Only the name "[memory]" matters for classification: collapse other names to 0.
+        name_key = np.where(name == memory_id, memory_id, 0)
+        key = (cat.astype(np.int64) << 32) | (ph.astype(np.int64) << 1) | (name_key > 0)
+        unique, inverse = np.unique(key, return_inverse=True)
+        strings = self.interner.strings
+        cats = (unique >> 32).astype(np.int32)
+        phs = ((unique & 0xFFFFFFFF) >> 1).astype(np.int32)
+        names = np.where(unique & 1, memory_id, 0).astype(np.int32)
+        return classify(cats, phs, names, strings)[inverse]
+
+
+def _batch_columns(
+    events: list[schema.Event], interner: StringInterner, kind_cache: _KindCache
+) -> dict[str, np.ndarray]:
+    n = len(events)
+    lookup: Callable[[Any], int] = interner.__getitem__
+    out: dict[str, np.ndarray] = {
+        "ts_us": np.fromiter(map(attrgetter("ts"), events), np.float64, n),
+        "dur_us": np.fromiter(map(attrgetter("dur"), events), np.float64, n),
+        "flow_id": np.fromiter(map(_flow_id, map(attrgetter("id"), events)), np.int64, n),
+    }
+    for column in _BASE_STRING_SOURCES:
+        out[column] = np.fromiter(map(lookup, map(attrgetter(column), events)), np.int32, n)
+    kind = kind_cache.kinds(out["cat"], out["ph"], out["name"])
+    out["kind"] = kind
+    for column, (_, _, default) in schema.ARG_FIELDS.items():
+        if column in _RAW_TEXT_COLUMNS or isinstance(default, str):
+            out[column] = np.zeros(n, np.int32)
+        elif column in NUMERIC_COLUMNS:
+            out[column] = np.full(n, default, NUMERIC_COLUMNS[column])
+    external_lower = np.full(n, -1, np.int64)
+    for group in schema.ARG_GROUPS:
+        index = np.flatnonzero(np.isin(kind, group.kinds))
+        if index.size == 0:
+            continue
+        decoded = _decode_args([events[i].args for i in index.tolist()], group)
+        for column in group.columns:
+            values: Iterable[Any] = map(attrgetter(column), decoded)
+            if column == "external_id_lower":
+                external_lower[index] = np.fromiter(values, np.int64, index.size)
+            elif column in _RAW_TEXT_COLUMNS:
+                out[column][index] = np.fromiter(map(lookup, map(bytes, values)), np.int32, index.size)
+            elif column in NUMERIC_COLUMNS:
+                out[column][index] = np.fromiter(values, NUMERIC_COLUMNS[column], index.size)
+            else:
+                out[column][index] = np.fromiter(map(lookup, values), np.int32, index.size)
+    np.maximum(out["external_id"], external_lower, out=out["external_id"])
+    return out
+
+
+def _decode_args(raws: list[msgspec.Raw], group: schema.ArgGroup) -> list[Any]:
+    """Decode one kind group's args; fall back per event (coercing, then defaults) on bad values."""
+    payload = b"[" + b",".join(r if len(r) else b"{}" for r in raws) + b"]"
+    try:
+        return group.decoder.decode(payload)  # type: ignore[no-any-return]
+    except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
+        return [_decode_args_leniently(r, group) for r in raws]
+
+
+def _decode_args_leniently(raw: msgspec.Raw, group: schema.ArgGroup) -> Any:
+    struct_type = group.decoder.type.__args__[0]  # type: ignore[attr-defined]
+    try:
+        obj = msgspec.json.decode(raw) if len(raw) else {}
+    except (msgspec.DecodeError, RecursionError):
+        obj = {}
+    if not isinstance(obj, dict):
+        obj = {}
+    usable = {}
+    for key, value in obj.items():
+        try:
+            msgspec.convert({key: value}, struct_type, strict=False)
+            usable[key] = value
+        except (msgspec.ValidationError, TypeError, RecursionError):
+            continue
+    return msgspec.convert(usable, struct_type, strict=False)
+
+
+def _flow_id(value: Any) -> int:
+    if value is None:
+        return -1
+    if isinstance(value, int):
+        return value if -(2**63) <= value < 2**63 else -1
+    try:
+        return int(str(value), 0)
+    except ValueError:
+        return hash(value) & 0x7FFFFFFFFFFFFFFF
+
+
+def _check_events(table: EventTable, path: Path | str) -> None:
+    if len(table) == 0:
+        raise TraceFormatError(path, "trace has no events")
+    ph = np.asarray(table.strings, dtype=object)[table.columns["ph"]] if len(table.strings) else None
+    if ph is None or not np.isin(ph, ("X", "B", "E", "i", "I")).any():
+        raise TraceFormatError(path, "not a Kineto trace: no duration or instant events")
+
+
+def _clean_times(table: EventTable, warnings: list[str]) -> None:
+    ts = table.columns["ts_us"]
+    dur = table.columns["dur_us"]
+    bad_ts = ~np.isfinite(ts)
+    if bad_ts.any():
+        warnings.append(f"ignored {int(bad_ts.sum())} event(s) without a valid timestamp")
+        keep = ~bad_ts
+        table.columns = {k: v[keep] for k, v in table.columns.items()}
+        ts, dur = table.columns["ts_us"], table.columns["dur_us"]
+    missing = np.isnan(dur)
+    dur[missing] = 0.0
+    negative = dur < 0
+    if negative.any():
+        warnings.append(f"set {int(negative.sum())} negative duration(s) to 0")
+        dur[negative] = 0.0
+    huge = ~np.isfinite(dur)
+    if huge.any():
+        warnings.append(f"set {int(huge.sum())} infinite duration(s) to 0")
+        dur[huge] = 0.0
+    if len(table) == 0:
+        raise TraceFormatError("<trace>", "trace has no events with timestamps")
+
+

@@ -1,0 +1,132 @@
+"""Columnar trace tables: typed numpy columns and one interned string table per trace.
+
+An `EventTable` is what every analysis reads. Strings (names, categories, pids/tids, stacks, shapes) are
+stored once in `strings` and referenced by int32 ids; id 0 is always the empty string.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+# Column name -> dtype. Times are microseconds, as in the Chrome trace format.
+NUMERIC_COLUMNS: dict[str, Any] = {
+    "ts_us": np.float64,
+    "dur_us": np.float64,
+    "flow_id": np.int64,
+    "external_id": np.int64,
+    "correlation": np.int64,
+    "sequence_number": np.int64,
+    "fwd_thread_id": np.int64,
+    "flops": np.float64,
+    "stream": np.int64,
+    "device": np.int64,
+    "nbytes": np.int64,
+    "bandwidth_gbps": np.float64,
+    "registers_per_thread": np.int64,
+    "shared_memory": np.int64,
+    "blocks_per_sm": np.float64,
+    "warps_per_sm": np.float64,
+    "occupancy_pct": np.float64,
+    "mem_bytes": np.int64,
+    "total_allocated": np.int64,
+    "total_reserved": np.int64,
+    "device_type": np.int64,
+    "device_id": np.int64,
+    "addr": np.int64,
+    "group_size": np.int64,
+    "in_msg_nelems": np.int64,
+    "out_msg_nelems": np.int64,
+}
+STRING_COLUMNS: tuple[str, ...] = (
+    "ph",
+    "cat",
+    "name",
+    "pid",
+    "tid",
+    "input_dims",
+    "input_type",
+    "call_stack",
+    "grid",
+    "block",
+    "label",
+    "collective_name",
+    "dtype",
+)
+DERIVED_COLUMNS: dict[str, Any] = {"kind": np.int8}
+ALL_COLUMNS: tuple[str, ...] = (*NUMERIC_COLUMNS, *STRING_COLUMNS, *DERIVED_COLUMNS)
+
+
+class StringInterner(dict):  # type: ignore[type-arg]
+    """Maps a value to a dense int id; `map(interner.__getitem__, values)` runs at C speed."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.strings: list[str] = []
+        self[""]  # id 0 is the empty string
+
+    def __missing__(self, key: Any) -> int:
+        index = len(self.strings)
+        self.strings.append(key if isinstance(key, str) else _to_text(key))
+        self[key] = index
+        return index
+
+
+def _to_text(value: Any) -> str:
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value).decode("utf-8", "replace")
+    return str(value)
+
+
+@dataclass
+class EventTable:
+    """All events of one trace file as columns of equal length."""
+
+    columns: dict[str, np.ndarray]
+    strings: list[str]
+
+    def __len__(self) -> int:
+        return int(len(self.columns["ts_us"]))
+
+    def __getattr__(self, name: str) -> np.ndarray:
+        try:
+            return self.__dict__["columns"][name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+    def string_id(self, text: str) -> int:
+        """Id of `text` in this table's string table, or -1 when absent."""
+        index = self._string_index().get(text)
+        return -1 if index is None else index
+
+    def _string_index(self) -> dict[str, int]:
+        cached = self.__dict__.get("_index")
+        if cached is None:
+            cached = {s: i for i, s in reversed(list(enumerate(self.strings)))}
+            self.__dict__["_index"] = cached
+        return cached
+
+    def text(self, ids: np.ndarray | int) -> Any:
+        """Strings for ids (a list for an array, a str for a scalar)."""
+        if isinstance(ids, (int, np.integer)):
+            return self.strings[int(ids)]
+        return [self.strings[i] for i in np.asarray(ids).tolist()]
+
+    def string_mask(self, predicate: Any) -> np.ndarray:
+        """Boolean lookup over the string table: `mask[name_ids]` selects matching events."""
+        return np.fromiter((bool(predicate(s)) for s in self.strings), bool, len(self.strings))
+
+    def select(self, mask: np.ndarray) -> "EventTable":
+        return EventTable({k: v[mask] for k, v in self.columns.items()}, self.strings)
+
+
+@dataclass
+class TraceFile:
+    """One parsed trace file: its header (everything but `traceEvents`) and its events."""
+
+    path: str
+    header: dict[str, Any]
+    events: EventTable
+    warnings: list[str] = field(default_factory=list)
