@@ -70,14 +70,20 @@ def device_breakdown(events: EventTable, steps: StepWindows) -> StepBreakdown:
     return StepBreakdown(DEVICE_CATEGORIES, _partition(sets, steps))
 
 
-def phase_breakdown(events: EventTable, steps: StepWindows) -> StepBreakdown:
+def phase_partition(
+    events: EventTable, steps: StepWindows
+) -> tuple[StepBreakdown, dict[str, intervals.IntervalSet]]:
+    """Host-phase breakdown, plus the time attributed to each phase as interval sets (incl. "other")."""
     masks = phase_masks(events)
     sets = {name: _set(events, masks[name]) for name in PHASE_PRIORITY}
     if not masks["forward"].any():
         sets["forward"] = _implicit_forward(events, steps, sets["backward"])
-    per_priority = _partition([sets[name] for name in PHASE_PRIORITY], steps)
+    windows = intervals.union(steps.start_us, steps.end_us)
+    parts = intervals.priority_partition([sets[name] for name in PHASE_PRIORITY], windows)
+    per_priority = np.stack([intervals.overlap_per_window(p, steps.start_us, steps.end_us) for p in parts], axis=1)
     order = [PHASE_PRIORITY.index(c) if c != "other" else len(PHASE_PRIORITY) for c in PHASE_CATEGORIES]
-    return StepBreakdown(PHASE_CATEGORIES, per_priority[:, order])
+    named = dict(zip((*PHASE_PRIORITY, "other"), parts))
+    return StepBreakdown(PHASE_CATEGORIES, per_priority[:, order]), named
 
 
 def _implicit_forward(

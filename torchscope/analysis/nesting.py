@@ -92,3 +92,34 @@ def _thread_tree(ts: np.ndarray, dur: np.ndarray) -> tuple[np.ndarray, np.ndarra
     valid = (depth > 0) & (j >= 0) & (candidate // max(n, 1) == depth - 1)
     parent = np.where(valid, candidate % max(n, 1), -1)
     return parent, depth
+
+
+def accumulate_up(tree: HostTree, values: np.ndarray) -> np.ndarray:
+    """Inclusive totals: each event's value plus all its descendants' (deepest level first)."""
+    totals = values.astype(np.float64).copy()
+    for level in range(int(tree.depth.max(initial=0)), 0, -1):
+        at_level = np.flatnonzero((tree.depth == level) & (tree.parent >= 0))
+        np.add.at(totals, tree.parent[at_level], totals[at_level])
+    return totals
+
+
+def nearest_ancestor_of(tree: HostTree, mask: np.ndarray) -> np.ndarray:
+    """For each event, the index of the nearest ancestor-or-self in `mask` (-1 if none)."""
+    own = np.where(mask, np.arange(mask.size), -1)
+    return tree.inherit(own)
+
+
+def launcher_of_device_events(events: EventTable, device: np.ndarray) -> np.ndarray:
+    """The host runtime call (event index) that launched each device event, by correlation id."""
+    runtime = np.flatnonzero(np.isin(events.kind, (Kind.RUNTIME, Kind.DRIVER)) & (events.correlation >= 0))
+    launcher = np.full(device.size, -1, dtype=np.int64)
+    if runtime.size == 0 or device.size == 0:
+        return launcher
+    corr = events.correlation[runtime]
+    order = np.argsort(corr, kind="stable")
+    corr, runtime = corr[order], runtime[order]
+    wanted = events.correlation[device]
+    pos = np.minimum(np.searchsorted(corr, wanted), corr.size - 1)
+    found = (corr[pos] == wanted) & (wanted >= 0)
+    launcher[found] = runtime[pos[found]]
+    return launcher

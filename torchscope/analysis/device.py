@@ -1,0 +1,216 @@
+"""Device-side analyses: kernel table, utilisation, estimated SM efficiency and occupancy, tensor cores,
+and idle gaps with what the host was doing meanwhile.
+
+Formulas follow the TensorBoard plugin (gpu_metrics_parser.py) where it defined one:
+* utilisation = busy time (union of kernels) inside the step windows / window time, averaged over devices;
+* est. SM efficiency = sum(min(blocks per SM, 1) x kernel time) / window time (per-kernel, not per-segment);
+* est. achieved occupancy = kernel-time-weighted mean of `est. achieved occupancy %`;
+* tensor-core share = time of kernels whose names match tensor-core patterns / all kernel time; eligible
+  share = kernel time launched under tensor-core-eligible ops (GEMM, convolution, their backward) / kernel
+  time launched under any op.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from torchscope.analysis import intervals
+from torchscope.analysis.markers import comm_kernel_mask
+from torchscope.analysis.operators import OpTimes
+from torchscope.analysis.nesting import launcher_of_device_events
+from torchscope.analysis.steps import StepWindows
+from torchscope.report.model import DeviceSummary, KernelRow
+from torchscope.trace.kinds import DEVICE_KINDS, Kind
+from torchscope.trace.tables import EventTable
+
+# TensorBoard plugin allowlist (tensor_core.py) plus names of Ampere/Hopper-era GEMM kernels.
+TENSOR_CORE_PATTERNS = (
+    "h884", "s884", "h1688", "s1688", "hmma", "i8816", "16816", "c1688", "dgrad_1x1_stride_2x2",
+    "first_layer_wgrad_kernel", "conv1x1", "conv2d_c1_k1", "direct_group", "xmma_implicit_gemm",
+    "xmma_sparse_conv", "xmma_warp_specialized_implicit_gemm", "xmma_gemm", "xmma_sparse_gemm",
+    "tensorop", "wgmma", "nvjet", "_tf32", "bf16gemm", "hgemm", "f16gemm", "mma_",
+)  # fmt: skip
+_ELIGIBLE_OPS = re.compile(
+    r"^aten::(_?convolution\w*|conv\d?d|conv_tbc|conv_transpose\d?d|cudnn_convolution\w*|mkldnn_convolution|"
+    r"mm|addmm|addmm_|bmm|baddbmm|addbmm|addmv|mv|addr|matmul|linear|_scaled_mm|prelu|"
+    r"_thnn_fused_(lstm|gru)_cell|(lstm|gru|rnn_tanh|rnn_relu)_cell|chain_matmul|linalg_multi_dot)$"
+)
+_ELIGIBLE_BACKWARD = re.compile(r"(Convolution\w*|Mm|Addmm|Bmm|Baddbmm|Addbmm|Addmv|Mv|Linear)Backward\d*$")
+
+
+def is_tensor_core_kernel(name: str) -> bool:
+    lowered = name.lower()
+    return any(p in lowered for p in TENSOR_CORE_PATTERNS)
+
+
+def is_tensor_core_eligible_op(name: str) -> bool:
+    return bool(_ELIGIBLE_OPS.match(name) or _ELIGIBLE_BACKWARD.search(name))
+
+
+@dataclass(frozen=True)
+class DeviceActivity:
+    kernel_rows: list[KernelRow]
+    summary: DeviceSummary
+    busy: intervals.IntervalSet
+    idle_us_per_step: np.ndarray
+    gap_host_ops: dict[str, float]  # host op name -> self time (us/step) spent while the device idled
+
+
+def analyze_device(events: EventTable, steps: StepWindows, times: OpTimes, header: dict) -> DeviceActivity:
+    kernels = np.flatnonzero(events.kind == Kind.KERNEL)
+    device_events = np.isin(events.kind, DEVICE_KINDS)
+    summary = _device_properties(header)
+    n_steps = max(len(steps), 1)
+    windows = intervals.union(steps.start_us, steps.end_us)
+    window_us = intervals.total_length(windows)
+    busy = intervals.union(events.ts_us[device_events], events.ts_us[device_events] + events.dur_us[device_events])
+    idle_per_step = steps.duration_us - intervals.overlap_per_window(busy, steps.start_us, steps.end_us)
+    if kernels.size == 0 and not device_events.any():
+        return DeviceActivity([], summary, busy, np.zeros(len(steps)), {})
+    summary.present = True
+    k_start = events.ts_us[kernels]
+    k_end = k_start + events.dur_us[kernels]
+    in_window = intervals.overlap_per_window(windows, k_start, k_end)
+    summary.utilization = _utilization(events, kernels, steps, window_us)
+    blocks = np.nan_to_num(events.blocks_per_sm[kernels], nan=0.0)
+    summary.sm_efficiency = float(np.sum(np.clip(blocks, 0, 1) * in_window) / window_us) if window_us else None
+    occ = events.occupancy_pct[kernels]
+    has_occ = np.isfinite(occ) & (occ >= 0) & (in_window > 0)
+    if has_occ.any():
+        summary.achieved_occupancy_pct = float(np.average(occ[has_occ], weights=in_window[has_occ]))
+    tc_kernel = events.string_mask(is_tensor_core_kernel)[events.name[kernels]]
+    kernel_time = float(events.dur_us[kernels].sum())
+    if kernel_time > 0:
+        summary.tensor_core_kernel_share = float(events.dur_us[kernels][tc_kernel].sum() / kernel_time)
+        summary.tensor_core_eligible_share = _eligible_share(events, kernels, times)
+    summary.kernels_per_step = float(np.count_nonzero(in_window > 0) / n_steps)
+    summary.median_kernel_us = float(np.median(events.dur_us[kernels])) if kernels.size else None
+    rows = _kernel_rows(events, kernels, tc_kernel, times)
+    gaps = intervals.subtract(windows, busy)
+    return DeviceActivity(rows, summary, busy, idle_per_step, _host_ops_during(events, times, gaps, n_steps))
+
+
+def _device_properties(header: dict) -> DeviceSummary:
+    summary = DeviceSummary()
+    props = header.get("deviceProperties") or header.get("computeProperties") or []
+    if isinstance(props, list) and props and isinstance(props[0], dict):
+        first = props[0]
+        summary.name = str(first.get("name", ""))
+        if "computeMajor" in first:
+            summary.compute_capability = f"{first.get('computeMajor')}.{first.get('computeMinor', 0)}"
+        total = first.get("totalGlobalMem")
+        summary.total_memory_bytes = int(total) if isinstance(total, (int, float)) else None
+    return summary
+
+
+def _utilization(events: EventTable, kernels: np.ndarray, steps: StepWindows, window_us: float) -> float | None:
+    if window_us <= 0:
+        return None
+    devices = events.device[kernels]
+    shares = []
+    for device in np.unique(devices):
+        mine = kernels[devices == device]
+        busy = intervals.union(events.ts_us[mine], events.ts_us[mine] + events.dur_us[mine])
+        shares.append(intervals.overlap_per_window(busy, steps.start_us, steps.end_us).sum() / window_us)
+    return float(np.mean(shares))
+
+
+def _eligible_share(events: EventTable, kernels: np.ndarray, times: OpTimes) -> float | None:
+    launcher = launcher_of_device_events(events, kernels)
+    op = np.where(launcher >= 0, times.launching_op[np.maximum(launcher, 0)], -1)
+    attached = op >= 0
+    if not attached.any():
+        return None
+    eligible_name = events.string_mask(is_tensor_core_eligible_op)
+    # A kernel counts as eligible when its launching op or any enclosing op is eligible.
+    eligible_event = _under_eligible(events, times, eligible_name)
+    eligible = attached & eligible_event[np.maximum(op, 0)]
+    dur = events.dur_us[kernels]
+    return float(dur[eligible].sum() / dur[attached].sum())
+
+
+def _under_eligible(events: EventTable, times: OpTimes, eligible_name: np.ndarray) -> np.ndarray:
+    flag = times.op_mask & eligible_name[events.name]
+    # Walk up the launching-op chain a few levels: autograd wrappers nest the GEMM op inside.
+    result = flag.copy()
+    current = np.arange(len(events))
+    for _ in range(4):
+        parent = times.launching_op[current]
+        parent_of_parent = np.full_like(parent, -1)
+        ok = parent >= 0
+        result |= ok & flag[np.maximum(parent, 0)]
+        current = np.where(ok, parent, current)
+        del parent_of_parent
+    return result
+
+
+def _kernel_rows(events: EventTable, kernels: np.ndarray, tc_kernel: np.ndarray, times: OpTimes) -> list[KernelRow]:
+    names, group = np.unique(events.name[kernels], return_inverse=True)
+    dur = events.dur_us[kernels]
+    calls = np.bincount(group, minlength=names.size)
+    total = np.bincount(group, dur, names.size)
+    minimum = np.full(names.size, np.inf)
+    maximum = np.zeros(names.size)
+    np.minimum.at(minimum, group, dur)
+    np.maximum.at(maximum, group, dur)
+    occ = events.occupancy_pct[kernels]
+    blocks = events.blocks_per_sm[kernels]
+    valid_occ = np.isfinite(occ) & (occ >= 0)
+    occ_weight = np.bincount(group[valid_occ], dur[valid_occ], names.size)
+    occ_sum = np.bincount(group[valid_occ], (occ * dur)[valid_occ], names.size)
+    valid_blocks = np.isfinite(blocks)
+    blocks_count = np.bincount(group[valid_blocks], minlength=names.size)
+    blocks_sum = np.bincount(group[valid_blocks], blocks[valid_blocks], names.size)
+    launcher = launcher_of_device_events(events, kernels)
+    op = np.where(launcher >= 0, times.launching_op[np.maximum(launcher, 0)], -1)
+    rows = []
+    for g, name_id in enumerate(names.tolist()):
+        mine = op[group == g]
+        mine = mine[mine >= 0]
+        launched_by = ""
+        if mine.size:
+            values, counts = np.unique(events.name[mine], return_counts=True)
+            launched_by = events.strings[int(values[np.argmax(counts)])]
+        rows.append(
+            KernelRow(
+                name=events.strings[name_id],
+                calls=int(calls[g]),
+                total_us=float(total[g]),
+                mean_us=float(total[g] / calls[g]),
+                min_us=float(minimum[g]),
+                max_us=float(maximum[g]),
+                mean_occupancy_pct=float(occ_sum[g] / occ_weight[g]) if occ_weight[g] > 0 else None,
+                mean_blocks_per_sm=float(blocks_sum[g] / blocks_count[g]) if blocks_count[g] else None,
+                tensor_core=bool(tc_kernel[group == g].any()),
+                launched_by=launched_by,
+            )
+        )
+    return sorted(rows, key=lambda r: -r.total_us)
+
+
+def _host_ops_during(
+    events: EventTable, times: OpTimes, gaps: intervals.IntervalSet, n_steps: int
+) -> dict[str, float]:
+    """Host self time spent inside device-idle gaps, by op name (us per step), largest first."""
+    host = np.flatnonzero(times.op_mask | np.isin(events.kind, (Kind.RUNTIME, Kind.DRIVER)))
+    if host.size == 0 or gaps[0].size == 0:
+        return {}
+    start = events.ts_us[host]
+    dur = events.dur_us[host]
+    overlap = intervals.overlap_per_window(gaps, start, start + dur)
+    self_share = np.divide(times.host_self_us[host], dur, out=np.zeros_like(dur), where=dur > 0)
+    weight = overlap * np.clip(self_share, 0, 1)
+    names, group = np.unique(events.name[host], return_inverse=True)
+    totals = np.bincount(group, weight, names.size) / n_steps
+    top = np.argsort(-totals)[:10]
+    return {events.strings[int(names[i])]: float(totals[i]) for i in top if totals[i] > 0}
+
+
+def comm_kernel_share(events: EventTable) -> float:
+    """Share of kernel time spent in communication kernels."""
+    kernels = events.kind == Kind.KERNEL
+    total = events.dur_us[kernels].sum()
+    return float(events.dur_us[kernels & comm_kernel_mask(events)].sum() / total) if total else 0.0

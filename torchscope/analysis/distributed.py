@@ -1,0 +1,43 @@
+"""Cross-rank analysis: per-rank step time and communication, for straggler detection.
+
+Communication time is the per-step "communication" category of the breakdown; compute is kernel time
+(device traces) or forward+backward+optimizer (CPU traces). A rank whose collectives are short while the
+others' are long is the one the others wait for (the TensorBoard plugin's "real transfer = minimum over
+ranks, the rest is synchronising" view).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from torchscope.report.model import RankSummary
+
+if TYPE_CHECKING:
+    from torchscope.analysis.rank import RankResult
+
+
+def rank_summaries(results: "list[RankResult]") -> list[RankSummary]:
+    out = []
+    for result in results:
+        steps = result.steps
+        durations = np.array([s.duration_us for s in steps]) if steps else np.zeros(1)
+        keys = {k for s in steps for k in s.breakdown}
+        breakdown = {k: float(np.mean([s.breakdown.get(k, 0.0) for s in steps])) for k in sorted(keys)}
+        phases = {k: float(np.mean([s.phases.get(k, 0.0) for s in steps])) for k in ("forward", "backward", "optimizer")} if steps else {}
+        compute = breakdown.get("kernel") if result.has_device else sum(phases.values())
+        out.append(
+            RankSummary(
+                rank=result.rank,
+                worker=result.worker,
+                files=[span.file for span in result.spans],
+                steps=len(steps),
+                mean_step_us=float(durations.mean()),
+                median_step_us=float(np.median(durations)),
+                breakdown_us=breakdown,
+                comm_us_per_step=breakdown.get("communication", 0.0),
+                compute_us_per_step=float(compute or 0.0),
+            )
+        )
+    return out

@@ -1,0 +1,272 @@
+"""Host-side signals used by the diagnosis rules: dispatch overhead, host-device synchronisation,
+host-to-device copies, the optimizer's implementation, and the work done inside a step but outside its
+phases. Each function returns plain numbers and names per step; none prints or decides.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+
+import numpy as np
+
+from torchscope.analysis import intervals
+from torchscope.analysis.markers import LABEL_PREFIX, phase_masks
+from torchscope.analysis.nesting import HostTree, nearest_ancestor_of
+from torchscope.analysis.operators import OpTimes
+from torchscope.analysis.steps import STEP_PREFIX, StepWindows
+from torchscope.trace.kinds import Kind
+from torchscope.trace.tables import EventTable
+
+SYNC_CALLS = frozenset(
+    {
+        "cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaMemcpy",
+        "cuStreamSynchronize", "cuCtxSynchronize", "cuEventSynchronize", "cuMemcpyDtoH_v2",
+        "hipStreamSynchronize", "hipDeviceSynchronize", "hipEventSynchronize", "hipMemcpy",
+    }
+)  # fmt: skip
+PER_PARAM_OPTIMIZER_OPS = frozenset(
+    {"aten::add_", "aten::mul_", "aten::addcdiv_", "aten::addcmul_", "aten::lerp_", "aten::sqrt", "aten::div_",
+     "aten::sub_", "aten::maximum", "aten::div", "aten::sqrt_", "aten::neg", "aten::copy_"}
+)  # fmt: skip
+COMPILE_MARKERS = ("Torch-Compiled Region", "TorchDynamo Cache Lookup", "CompiledFunction", "compile_inner")
+_LIBRARY_FRAME = re.compile(r"(site-packages|dist-packages|/torch/|/lib/python\d|<built-in|^torch/|^<frozen)")
+_FRAME_NAME = re.compile(r"^(?P<file>.*?)\((?P<line>\d+)\): (?P<func>.*)$")
+
+
+def _in_steps(ts: np.ndarray, steps: StepWindows) -> np.ndarray:
+    """Index of the step window containing each timestamp, -1 outside all windows."""
+    step = np.searchsorted(steps.start_us, ts, side="right") - 1
+    inside = (step >= 0) & (ts < steps.end_us[np.maximum(step, 0)])
+    return np.where(inside, step, -1)
+
+
+def main_thread_mask(events: EventTable) -> np.ndarray:
+    """Events on the thread that records the ProfilerStep markers (the training loop's thread)."""
+    is_step = events.string_mask(lambda s: s.startswith(STEP_PREFIX))[events.name] & (events.kind != Kind.GPU_USER_ANNOTATION)
+    if not is_step.any():
+        host = np.isin(events.kind, (Kind.CPU_OP, Kind.USER_ANNOTATION))
+        if not host.any():
+            return np.zeros(len(events), dtype=bool)
+        keys = (events.pid[host].astype(np.int64) << 32) | events.tid[host]
+        values, counts = np.unique(keys, return_counts=True)
+        main = values[np.argmax(counts)]
+    else:
+        first = np.flatnonzero(is_step)[0]
+        main = (np.int64(events.pid[first]) << 32) | np.int64(events.tid[first])
+    return ((events.pid.astype(np.int64) << 32) | events.tid) == main
+
+
+def host_overhead(events: EventTable, steps: StepWindows, tree: HostTree, times: OpTimes) -> dict[str, float]:
+    """Operators per step, their typical duration, the share of the step spent dispatching them, and the
+    share of the main thread's step time covered by no operator at all (Python between ops)."""
+    n = max(len(steps), 1)
+    # A top-level op is one that no other op encloses (ranges and Python frames may).
+    parent_op = times.launching_op[np.maximum(tree.parent, 0)]
+    top_op = times.op_mask & ((tree.parent < 0) | (parent_op < 0))
+    in_step = _in_steps(events.ts_us, steps) >= 0
+    top = np.flatnonzero(top_op & in_step)
+    all_ops = np.flatnonzero(times.op_mask & in_step)
+    main = main_thread_mask(events)
+    covered = intervals.union(
+        events.ts_us[top_op & main], events.ts_us[top_op & main] + events.dur_us[top_op & main]
+    )
+    step_total = float(steps.duration_us.sum()) or 1.0
+    uncovered = step_total - float(intervals.overlap_per_window(covered, steps.start_us, steps.end_us).sum())
+    return {
+        "ops_per_step": float(all_ops.size / n),
+        "top_level_ops_per_step": float(top.size / n),
+        "median_top_level_op_us": float(np.median(events.dur_us[top])) if top.size else 0.0,
+        "op_self_us_per_step": float(times.host_self_us[all_ops].sum() / n),
+        "dispatch_share": float(times.host_self_us[all_ops].sum() / step_total),
+        "uncovered_share": max(uncovered / step_total, 0.0),
+    }
+
+
+TINY_OP_US = 30.0  # a CPU aten op this short is mostly dispatch cost (a few to ~10 us per op)
+
+
+def dispatch_overhead(
+    events: EventTable, steps: StepWindows, tree: HostTree, times: OpTimes, compute: intervals.IntervalSet
+) -> dict[str, float]:
+    """Within forward/backward time (`compute`): time spent in tiny top-level ops and in Python between
+    ops on the main thread. Both shrink with vectorisation, torch.compile or larger batches."""
+    n = max(len(steps), 1)
+    main = main_thread_mask(events)
+    parent_op = times.launching_op[np.maximum(tree.parent, 0)]
+    top = times.op_mask & main & ((tree.parent < 0) | (parent_op < 0))
+    start = events.ts_us[top]
+    end = start + events.dur_us[top]
+    in_compute = intervals.overlap_per_window(compute, start, end)
+    tiny = events.dur_us[top] < TINY_OP_US
+    covered = intervals.intersect(intervals.union(start, end), compute)
+    gap_us = intervals.total_length(compute) - intervals.total_length(covered)
+    counted = in_compute > 0
+    return {
+        "compute_phase_us_per_step": intervals.total_length(compute) / n,
+        "ops_per_step": float(counted.sum() / n),
+        "tiny_ops_per_step": float((counted & tiny).sum() / n),
+        "tiny_op_us_per_step": float(in_compute[tiny].sum() / n),
+        "python_gap_us_per_step": float(max(gap_us, 0.0) / n),
+        "median_op_us": float(np.median(events.dur_us[top][counted])) if counted.any() else 0.0,
+    }
+
+
+def launch_overhead(events: EventTable, steps: StepWindows) -> dict[str, float]:
+    """Kernels shorter than the runtime call that launched them (HTA's "short kernels")."""
+    from torchscope.analysis.nesting import launcher_of_device_events
+
+    kernels = np.flatnonzero((events.kind == Kind.KERNEL) & (_in_steps(events.ts_us, steps) >= 0))
+    if kernels.size == 0:
+        return {}
+    launcher = launcher_of_device_events(events, kernels)
+    ok = launcher >= 0
+    shorter = events.dur_us[kernels][ok] < events.dur_us[launcher[ok]]
+    n = max(len(steps), 1)
+    return {
+        "kernels_per_step": float(kernels.size / n),
+        "short_kernel_fraction": float(shorter.mean()) if ok.any() else 0.0,
+        "median_kernel_us": float(np.median(events.dur_us[kernels])),
+        "median_launch_us": float(np.median(events.dur_us[launcher[ok]])) if ok.any() else 0.0,
+        "runtime_us_per_step": float(
+            events.dur_us[np.isin(events.kind, (Kind.RUNTIME, Kind.DRIVER)) & (_in_steps(events.ts_us, steps) >= 0)].sum() / n
+        ),
+    }
+
+
+def _user_frame(events: EventTable, tree: HostTree, index: int) -> str:
+    """The innermost user-code Python frame (or "Call stack" entry) enclosing an event."""
+    stack = events.strings[events.call_stack[index]] if events.call_stack[index] else ""
+    for frame in stack.split(";"):
+        if frame and not _LIBRARY_FRAME.search(frame):
+            return frame.strip()
+    current = int(tree.parent[index])
+    while current >= 0:
+        if events.kind[current] == Kind.PYTHON_FUNCTION:
+            name = events.strings[events.name[current]]
+            if _FRAME_NAME.match(name) and not _LIBRARY_FRAME.search(name):
+                return name
+        current = int(tree.parent[current])
+    return ""
+
+
+def synchronization(events: EventTable, steps: StepWindows, tree: HostTree, times: OpTimes) -> dict[str, object]:
+    """Host-blocking device synchronisations inside steps: count, time, the ops and call sites causing them."""
+    is_sync = events.string_mask(lambda s: s in SYNC_CALLS)[events.name] & np.isin(events.kind, (Kind.RUNTIME, Kind.DRIVER))
+    syncs = np.flatnonzero(is_sync & (_in_steps(events.ts_us, steps) >= 0))
+    n = max(len(steps), 1)
+    if syncs.size == 0:
+        return {"syncs_per_step": 0.0, "sync_us_per_step": 0.0, "by_op": {}, "call_sites": {}}
+    op = times.launching_op[syncs]
+    by_op: Counter[str] = Counter()
+    sites: Counter[str] = Counter()
+    for index, owner in zip(syncs.tolist(), op.tolist()):  # one iteration per sync call, not per event
+        name = events.strings[events.name[owner if owner >= 0 else index]]
+        by_op[name] += float(events.dur_us[index])
+        site = _user_frame(events, tree, owner if owner >= 0 else index)
+        if site:
+            sites[site] += float(events.dur_us[index])
+    return {
+        "syncs_per_step": float(syncs.size / n),
+        "sync_us_per_step": float(events.dur_us[syncs].sum() / n),
+        "by_op": {k: v / n for k, v in by_op.most_common(8)},
+        "call_sites": {k: v / n for k, v in sites.most_common(5)},
+    }
+
+
+def host_to_device_copies(events: EventTable, steps: StepWindows) -> dict[str, float]:
+    copies = np.flatnonzero((events.kind == Kind.MEMCPY) & (_in_steps(events.ts_us, steps) >= 0))
+    n = max(len(steps), 1)
+    names = np.array(events.text(events.name[copies]), dtype=object)
+    htod = np.array(["HtoD" in s for s in names], dtype=bool)
+    pageable = np.array(["Pageable" in s for s in names], dtype=bool) & htod
+    nbytes = np.maximum(events.nbytes[copies], 0)
+    return {
+        "htod_per_step": float(htod.sum() / n),
+        "htod_us_per_step": float(events.dur_us[copies][htod].sum() / n),
+        "htod_bytes_per_step": float(nbytes[htod].sum() / n),
+        "pageable_htod_per_step": float(pageable.sum() / n),
+        "pageable_htod_us_per_step": float(events.dur_us[copies][pageable].sum() / n),
+        "pageable_htod_bytes_per_step": float(nbytes[pageable].sum() / n),
+        "pageable_bandwidth_gbps": float(np.nanmedian(events.bandwidth_gbps[copies][pageable])) if pageable.any() else 0.0,
+    }
+
+
+def optimizer_details(events: EventTable, steps: StepWindows, tree: HostTree, times: OpTimes) -> dict[str, object]:
+    """How the optimizer step is implemented: fused / foreach kernels or a per-parameter loop; whether
+    zero_grad fills gradients with zeros instead of setting them to None."""
+    n = max(len(steps), 1)
+    names = np.array(events.strings, dtype=object)
+    step_range = events.string_mask(lambda s: s.startswith("Optimizer.step#"))[events.name] & np.isin(events.kind, (Kind.CPU_OP, Kind.USER_ANNOTATION))
+    zero_range = events.string_mask(lambda s: s.startswith("Optimizer.zero_grad#"))[events.name] & np.isin(events.kind, (Kind.CPU_OP, Kind.USER_ANNOTATION))
+    under_step = nearest_ancestor_of(tree, step_range) >= 0
+    under_zero = nearest_ancestor_of(tree, zero_range) >= 0
+    ops = times.op_mask & ~step_range & ~zero_range
+    step_ops = names[events.name[ops & under_step]]
+    fused = int(sum(1 for s in step_ops if "_fused_" in s))
+    foreach = int(sum(1 for s in step_ops if "_foreach_" in s))
+    per_param = int(sum(1 for s in step_ops if s in PER_PARAM_OPTIMIZER_OPS))
+    zero_fill = names[events.name[ops & under_zero]]
+    fills = int(sum(1 for s in zero_fill if s in ("aten::zero_", "aten::fill_")))
+    optimizer_names = sorted({s.split("#", 1)[1].rsplit(".", 1)[0] for s in names[events.name[step_range]]})
+    implementation = "fused" if fused else "foreach" if foreach else ("for_loop" if per_param else "unknown")
+    return {
+        "optimizers": optimizer_names,
+        "implementation": implementation,
+        "ops_per_step": float(step_ops.size / n),
+        "per_param_ops_per_step": float(per_param / n),
+        "foreach_ops_per_step": float(foreach / n),
+        "fused_ops_per_step": float(fused / n),
+        "step_us_per_step": float(events.dur_us[step_range & (_in_steps(events.ts_us, steps) >= 0)].sum() / n),
+        "zero_grad_fill_ops_per_step": float(fills / n),
+        "zero_grad_us_per_step": float(events.dur_us[zero_range & (_in_steps(events.ts_us, steps) >= 0)].sum() / n),
+    }
+
+
+def outside_phases(
+    events: EventTable, steps: StepWindows, tree: HostTree, other: intervals.IntervalSet
+) -> dict[str, float]:
+    """Host work in the step time no phase covers (`other`), by name (us per step), largest first.
+
+    Candidates are the outermost ops, ranges and Python frames that neither lie inside a phase range
+    nor enclose one (a frame enclosing a phase, like the training loop itself, is not a culprit); each
+    is credited with its overlap with `other`."""
+    phase = np.zeros(len(events), dtype=bool)
+    for mask in phase_masks(events).values():
+        phase |= mask
+    host = np.isin(events.kind, (Kind.CPU_OP, Kind.USER_ANNOTATION, Kind.PYTHON_FUNCTION))
+    own = events.string_mask(lambda s: s.startswith((STEP_PREFIX, LABEL_PREFIX)))[events.name]
+    inside_phase = nearest_ancestor_of(tree, phase) >= 0
+    candidate = host & ~own & ~inside_phase & ~_encloses(tree, phase | own)
+    parent = tree.parent
+    chosen = np.flatnonzero(candidate & ((parent < 0) | ~candidate[np.maximum(parent, 0)]))
+    if chosen.size == 0 or other[0].size == 0:
+        return {}
+    start = events.ts_us[chosen]
+    overlap = intervals.overlap_per_window(other, start, start + events.dur_us[chosen])
+    names, group = np.unique(events.name[chosen], return_inverse=True)
+    totals = np.bincount(group, overlap, names.size) / max(len(steps), 1)
+    top = np.argsort(-totals)[:10]
+    return {events.strings[int(names[i])]: float(totals[i]) for i in top if totals[i] > 0}
+
+
+def _encloses(tree: HostTree, mask: np.ndarray) -> np.ndarray:
+    """Events that have a descendant in `mask`."""
+    flag = np.zeros(mask.size, dtype=bool)
+    carry = mask.copy()
+    for level in range(int(tree.depth.max(initial=0)), 0, -1):
+        at_level = np.flatnonzero((tree.depth == level) & (tree.parent >= 0) & carry)
+        parents = tree.parent[at_level]
+        flag[parents] = True
+        carry[parents] = True
+    return flag
+
+
+def compile_activity(events: EventTable, steps: StepWindows) -> dict[str, float]:
+    marker = events.string_mask(lambda s: s.startswith(COMPILE_MARKERS) or "(dynamo_timed)" in s)[events.name]
+    inside = marker & (_in_steps(events.ts_us, steps) >= 0)
+    compile_events = events.string_mask(lambda s: "(dynamo_timed)" in s or s.startswith("compile_inner"))[events.name]
+    return {
+        "compiled_regions": float(inside.sum()),
+        "compilation_us_in_steps": float(events.dur_us[compile_events & inside].sum()),
+    }

@@ -1,0 +1,198 @@
+"""All per-rank analyses of one worker's trace files (its spans), in one picklable result.
+
+`analyze_rank` is what a process-pool task runs: it loads the worker's files (through the cache), runs
+every single-trace analysis on each span, and merges spans (steps are pooled; per-step signals are
+averaged weighted by each span's step count). Only this small result crosses the process boundary.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from torchscope.analysis import host, intervals
+from torchscope.analysis.breakdown import DEVICE_CATEGORIES, PHASE_CATEGORIES, device_breakdown, phase_partition
+from torchscope.analysis.device import analyze_device
+from torchscope.analysis.memory import memory_summary
+from torchscope.analysis.nesting import build_host_tree
+from torchscope.analysis.operators import (
+    merge_operator_rows,
+    merge_range_rows,
+    op_times,
+    operator_rows,
+    range_rows,
+)
+from torchscope.analysis.steps import find_steps
+from torchscope.report.model import (
+    CategoryTime,
+    DeviceSummary,
+    KernelRow,
+    MemorySummary,
+    OperatorRow,
+    RangeRow,
+    SpanSummary,
+    StepRow,
+)
+from torchscope.trace.discover import TraceFileRef
+from torchscope.trace.kinds import DEVICE_KINDS, Kind
+from torchscope.trace.load import load_trace_file
+from torchscope.trace.tables import TraceFile
+
+
+@dataclass
+class SpanResult:
+    file: str
+    steps: list[StepRow]
+    device_per_step: np.ndarray
+    phase_per_step: np.ndarray
+    has_device: bool
+    step_source: str
+    operators: list[OperatorRow]
+    operators_by_shape: list[OperatorRow]
+    ranges: list[RangeRow]
+    kernels: list[KernelRow]
+    device: DeviceSummary
+    memory: MemorySummary
+    signals: dict[str, Any]
+    warnings: list[str]
+    header: dict[str, Any]
+    device_kind: str
+
+
+@dataclass
+class RankResult:
+    rank: int
+    worker: str
+    spans: list[SpanResult] = field(default_factory=list)
+
+    @property
+    def steps(self) -> list[StepRow]:
+        return [s for span in self.spans for s in span.steps]
+
+    @property
+    def has_device(self) -> bool:
+        return any(span.has_device for span in self.spans)
+
+
+def analyze_rank(refs: list[TraceFileRef], use_cache: bool = True, rank_fallback: int = 0) -> RankResult:
+    traces = [load_trace_file(ref.path, use_cache) for ref in refs]
+    rank = _rank_of(traces, refs, rank_fallback)
+    result = RankResult(rank=rank, worker=refs[0].worker)
+    # Spans in capture order (file names sort by timestamp already; the first event settles ties).
+    ordered = sorted(zip(traces, refs), key=lambda tr: float(tr[0].events.ts_us.min(initial=0.0)))
+    for index, (trace, _) in enumerate(ordered):
+        result.spans.append(analyze_span(trace, rank, index))
+    return result
+
+
+def _rank_of(traces: list[TraceFile], refs: list[TraceFileRef], fallback: int) -> int:
+    for trace in traces:
+        info = trace.header.get("distributedInfo")
+        if isinstance(info, dict) and isinstance(info.get("rank"), int):
+            return int(info["rank"])
+    for ref in refs:
+        if ref.rank_hint is not None:
+            return ref.rank_hint
+    return fallback
+
+
+def analyze_span(trace: TraceFile, rank: int, span_index: int) -> SpanResult:
+    events = trace.events
+    steps = find_steps(events)
+    tree = build_host_tree(events)
+    times = op_times(events, tree)
+    has_device = bool(np.isin(events.kind, DEVICE_KINDS).any())
+    device_bd = device_breakdown(events, steps)
+    phase_bd, phase_sets = phase_partition(events, steps)
+    compute_set = intervals.union(
+        np.concatenate([phase_sets["forward"][0], phase_sets["backward"][0]]),
+        np.concatenate([phase_sets["forward"][1], phase_sets["backward"][1]]),
+    )
+    rows = []
+    for i in range(len(steps)):
+        rows.append(
+            StepRow(
+                step=int(steps.number[i]),
+                rank=rank,
+                span=span_index,
+                start_us=float(steps.start_us[i]),
+                duration_us=float(steps.duration_us[i]),
+                breakdown=_row(device_bd.categories, device_bd.per_step_us[i]) if has_device
+                else _row(phase_bd.categories, phase_bd.per_step_us[i]),
+                phases=_row(phase_bd.categories, phase_bd.per_step_us[i]),
+            )
+        )
+    device = analyze_device(events, steps, times, trace.header)
+    signals: dict[str, Any] = {
+        "host": host.host_overhead(events, steps, tree, times),
+        "launch": host.launch_overhead(events, steps),
+        "sync": host.synchronization(events, steps, tree, times),
+        "copies": host.host_to_device_copies(events, steps),
+        "optimizer": host.optimizer_details(events, steps, tree, times),
+        "dispatch": host.dispatch_overhead(events, steps, tree, times, compute_set),
+        "outside_steps": host.outside_phases(events, steps, tree, phase_sets["other"]),
+        "compile": host.compile_activity(events, steps),
+        "dataloader": _dataloader_kind(events),
+        "idle_host_ops": device.gap_host_ops,
+        "idle_us_per_step": float(device.idle_us_per_step.mean()) if len(steps) else 0.0,
+        "step_numbers": steps.number.tolist(),
+    }
+    origin = float(steps.start_us[0]) if len(steps) else float(events.ts_us.min(initial=0.0))
+    return SpanResult(
+        file=trace.path,
+        steps=rows,
+        device_per_step=device_bd.per_step_us,
+        phase_per_step=phase_bd.per_step_us,
+        has_device=has_device,
+        step_source=steps.source,
+        operators=merge_operator_rows([operator_rows(events, times)]),
+        operators_by_shape=merge_operator_rows([operator_rows(events, times, by_shape=True)]),
+        ranges=range_rows(events),
+        kernels=device.kernel_rows,
+        device=device.summary,
+        memory=memory_summary(events, origin),
+        signals=signals,
+        warnings=list(trace.warnings),
+        header=trace.header,
+        device_kind=_device_kind(events, device.summary, has_device),
+    )
+
+
+def _row(categories: tuple[str, ...], values: np.ndarray) -> dict[str, float]:
+    return {c: float(v) for c, v in zip(categories, values)}
+
+
+def _dataloader_kind(events: Any) -> dict[str, float]:
+    names = events.string_mask(lambda s: s.startswith("enumerate(DataLoader)#"))[events.name]
+    single = events.string_mask(lambda s: "_SingleProcessDataLoaderIter" in s)[events.name] & names
+    multi = events.string_mask(lambda s: "_MultiProcessingDataLoaderIter" in s)[events.name] & names
+    return {"single_process_fetches": float(single.sum()), "multi_process_fetches": float(multi.sum())}
+
+
+def _device_kind(events: Any, summary: DeviceSummary, has_device: bool) -> str:
+    if not has_device:
+        return "cpu"
+    runtime_names = events.string_mask(lambda s: s.startswith("hip"))[events.name] & (events.kind == Kind.RUNTIME)
+    if runtime_names.any() or "AMD" in summary.name or "Radeon" in summary.name or "Instinct" in summary.name:
+        return "rocm"
+    return "cuda"
+
+
+def span_summary(span: SpanResult, rank: int) -> SpanSummary:
+    per_step = span.device_per_step if span.has_device else span.phase_per_step
+    categories = DEVICE_CATEGORIES if span.has_device else PHASE_CATEGORIES
+    mean_step = float(np.mean([s.duration_us for s in span.steps])) if span.steps else 0.0
+    means = per_step.mean(axis=0) if per_step.shape[0] else np.zeros(len(categories))
+    return SpanSummary(
+        rank=rank,
+        file=Path(span.file).name,
+        steps=[s.step for s in span.steps],
+        mean_step_us=mean_step,
+        breakdown={
+            c: CategoryTime(us=float(v), percent=100.0 * float(v) / mean_step if mean_step else 0.0)
+            for c, v in zip(categories, means)
+        },
+    )

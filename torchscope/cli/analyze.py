@@ -1,0 +1,45 @@
+"""`torchscope analyze PATH`: diagnose existing traces (a file, a trace directory or a run directory)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from torchscope.errors import InputError
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    parser = subparsers.add_parser("analyze", help="analyse Kineto traces and print the diagnosis")
+    parser.add_argument("paths", nargs="+", metavar="PATH", help="trace file(s) (.json/.json.gz) or directory")
+    parser.add_argument("--format", choices=("terminal", "json"), default="terminal")
+    parser.add_argument("-o", "--output", metavar="FILE", help="write the report to FILE instead of stdout")
+    parser.add_argument("--jobs", type=int, default=None, help="ranks analysed in parallel (default: CPU count)")
+    parser.add_argument("--no-cache", action="store_true", help="do not read or write the parsed-trace cache")
+    parser.add_argument("--width", type=int, default=None, help="terminal report width")
+    parser.set_defaults(func=execute)
+
+
+def execute(args: argparse.Namespace) -> int:
+    from torchscope.report.build import analyze
+
+    if args.jobs is not None and args.jobs < 1:
+        raise InputError("--jobs must be at least 1")
+    report = analyze(args.paths, jobs=args.jobs, use_cache=not args.no_cache)
+    if args.format == "json":
+        from torchscope.render.json import render_json
+
+        text = render_json(report)
+    else:
+        from torchscope.render.terminal import render_terminal
+
+        color = args.output is None and sys.stdout.isatty()
+        text = render_terminal(report, width=args.width, color=color)
+    if args.output:
+        try:
+            Path(args.output).write_text(text if text.endswith("\n") else text + "\n")
+        except OSError as exc:
+            raise InputError(f"{args.output}: cannot write report ({exc.strerror or exc})") from None
+    else:
+        sys.stdout.write(text if text.endswith("\n") else text + "\n")
+    return 0

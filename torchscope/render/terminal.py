@@ -1,0 +1,202 @@
+"""Terminal renderer: findings first (what, what it costs, evidence, fix), then the step-time breakdown
+and the operator, kernel and range tables. Uses rich; colour only when asked (the CLI asks on a TTY)."""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+from rich import box
+from rich.console import Console, Group
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from torchscope.report.model import CategoryTime, Finding, Report
+
+SEVERITY_STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
+BAR_WIDTH = 30
+TOP_ROWS = 10
+
+
+def render_terminal(report: Report, width: int | None = None, color: bool = False) -> str:
+    buffer = io.StringIO()
+    console = Console(
+        file=buffer, width=width or 100, force_terminal=color, color_system="auto" if color else None,
+        highlight=False, soft_wrap=False,
+    )
+    for block in (
+        _header(report),
+        _findings(report.findings),
+        _breakdown("Step time breakdown (mean per step)", report.breakdown, _mean_step(report)),
+        _breakdown("Training phases (host)", report.phases, _mean_step(report)) if report.run.device_kind != "cpu" else None,
+        _operators(report),
+        _kernels(report),
+        _ranges(report),
+        _spans(report),
+        _ranks(report),
+        _warnings(report),
+    ):
+        if block is not None:
+            console.print(block)
+    return buffer.getvalue()
+
+
+def _mean_step(report: Report) -> float:
+    return sum(s.duration_us for s in report.steps) / len(report.steps) if report.steps else 0.0
+
+
+def _ms(us: float) -> str:
+    return f"{us / 1000:,.2f} ms" if abs(us) >= 1000 else f"{us:,.0f} us"
+
+
+def _header(report: Report) -> Text:
+    durations = [s.duration_us for s in report.steps]
+    mean = _mean_step(report)
+    spread = (max(durations) - min(durations)) if durations else 0.0
+    text = Text()
+    text.append("torchscope", style="bold")
+    text.append(f"  {', '.join(report.run.paths)}\n")
+    ranks = report.run.ranks
+    text.append(
+        f"{report.run.device_kind.upper()} trace, {len(report.run.trace_files)} file(s), "
+        f"{len(ranks)} rank(s), {len(report.steps)} step(s)"
+    )
+    if report.run.step_source == "whole_trace":
+        text.append(" (no ProfilerStep markers: whole trace as one window)", style="yellow")
+    text.append(f"\nstep time: mean {_ms(mean)}, min {_ms(min(durations, default=0))}, max {_ms(max(durations, default=0))} (spread {_ms(spread)})")
+    if report.device.present and report.device.utilization is not None:
+        text.append(f"\nGPU: {report.device.name or 'device'}  utilisation {100 * report.device.utilization:.1f}%")
+        if report.device.sm_efficiency is not None:
+            text.append(f"  est. SM efficiency {100 * report.device.sm_efficiency:.1f}%")
+        if report.device.achieved_occupancy_pct is not None:
+            text.append(f"  est. occupancy {report.device.achieved_occupancy_pct:.1f}%")
+    return text
+
+
+def _findings(findings: list[Finding]) -> Any:
+    if not findings:
+        return Panel("No findings.", title="Diagnosis", box=box.ROUNDED)
+    parts: list[Any] = []
+    for number, f in enumerate(findings, 1):
+        head = Text()
+        head.append(f"{number}. ")
+        head.append(f"[{f.severity.upper()}] ", style=SEVERITY_STYLE[f.severity])
+        head.append(f"{f.category}: ", style="bold")
+        head.append(f.title)
+        if f.time_share is not None:
+            head.append(f"  (costs {100 * f.time_share:.1f}% of step time)", style="bold")
+        parts.append(head)
+        evidence = ", ".join(f"{k}={_evidence_value(k, v)}" for k, v in f.evidence.items() if v not in (None, {}, []))
+        if evidence:
+            parts.append(Text(f"   evidence: {evidence}", style="dim"))
+        parts.append(Text(f"   fix: {f.recommendation}"))
+    return Panel(Group(*parts), title="Diagnosis (most costly first)", box=box.ROUNDED)
+
+
+def _evidence_value(key: str, value: Any) -> str:
+    """Units from the key's name: *_us* -> ms/us, *share*/*fraction*/utilization -> %, *bytes* -> MB."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if "_us" in key:
+            return _ms(float(value))
+        if "share" in key or "fraction" in key or key.endswith(("utilization", "spread", "ratio")):
+            return f"{100 * float(value):.1f}%"
+        if "bytes" in key:
+            return f"{float(value) / 2**20:,.1f} MiB"
+    if isinstance(value, dict) and "_us" in key:
+        return "{" + ", ".join(f"{k}: {_ms(float(v))}" for k, v in list(value.items())[:5]) + "}"
+    return _value(value)
+
+
+def _value(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.3g}" if abs(value) < 1e5 else f"{value:,.0f}"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k}: {_value(v)}" for k, v in list(value.items())[:5]) + "}"
+    if isinstance(value, list):
+        return "[" + ", ".join(_value(v) for v in value[:8]) + "]"
+    return str(value)
+
+
+def _breakdown(title: str, breakdown: dict[str, CategoryTime], mean_step: float) -> Table | None:
+    if not breakdown:
+        return None
+    table = Table(title=title, box=box.SIMPLE_HEAD, title_justify="left")
+    table.add_column("category")
+    table.add_column("per step", justify="right")
+    table.add_column("%", justify="right")
+    table.add_column("")
+    for name, value in breakdown.items():
+        filled = round(BAR_WIDTH * value.percent / 100)
+        table.add_row(name, _ms(value.us), f"{value.percent:.1f}", "█" * filled + "·" * (BAR_WIDTH - filled))
+    table.add_row("total", _ms(mean_step), "100.0", "", style="bold")
+    return table
+
+
+def _operators(report: Report) -> Table | None:
+    if not report.operators:
+        return None
+    device = report.device.present
+    table = Table(title=f"Top operators (of {len(report.operators)})", box=box.SIMPLE_HEAD, title_justify="left")
+    for column in ("operator", "calls", "host self", "host total") + (("device self", "device total") if device else ()):
+        table.add_column(column, justify="left" if column == "operator" else "right", overflow="ellipsis", no_wrap=True, max_width=48 if column == "operator" else None)
+    for row in report.operators[:TOP_ROWS]:
+        cells = [row.name, f"{row.calls:,}", _ms(row.host_self_us), _ms(row.host_total_us)]
+        if device:
+            cells += [_ms(row.device_self_us), _ms(row.device_total_us)]
+        table.add_row(*cells)
+    return table
+
+
+def _kernels(report: Report) -> Table | None:
+    if not report.kernels:
+        return None
+    table = Table(title=f"Top kernels (of {len(report.kernels)})", box=box.SIMPLE_HEAD, title_justify="left")
+    for column in ("kernel", "calls", "total", "mean", "occupancy", "TC", "launched by"):
+        table.add_column(column, justify="left" if column in ("kernel", "launched by") else "right", overflow="ellipsis", no_wrap=True, max_width=40 if column == "kernel" else 24)
+    for row in report.kernels[:TOP_ROWS]:
+        occupancy = f"{row.mean_occupancy_pct:.0f}%" if row.mean_occupancy_pct is not None else "-"
+        table.add_row(row.name, f"{row.calls:,}", _ms(row.total_us), _ms(row.mean_us), occupancy, "yes" if row.tensor_core else "no", row.launched_by)
+    return table
+
+
+def _ranges(report: Report) -> Table | None:
+    if not report.ranges:
+        return None
+    table = Table(title="record_function ranges", box=box.SIMPLE_HEAD, title_justify="left")
+    for column in ("range", "calls", "total", "mean"):
+        table.add_column(column, justify="left" if column == "range" else "right", overflow="ellipsis", no_wrap=True, max_width=48 if column == "range" else None)
+    for row in report.ranges[:TOP_ROWS]:
+        table.add_row(row.name, f"{row.calls:,}", _ms(row.total_us), _ms(row.mean_us))
+    return table
+
+
+def _spans(report: Report) -> Table | None:
+    """Per-span breakdown when a worker wrote several files (schedule cycles)."""
+    if len(report.spans) < 2 or len(report.spans) == len(report.ranks):
+        return None
+    categories = list(report.breakdown)
+    table = Table(title="Per span (% of step)", box=box.SIMPLE_HEAD, title_justify="left")
+    for column in ("rank", "file", "steps", "mean step", *categories):
+        table.add_column(column, justify="left" if column == "file" else "right", overflow="ellipsis", no_wrap=True, max_width=28 if column == "file" else None)
+    for span in report.spans:
+        cells = [f"{span.breakdown[c].percent:.1f}" if c in span.breakdown else "-" for c in categories]
+        table.add_row(str(span.rank), span.file, str(len(span.steps)), _ms(span.mean_step_us), *cells)
+    return table
+
+
+def _ranks(report: Report) -> Table | None:
+    if len(report.ranks) < 2:
+        return None
+    table = Table(title="Ranks", box=box.SIMPLE_HEAD, title_justify="left")
+    for column in ("rank", "steps", "mean step", "communication", "compute"):
+        table.add_column(column, justify="right")
+    for r in report.ranks:
+        table.add_row(str(r.rank), str(r.steps), _ms(r.mean_step_us), _ms(r.comm_us_per_step), _ms(r.compute_us_per_step))
+    return table
+
+
+def _warnings(report: Report) -> Text | None:
+    if not report.warnings:
+        return None
+    return Text("warnings:\n" + "\n".join(f"  {w}" for w in report.warnings[:10]), style="yellow")

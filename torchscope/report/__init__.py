@@ -1,0 +1,1 @@
+"""Report stage: the serialisable Report (analysis results + findings), the only input of renderers."""

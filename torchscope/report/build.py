@@ -1,0 +1,117 @@
+"""Build a Report from a path: discover traces, analyse each rank (in parallel), merge, diagnose."""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from torchscope import __version__
+from torchscope.analysis.breakdown import DEVICE_CATEGORIES, PHASE_CATEGORIES
+from torchscope.analysis.distributed import rank_summaries
+from torchscope.analysis.operators import merge_operator_rows, merge_range_rows
+from torchscope.analysis.rank import RankResult, analyze_rank, span_summary
+from torchscope.report.merge import merge_device, merge_kernel_rows, merge_memory, weighted_signals
+from torchscope.report.model import CategoryTime, Report, RunInfo
+from torchscope.trace.discover import discover
+from torchscope.trace.load import group_by_worker
+from torchscope.trace.manifest import read_manifests
+
+log = logging.getLogger(__name__)
+
+
+def default_jobs() -> int:
+    try:
+        return max(len(os.sched_getaffinity(0)), 1)
+    except AttributeError:  # pragma: no cover - not Linux
+        return max(os.cpu_count() or 1, 1)
+
+
+def analyze(path: str | Path | Sequence[str | Path], jobs: int | None = None, use_cache: bool = True) -> Report:
+    """Load, analyse and diagnose the traces at `path` (file, trace directory or run directory)."""
+    started = time.perf_counter()
+    paths = [Path(p) for p in ([path] if isinstance(path, (str, Path)) else path)]
+    refs = [ref for p in paths for ref in discover(p)]
+    groups = group_by_worker(refs)
+    results = _analyze_ranks(groups, jobs or default_jobs(), use_cache)
+    manifests = [m for p in paths for m in read_manifests(p)]
+    report = assemble(results, manifests, [str(p) for p in paths])
+    from torchscope.diagnose.engine import diagnose
+
+    report.findings = diagnose(report)
+    log.debug("analysed %d file(s) in %.3f s", len(refs), time.perf_counter() - started)
+    return report
+
+
+def _analyze_ranks(groups: list[list[Any]], jobs: int, use_cache: bool) -> list[RankResult]:
+    if jobs <= 1 or len(groups) <= 1:
+        return [analyze_rank(group, use_cache, i) for i, group in enumerate(groups)]
+    with ProcessPoolExecutor(max_workers=min(jobs, len(groups))) as pool:
+        futures = [pool.submit(analyze_rank, group, use_cache, i) for i, group in enumerate(groups)]
+        return [f.result() for f in futures]
+
+
+def assemble(results: list[RankResult], manifests: list[dict[str, Any]], paths: list[str]) -> Report:
+    results = sorted(results, key=lambda r: (r.rank, r.worker))
+    spans = [span for r in results for span in r.spans]
+    has_device = any(span.has_device for span in spans)
+    steps = [s for r in results for s in r.steps]
+    categories = DEVICE_CATEGORIES if has_device else PHASE_CATEGORIES
+    mean_step = float(np.mean([s.duration_us for s in steps])) if steps else 0.0
+    weights = [float(len(span.steps)) for span in spans]
+    kinds = sorted({span.device_kind for span in spans})
+    device_kind = next((k for k in ("cuda", "rocm") if k in kinds), "cpu")
+    return Report(
+        torchscope_version=__version__,
+        run=RunInfo(
+            paths=paths,
+            trace_files=[span.file for span in spans],
+            ranks=sorted({r.rank for r in results}),
+            device_kind=device_kind,  # type: ignore[arg-type]
+            step_source=spans[0].step_source if spans else "none",
+            manifest=_manifest_summary(manifests),
+            partial=any(span.warnings for span in spans) or any(m.get("status") not in (None, "complete", "stopped") for m in manifests),
+        ),
+        steps=steps,
+        breakdown=_mean_breakdown(steps, categories, mean_step, phases=False),
+        phases=_mean_breakdown(steps, PHASE_CATEGORIES, mean_step, phases=True),
+        operators=merge_operator_rows([span.operators for span in spans]),
+        operators_by_shape=merge_operator_rows([span.operators_by_shape for span in spans]),
+        kernels=merge_kernel_rows([span.kernels for span in spans]),
+        ranges=merge_range_rows([span.ranges for span in spans]),
+        device=merge_device([(span.device, sum(s.duration_us for s in span.steps)) for span in spans]),
+        memory=merge_memory([span.memory for span in spans]),
+        ranks=rank_summaries(results),
+        spans=[span_summary(span, r.rank) for r in results for span in r.spans],
+        signals=weighted_signals([(span.signals, w) for span, w in zip(spans, weights)]),
+        warnings=[f"{Path(span.file).name}: {w}" for span in spans for w in span.warnings],
+    )
+
+
+def _mean_breakdown(steps: list[Any], categories: Sequence[str], mean_step: float, phases: bool) -> dict[str, CategoryTime]:
+    out: dict[str, CategoryTime] = {}
+    for category in categories:
+        values = [(s.phases if phases else s.breakdown).get(category, 0.0) for s in steps]
+        mean = float(np.mean(values)) if values else 0.0
+        out[category] = CategoryTime(us=mean, percent=100.0 * mean / mean_step if mean_step else 0.0)
+    return out
+
+
+_MANIFEST_KEYS = ("torchscope_version", "torch_version", "command", "host", "world_size", "schedule", "activities", "options", "status", "start_time", "steps_seen", "errors")
+
+
+def _manifest_summary(manifests: list[dict[str, Any]]) -> dict[str, Any]:
+    if not manifests:
+        return {}
+    first = manifests[0]
+    summary = {k: first[k] for k in _MANIFEST_KEYS if k in first}
+    statuses = sorted({str(m.get("status")) for m in manifests if m.get("status")})
+    if statuses:
+        summary["status"] = statuses[0] if len(statuses) == 1 else statuses
+    summary["manifests"] = len(manifests)
+    return summary

@@ -1,0 +1,107 @@
+"""Persistent cache of parsed trace tables, so re-analysing an unchanged trace skips JSON parsing.
+
+Entries are uncompressed `.npz` files (numpy arrays only, loaded with `allow_pickle=False`): the columns,
+the string table as one UTF-8 blob with offsets, and the header as JSON. An entry sits in
+`.torchscope-cache/` next to the trace, or under `$XDG_CACHE_HOME/torchscope` (default `~/.cache`) when
+that folder is not writable. The key covers the absolute path, size, mtime, a CRC of the first and last
+MiB and the cache format version, so a changed or different file is never served from a stale entry.
+A corrupt or foreign entry is ignored and rebuilt.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import tempfile
+import zlib
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from torchscope.trace.tables import ALL_COLUMNS, EventTable, TraceFile
+
+log = logging.getLogger(__name__)
+
+CACHE_FORMAT = 1
+_PROBE_BYTES = 1 << 20
+
+
+def cache_key(path: Path) -> str:
+    stat = path.stat()
+    with path.open("rb") as handle:
+        head = handle.read(_PROBE_BYTES)
+        handle.seek(max(stat.st_size - _PROBE_BYTES, 0))
+        tail = handle.read(_PROBE_BYTES)
+    parts = (CACHE_FORMAT, str(path.resolve()), stat.st_size, stat.st_mtime_ns, zlib.crc32(head), zlib.crc32(tail))
+    return hashlib.sha256(repr(parts).encode()).hexdigest()
+
+
+def _locations(path: Path) -> list[Path]:
+    local = path.resolve().parent / ".torchscope-cache" / f"{path.name}.npz"
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    digest = hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:20]
+    return [local, base / "torchscope" / f"{digest}-{path.name}.npz"]
+
+
+def load_cached(path: Path, key: str) -> TraceFile | None:
+    for location in _locations(path):
+        if not location.is_file():
+            continue
+        try:
+            return _read_entry(location, key, path)
+        except Exception as exc:  # any damage to an entry means: rebuild it
+            log.debug("ignoring cache entry %s: %s", location, exc)
+    return None
+
+
+def _read_entry(location: Path, key: str, path: Path) -> TraceFile | None:
+    with np.load(location, allow_pickle=False) as data:
+        meta = json.loads(bytes(data["__meta__"]).decode())
+        if meta.get("key") != key:
+            return None
+        blob = bytes(data["__strings__"])
+        offsets = data["__offsets__"]
+        strings = [blob[offsets[i] : offsets[i + 1]].decode("utf-8", "surrogatepass") for i in range(offsets.size - 1)]
+        columns = {name: np.array(data[name]) for name in ALL_COLUMNS}
+    lengths = {c.size for c in columns.values()}
+    if len(lengths) != 1 or any(int(c.max(initial=0)) >= len(strings) for c in _string_columns(columns)):
+        raise ValueError("inconsistent columns")
+    return TraceFile(str(path), meta["header"], EventTable(columns, strings), meta.get("warnings", []))
+
+
+def _string_columns(columns: dict[str, np.ndarray]) -> list[np.ndarray]:
+    from torchscope.trace.tables import STRING_COLUMNS
+
+    return [columns[c] for c in STRING_COLUMNS]
+
+
+def store(path: Path, key: str, trace: TraceFile) -> Path | None:
+    """Write an entry; returns where, or None when no location is writable (never raises)."""
+    encoded = [s.encode("utf-8", "surrogatepass") for s in trace.events.strings]
+    offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
+    np.cumsum([len(b) for b in encoded], out=offsets[1:])
+    meta = {"key": key, "header": trace.header, "warnings": trace.warnings}
+    arrays: dict[str, Any] = {
+        "__meta__": np.frombuffer(json.dumps(meta, default=str).encode(), dtype=np.uint8),
+        "__strings__": np.frombuffer(b"".join(encoded), dtype=np.uint8),
+        "__offsets__": offsets,
+        **trace.events.columns,
+    }
+    for location in _locations(path):
+        try:
+            location.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=location.parent, suffix=".tmp")
+            with os.fdopen(fd, "wb") as handle:
+                np.savez(handle, **arrays)
+            os.replace(tmp, location)
+            return location
+        except OSError as exc:
+            log.debug("cannot write cache entry %s: %s", location, exc)
+            try:
+                os.unlink(tmp)  # type: ignore[possibly-undefined]
+            except (OSError, UnboundLocalError):
+                pass
+    return None

@@ -1,0 +1,45 @@
+"""Load trace files into `TraceFile` tables, through the persistent cache."""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+
+from torchscope.trace import cache
+from torchscope.trace.discover import TraceFileRef, discover
+from torchscope.trace.parse import parse_trace
+from torchscope.trace.tables import TraceFile
+
+log = logging.getLogger(__name__)
+
+
+def load_trace_file(path: Path, use_cache: bool = True) -> TraceFile:
+    """Parse one trace file, or read its tables from the cache when the file is unchanged."""
+    started = time.perf_counter()
+    key = cache.cache_key(path) if use_cache else ""
+    if use_cache:
+        cached = cache.load_cached(path, key)
+        if cached is not None:
+            log.debug("%s: cache hit (%.3f s)", path, time.perf_counter() - started)
+            return cached
+    trace = parse_trace(path)
+    log.debug("%s: parsed %d events (%.3f s)", path, len(trace.events), time.perf_counter() - started)
+    if use_cache:
+        cache.store(path, key, trace)
+    return trace
+
+
+def load_run(path: str | Path, use_cache: bool = True) -> dict[str, list[TraceFile]]:
+    """All traces under `path`, grouped by worker name (one list of spans per worker)."""
+    grouped: dict[str, list[TraceFile]] = {}
+    for ref in discover(Path(path)):
+        grouped.setdefault(ref.worker, []).append(load_trace_file(ref.path, use_cache))
+    return grouped
+
+
+def group_by_worker(refs: list[TraceFileRef]) -> list[list[TraceFileRef]]:
+    groups: dict[str, list[TraceFileRef]] = {}
+    for ref in refs:
+        groups.setdefault(ref.worker, []).append(ref)
+    return list(groups.values())
