@@ -12,7 +12,7 @@ import numpy as np
 
 from torchscope.analysis import intervals
 from torchscope.analysis.markers import LABEL_PREFIX, phase_masks
-from torchscope.analysis.nesting import HostTree, nearest_ancestor_of
+from torchscope.analysis.nesting import HostTree, nearest_ancestor_of, outermost_ancestor_of
 from torchscope.analysis.operators import OpTimes
 from torchscope.analysis.steps import STEP_PREFIX, StepWindows
 from torchscope.trace.kinds import Kind
@@ -157,7 +157,7 @@ def synchronization(events: EventTable, steps: StepWindows, tree: HostTree, time
     n = max(len(steps), 1)
     if syncs.size == 0:
         return {"syncs_per_step": 0.0, "sync_us_per_step": 0.0, "by_op": {}, "call_sites": {}}
-    op = times.launching_op[syncs]
+    op = outermost_ancestor_of(tree, times.op_mask)[syncs]
     by_op: Counter[str] = Counter()
     sites: Counter[str] = Counter()
     for index, owner in zip(syncs.tolist(), op.tolist()):  # one iteration per sync call, not per event

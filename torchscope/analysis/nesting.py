@@ -109,6 +109,21 @@ def nearest_ancestor_of(tree: HostTree, mask: np.ndarray) -> np.ndarray:
     return tree.inherit(own)
 
 
+def outermost_ancestor_of(tree: HostTree, mask: np.ndarray) -> np.ndarray:
+    """For each event, the outermost ancestor-or-self in `mask` (-1 if none): e.g. the `aten::item` a
+    user called rather than the `_local_scalar_dense` inside it."""
+    nearest = nearest_ancestor_of(tree, mask)
+    result = nearest.copy()
+    while True:
+        has = result >= 0
+        parent = np.where(has, tree.parent[np.maximum(result, 0)], -1)
+        above = np.where(parent >= 0, nearest[np.maximum(parent, 0)], -1)
+        step = has & (above >= 0)
+        if not step.any():
+            return result
+        result = np.where(step, above, result)
+
+
 def launcher_of_device_events(events: EventTable, device: np.ndarray) -> np.ndarray:
     """The host runtime call (event index) that launched each device event, by correlation id."""
     runtime = np.flatnonzero(np.isin(events.kind, (Kind.RUNTIME, Kind.DRIVER)) & (events.correlation >= 0))

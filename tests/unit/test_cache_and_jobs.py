@@ -1,0 +1,70 @@
+"""The parsed-trace cache and the process pool never change results."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import msgspec
+
+from torchscope.report.build import analyze
+from torchscope.report.model import encode_report
+from torchscope.trace import cache
+from torchscope.trace.load import load_trace_file
+
+
+def _copy(shared: Path, relative: str, tmp: Path) -> Path:
+    target = tmp / relative
+    target.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy(shared / relative, target)
+    return target
+
+
+def _comparable(report) -> dict:  # type: ignore[no-untyped-def]
+    data = msgspec.json.decode(encode_report(report))
+    data["run"].pop("paths")
+    return data
+
+
+def test_cached_and_uncached_analysis_are_identical(shared_traces: Path, tmp_path: Path) -> None:
+    trace = _copy(shared_traces, "gpu/hta_nccl_rank0/nccl_data.json.gz", tmp_path)
+    fresh = analyze(trace, jobs=1, use_cache=False)
+    first = analyze(trace, jobs=1, use_cache=True)  # writes the entry
+    entry = trace.parent / ".torchscope-cache" / f"{trace.name}.npz"
+    assert entry.is_file()
+    second = analyze(trace, jobs=1, use_cache=True)  # reads it
+    assert _comparable(fresh) == _comparable(first) == _comparable(second)
+
+
+def test_changed_file_is_never_served_from_a_stale_entry(shared_traces: Path, tmp_path: Path) -> None:
+    trace = _copy(shared_traces, "gpu/triton_single/triton_example.json.gz", tmp_path)
+    load_trace_file(trace)
+    other = shared_traces / "gpu/rocm_mi250/mi250_minitoy_train_ROCm6_2_kineto.json.gz"
+    shutil.copy(other, trace)  # same name, different content
+    assert len(load_trace_file(trace).events) == len(load_trace_file(other, use_cache=False).events)
+
+
+def test_corrupt_cache_entry_is_rebuilt(shared_traces: Path, tmp_path: Path) -> None:
+    trace = _copy(shared_traces, "gpu/triton_single/triton_example.json.gz", tmp_path)
+    expected = len(load_trace_file(trace).events)
+    entry = trace.parent / ".torchscope-cache" / f"{trace.name}.npz"
+    entry.write_bytes(b"not an npz at all")
+    assert len(load_trace_file(trace).events) == expected
+    assert entry.stat().st_size > 100  # rewritten
+
+
+def test_unwritable_trace_folder_uses_the_user_cache_dir(shared_traces: Path, tmp_path: Path) -> None:
+    trace = _copy(shared_traces, "gpu/triton_single/triton_example.json.gz", tmp_path)
+    local, user = cache._locations(trace)
+    # A file where the cache folder should be makes the location next to the trace unwritable (tests run
+    # as root, so permissions alone would not).
+    local.parent.write_text("not a folder")
+    key = cache.cache_key(trace)
+    written = cache.store(trace, key, load_trace_file(trace, use_cache=False))
+    assert written == user
+    assert cache.load_cached(trace, key) is not None
+
+
+def test_jobs_1_and_jobs_2_give_identical_reports(shared_traces: Path) -> None:
+    folder = shared_traces / "gpu" / "hta_two_ranks_nccl"
+    assert _comparable(analyze(folder, jobs=1, use_cache=False)) == _comparable(analyze(folder, jobs=2, use_cache=False))

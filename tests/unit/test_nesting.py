@@ -1,0 +1,72 @@
+"""Host call trees: the vectorised parent/depth computation equals a plain stack walk."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from torchscope.analysis.nesting import _thread_tree, accumulate_up, build_host_tree
+from helpers.trace_builder import TraceBuilder
+from torchscope.trace.parse import parse_trace_bytes
+import json
+
+
+def _stack_reference(ts: np.ndarray, dur: np.ndarray) -> tuple[list[int], list[int]]:
+    stack: list[int] = []
+    parents, depths = [], []
+    for i, start in enumerate(ts):
+        while stack and ts[stack[-1]] + dur[stack[-1]] <= start:
+            stack.pop()
+        parents.append(stack[-1] if stack else -1)
+        depths.append(len(stack))
+        stack.append(i)
+    return parents, depths
+
+
+@st.composite
+def nested_events(draw: st.DrawFn) -> list[tuple[int, int]]:
+    """Properly nested intervals (including zero-length ones and shared start times)."""
+    events: list[tuple[int, int]] = []
+
+    def fill(lo: int, hi: int, depth: int) -> None:
+        t = lo
+        for _ in range(draw(st.integers(0, 4))):
+            start = t + draw(st.integers(0, 2))
+            end = min(hi, start + draw(st.integers(0, 8)))
+            if end < start:
+                return
+            events.append((start, end - start))
+            if depth < 4 and end - start > 1:
+                fill(start, end, depth + 1)
+            t = end + draw(st.integers(0, 1))
+
+    fill(0, 100, 0)
+    return sorted(events, key=lambda e: (e[0], -e[1]))
+
+
+@settings(max_examples=300, deadline=None)
+@given(nested_events())
+def test_vectorised_tree_equals_stack_walk(events: list[tuple[int, int]]) -> None:
+    ts = np.array([e[0] for e in events], dtype=float)
+    dur = np.array([e[1] for e in events], dtype=float)
+    parent, depth = _thread_tree(ts, dur)
+    ref_parent, ref_depth = _stack_reference(ts, dur)
+    assert parent.tolist() == ref_parent
+    assert depth.tolist() == ref_depth
+
+
+def test_self_time_and_inclusive_totals_on_a_built_trace() -> None:
+    builder = TraceBuilder()
+    builder.op("outer", 0, 100)
+    builder.op("inner_a", 10, 30)
+    builder.op("leaf", 15, 5)
+    builder.op("inner_b", 50, 20)
+    builder.op("other_thread", 0, 100, tid=2)
+    table = parse_trace_bytes(json.dumps(builder.document()).encode()).events
+    tree = build_host_tree(table)
+    names = table.text(table.name)
+    self_time = dict(zip(names, tree.self_time_us(table.dur_us)))
+    assert self_time == {"outer": 50, "inner_a": 25, "leaf": 5, "inner_b": 20, "other_thread": 100}
+    totals = dict(zip(names, accumulate_up(tree, np.ones(len(table)))))
+    assert totals["outer"] == 4 and totals["inner_a"] == 2 and totals["other_thread"] == 1

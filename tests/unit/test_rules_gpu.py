@@ -1,0 +1,166 @@
+"""GPU rules on synthetic traces with one planted problem each; every evidence number is recomputed
+here from the numbers the trace was built with."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from helpers.trace_builder import TraceBuilder
+from torchscope.report.build import analyze
+from torchscope.report.model import Finding, Report
+
+STEP_US = 10_000.0
+STEPS = 4
+
+
+def _report(builder: TraceBuilder, tmp_path: Path) -> Report:
+    return analyze(builder.write(tmp_path / "trace.pt.trace.json"), jobs=1, use_cache=False)
+
+
+def _finding(report: Report, finding_id: str) -> Finding:
+    matches = [f for f in report.findings if f.id == finding_id]
+    assert matches, [f.id for f in report.findings]
+    return matches[0]
+
+
+def _busy_gpu_steps(builder: TraceBuilder, kernel: str = "void gemm_kernel()") -> None:
+    """Healthy steps: one long kernel keeps the GPU busy for 90 % of each step."""
+    for i in range(STEPS):
+        t0 = i * STEP_US
+        builder.step(i, t0, STEP_US)
+        builder.op("aten::mm", t0 + 10, 50)
+        builder.launch(t0 + 20, 10, t0 + 100, 0.9 * STEP_US, name=kernel)
+
+
+def test_pageable_host_to_device_copies(tmp_path: Path) -> None:
+    b = TraceBuilder().gpu()
+    copy_us, nbytes = 800.0, 64 * 2**20
+    for i in range(STEPS):
+        t0 = i * STEP_US
+        b.step(i, t0, STEP_US)
+        b.op("aten::to", t0 + 5, 900)
+        b.launch(t0 + 10, 850, t0 + 20, copy_us, name="Memcpy HtoD (Pageable -> Device)", runtime="cudaMemcpyAsync",
+                 cat="gpu_memcpy", bytes=nbytes, **{"memory bandwidth (GB/s)": nbytes / copy_us / 1e3})
+        b.launch(t0 + 900, 10, t0 + 1000, 8000)
+    finding = _finding(_report(b, tmp_path), "h2d_copy.pageable")
+    assert finding.evidence["pageable_copies_per_step"] == 1
+    assert finding.evidence["pageable_copy_us_per_step"] == pytest.approx(copy_us)
+    assert finding.evidence["pageable_bytes_per_step"] == nbytes
+    assert finding.time_share == pytest.approx(copy_us / STEP_US, abs=1e-3)
+    assert finding.severity == "warning"  # 8 % of the step
+    assert "pin_memory" in finding.recommendation
+
+
+def test_syncs_under_item_are_counted_with_their_op_and_call_site(tmp_path: Path) -> None:
+    b = TraceBuilder().gpu()
+    sync_us = 1500.0
+    for i in range(STEPS):
+        t0 = i * STEP_US
+        b.step(i, t0, STEP_US)
+        b.op("train.py(57): train_step", t0 + 1, 3000, cat="python_function")
+        b.op("aten::item", t0 + 5, 1700)
+        b.op("aten::_local_scalar_dense", t0 + 6, 1690)
+        b.launch(t0 + 7, 20, t0 + 1400, 5, name="Memcpy DtoH (Device -> Pageable)", runtime="cudaMemcpyAsync", cat="gpu_memcpy")
+        b.runtime("cudaStreamSynchronize", t0 + 30, sync_us)
+        b.launch(t0 + 3000, 10, t0 + 3100, 6000)
+    finding = _finding(_report(b, tmp_path), "synchronization.host_device")
+    assert finding.evidence["syncs_per_step"] == 1
+    assert finding.evidence["sync_us_per_step"] == pytest.approx(sync_us)
+    assert finding.time_share == pytest.approx(sync_us / STEP_US, abs=1e-3)
+    assert list(finding.evidence["by_op_us_per_step"]) == ["aten::item"]
+    assert finding.evidence["call_sites_us_per_step"] == {"train.py(57): train_step": pytest.approx(sync_us)}
+    assert finding.severity == "warning"
+
+
+def test_launch_bound_tiny_kernels(tmp_path: Path) -> None:
+    b = TraceBuilder().gpu()
+    kernels, launch_us, kernel_us, spacing = 400, 20.0, 2.0, 24.0
+    for i in range(STEPS):
+        t0 = i * STEP_US
+        b.step(i, t0, STEP_US)
+        for k in range(kernels):
+            ts = t0 + 50 + k * spacing
+            b.launch(ts, launch_us, ts + launch_us + 1, kernel_us, name="elementwise_kernel")
+    report = _report(b, tmp_path)
+    finding = _finding(report, "host_overhead.launch_bound")
+    assert finding.evidence["short_kernel_fraction"] == 1.0
+    assert finding.evidence["kernels_per_step"] == kernels
+    assert finding.evidence["median_kernel_us"] == kernel_us
+    busy_share = kernels * kernel_us / STEP_US
+    assert report.device.utilization == pytest.approx(busy_share, abs=1e-3)
+    assert finding.time_share == pytest.approx(1 - busy_share, abs=1e-3)
+    assert report.findings[0].id == "host_overhead.launch_bound"
+    assert "torch.compile" in finding.recommendation
+
+
+def test_idle_gaps_name_what_the_host_was_doing(tmp_path: Path) -> None:
+    b = TraceBuilder().gpu()
+    for i in range(STEPS):
+        t0 = i * STEP_US
+        b.step(i, t0, STEP_US)
+        b.launch(t0 + 10, 10, t0 + 30, 3000, name="void gemm_kernel()")
+        b.op("aten::nonzero", t0 + 3100, 6000)  # long host work while the GPU has nothing queued
+        b.launch(t0 + 9200, 10, t0 + 9220, 700, name="void gemm_kernel()")
+    report = _report(b, tmp_path)
+    finding = _finding(report, "idle.device")
+    busy = 3000 + 700
+    assert report.device.utilization == pytest.approx(busy / STEP_US, abs=1e-3)
+    assert finding.time_share == pytest.approx(1 - busy / STEP_US, abs=1e-3)
+    assert next(iter(finding.evidence["host_ops_during_idle_us_per_step"])) == "aten::nonzero"
+    assert finding.evidence["host_ops_during_idle_us_per_step"]["aten::nonzero"] == pytest.approx(6000)
+
+
+def test_fp32_gemms_on_a_tensor_core_gpu(tmp_path: Path) -> None:
+    b = TraceBuilder().gpu(major=8)
+    _busy_gpu_steps(b, kernel="volta_sgemm_128x64_nn")
+    report = _report(b, tmp_path)
+    finding = _finding(report, "compute.tensor_cores_unused")
+    assert finding.evidence["tensor_core_kernel_share"] == 0
+    assert finding.evidence["eligible_kernel_share"] == 1.0
+    kernel_share = 0.9 * STEP_US * STEPS / sum(s.duration_us for s in report.steps)
+    assert finding.time_share == pytest.approx(0.5 * kernel_share, abs=1e-3)
+
+
+def test_tensor_core_kernels_do_not_trigger_the_amp_rule(tmp_path: Path) -> None:
+    b = TraceBuilder().gpu(major=8)
+    _busy_gpu_steps(b, kernel="ampere_bf16_s16816gemm_bf16_128x128_ldg8_f2f_stages_32x5_tn")
+    report = _report(b, tmp_path)
+    assert report.device.tensor_core_kernel_share == 1.0
+    assert not [f for f in report.findings if f.id == "compute.tensor_cores_unused"]
+
+
+def test_healthy_gpu_run_gets_a_compute_verdict_only(tmp_path: Path) -> None:
+    b = TraceBuilder().gpu(major=8)
+    _busy_gpu_steps(b, kernel="ampere_bf16_s16816gemm_bf16_128x128_ldg8_f2f_stages_32x5_tn")
+    report = _report(b, tmp_path)
+    assert report.findings[0].id == "compute.bound"
+    assert not [f for f in report.findings if f.severity != "info" and f.category != "compute"]
+
+
+def test_memory_near_capacity(tmp_path: Path) -> None:
+    b = TraceBuilder().gpu(memory=10 * 2**30)
+    _busy_gpu_steps(b)
+    b.memory(100, allocated=int(9.5 * 2**30), reserved=10 * 2**30)
+    finding = _finding(_report(b, tmp_path), "memory.near_capacity")
+    assert finding.evidence["ratio"] == pytest.approx(0.95)
+
+
+def test_straggler_rank_waits_least_in_collectives(tmp_path: Path) -> None:
+    comm_by_rank = {0: 3000.0, 1: 3000.0, 2: 200.0, 3: 3000.0}  # rank 2 computes longest, others wait for it
+    for rank, comm_us in comm_by_rank.items():
+        b = TraceBuilder().gpu().rank(rank, 4)
+        for i in range(STEPS):
+            t0 = i * STEP_US
+            b.step(i, t0, STEP_US)
+            compute_us = 9000 - comm_us
+            b.launch(t0 + 10, 10, t0 + 50, compute_us)
+            b.launch(t0 + 30, 10, t0 + 60 + compute_us, comm_us, name="ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*)")
+        b.write(tmp_path / f"host_rank{rank}.1.pt.trace.json")
+    report = analyze(tmp_path, jobs=2, use_cache=False)
+    assert report.run.ranks == [0, 1, 2, 3]
+    finding = _finding(report, "straggler.rank")
+    assert finding.evidence["slow_rank"] == 2
+    assert finding.evidence["comm_us_per_step_by_rank"]["2"] == pytest.approx(200.0)
+    assert finding.evidence["comm_wait_spread"] == pytest.approx(2800.0 / STEP_US, abs=1e-3)
