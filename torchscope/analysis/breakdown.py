@@ -78,12 +78,30 @@ def phase_partition(
     sets = {name: _set(events, masks[name]) for name in PHASE_PRIORITY}
     if not masks["forward"].any():
         sets["forward"] = _implicit_forward(events, steps, sets["backward"])
+    else:
+        sets["forward"] = _forward_through_loss(sets, steps)
     windows = intervals.union(steps.start_us, steps.end_us)
     parts = intervals.priority_partition([sets[name] for name in PHASE_PRIORITY], windows)
     per_priority = np.stack([intervals.overlap_per_window(p, steps.start_us, steps.end_us) for p in parts], axis=1)
     order = [PHASE_PRIORITY.index(c) if c != "other" else len(PHASE_PRIORITY) for c in PHASE_CATEGORIES]
     named = dict(zip((*PHASE_PRIORITY, "other"), parts))
     return StepBreakdown(PHASE_CATEGORIES, per_priority[:, order]), named
+
+
+def _forward_through_loss(sets: dict[str, intervals.IntervalSet], steps: StepWindows) -> intervals.IntervalSet:
+    """Extend each forward range to the next backward start in its step: the loss is computed between
+    the model's forward and `loss.backward()`, outside any module, and belongs to the forward pass.
+    Phases of higher priority in between (zero_grad, data loading) keep their own time."""
+    fwd_start, fwd_end = sets["forward"]
+    bwd_start = sets["backward"][0]
+    if fwd_start.size == 0 or bwd_start.size == 0:
+        return sets["forward"]
+    step = np.searchsorted(steps.start_us, fwd_start, side="right") - 1
+    step_end = np.where(step >= 0, steps.end_us[np.maximum(step, 0)], -np.inf)
+    following = np.searchsorted(bwd_start, fwd_end, side="left")
+    next_backward = bwd_start[np.minimum(following, bwd_start.size - 1)]
+    extend = (following < bwd_start.size) & (next_backward < step_end)
+    return intervals.union(fwd_start, np.where(extend, next_backward, fwd_end))
 
 
 def _implicit_forward(

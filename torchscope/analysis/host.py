@@ -199,8 +199,9 @@ def optimizer_details(events: EventTable, steps: StepWindows, tree: HostTree, ti
     names = np.array(events.strings, dtype=object)
     step_range = events.string_mask(lambda s: s.startswith("Optimizer.step#"))[events.name] & np.isin(events.kind, (Kind.CPU_OP, Kind.USER_ANNOTATION))
     zero_range = events.string_mask(lambda s: s.startswith("Optimizer.zero_grad#"))[events.name] & np.isin(events.kind, (Kind.CPU_OP, Kind.USER_ANNOTATION))
-    under_step = nearest_ancestor_of(tree, step_range) >= 0
-    under_zero = nearest_ancestor_of(tree, zero_range) >= 0
+    # By time, not by tree: Python frames recorded with stacks can straddle the range's edges.
+    under_step = _starts_inside(events, step_range)
+    under_zero = _starts_inside(events, zero_range)
     ops = times.op_mask & ~step_range & ~zero_range
     step_ops = names[events.name[ops & under_step]]
     fused = int(sum(1 for s in step_ops if "_fused_" in s))
@@ -223,6 +224,11 @@ def optimizer_details(events: EventTable, steps: StepWindows, tree: HostTree, ti
     }
 
 
+def _starts_inside(events: EventTable, ranges: np.ndarray) -> np.ndarray:
+    starts = events.ts_us[ranges]
+    return intervals.contains(intervals.union(starts, starts + events.dur_us[ranges]), events.ts_us)
+
+
 def outside_phases(
     events: EventTable, steps: StepWindows, tree: HostTree, other: intervals.IntervalSet
 ) -> dict[str, float]:
@@ -237,7 +243,8 @@ def outside_phases(
     host = np.isin(events.kind, (Kind.CPU_OP, Kind.USER_ANNOTATION, Kind.PYTHON_FUNCTION))
     own = events.string_mask(lambda s: s.startswith((STEP_PREFIX, LABEL_PREFIX)))[events.name]
     inside_phase = nearest_ancestor_of(tree, phase) >= 0
-    candidate = host & ~own & ~inside_phase & ~_encloses(tree, phase | own)
+    profiler_frames = events.string_mask(_is_profiler_frame)[events.name]
+    candidate = host & ~own & ~profiler_frames & ~inside_phase & ~_encloses(tree, phase | own)
     parent = tree.parent
     chosen = np.flatnonzero(candidate & ((parent < 0) | ~candidate[np.maximum(parent, 0)]))
     if chosen.size == 0 or other[0].size == 0:
@@ -248,6 +255,11 @@ def outside_phases(
     totals = np.bincount(group, overlap, names.size) / max(len(steps), 1)
     top = np.argsort(-totals)[:10]
     return {events.strings[int(names[i])]: float(totals[i]) for i in top if totals[i] > 0}
+
+
+def _is_profiler_frame(name: str) -> bool:
+    """Frames of the profiler and torchscope's own hooks: measurement overhead, not the user's work."""
+    return "/torchscope/" in name or "torch/autograd/profiler" in name or "torch/profiler/" in name
 
 
 def _encloses(tree: HostTree, mask: np.ndarray) -> np.ndarray:

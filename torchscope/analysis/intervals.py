@@ -74,11 +74,12 @@ def _combine(a: IntervalSet, b: IntervalSet, rule: "np.ufunc | object") -> Inter
         return EMPTY
     lefts, rights = points[:-1], points[1:]
     mids = (lefts + rights) / 2
-    keep = rule(_contains(a, mids), _contains(b, mids))  # type: ignore[operator]
+    keep = rule(contains(a, mids), contains(b, mids))  # type: ignore[operator]
     return union(lefts[keep], rights[keep])
 
 
-def _contains(intervals: IntervalSet, points: np.ndarray) -> np.ndarray:
+def contains(intervals: IntervalSet, points: np.ndarray) -> np.ndarray:
+    """Whether each point lies inside the set."""
     starts, ends = intervals
     if starts.size == 0:
         return np.zeros(points.shape, dtype=bool)

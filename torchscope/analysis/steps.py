@@ -61,7 +61,8 @@ def find_steps(events: EventTable) -> StepWindows:
 
 def _step_number(name: str) -> int:
     digits = name[len(STEP_PREFIX) :].strip()
-    return int(digits) if digits.isdigit() else -1
+    # ASCII digits only (int() rejects e.g. "²"), and small enough for an int64 column.
+    return int(digits) if digits.isascii() and digits.isdigit() and len(digits) <= 18 else -1
 
 
 def _whole_trace(events: EventTable) -> StepWindows:

@@ -1,0 +1,33 @@
+"""Planted bottleneck: a Dataset whose __getitem__ is slow, loaded with num_workers=0."""
+
+import time
+
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+
+class SlowDataset(Dataset):
+    def __len__(self) -> int:
+        return 4096
+
+    def __getitem__(self, index: int):
+        time.sleep(0.0015)  # stands for decoding/augmenting one sample in Python
+        return torch.randn(64), index % 10
+
+
+def main() -> None:
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    loader = DataLoader(SlowDataset(), batch_size=32, num_workers=0)
+    for step, (x, y) in enumerate(loader):
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        if step == 9:
+            break
+
+
+if __name__ == "__main__":
+    main()
