@@ -59,6 +59,17 @@ def captured(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Report
     return {s: _capture(s, root / s.removesuffix(".py")) for s in scripts}
 
 
+def test_cpu_steps_and_breakdown_match_the_raw_trace(captured) -> None:  # type: ignore[no-untyped-def]
+    report, events = captured["slow_getitem.py"]
+    raw_steps = _steps(events)
+    assert [s.duration_us for s in report.steps] == pytest.approx([b - a for a, b in raw_steps])
+    for step, window in zip(report.steps, raw_steps):
+        assert sum(step.breakdown.values()) == pytest.approx(step.duration_us)
+        backward = _ranges(events, lambda n: n == "torchscope:backward")
+        # Backward has a lower priority than data loading/optimizer, which never overlap it here.
+        assert step.breakdown["backward"] == pytest.approx(_covered(backward, window), rel=1e-6, abs=1e-3)
+
+
 def test_slow_getitem_is_data_loading(captured) -> None:  # type: ignore[no-untyped-def]
     report, events = captured["slow_getitem.py"]
     top = report.findings[0]

@@ -17,6 +17,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     parser.add_argument("--jobs", type=int, default=None, help="ranks analysed in parallel (default: CPU count)")
     parser.add_argument("--no-cache", action="store_true", help="do not read or write the parsed-trace cache")
     parser.add_argument("--width", type=int, default=None, help="terminal report width")
+    parser.add_argument("--by-shape", action="store_true", help="terminal: group the operator table by input shape")
+    parser.add_argument("--top", type=int, default=10, help="terminal: rows per table (default 10)")
     parser.set_defaults(func=execute)
 
 
@@ -34,7 +36,7 @@ def execute(args: argparse.Namespace) -> int:
         from torchscope.render.terminal import render_terminal
 
         color = args.output is None and sys.stdout.isatty()
-        text = render_terminal(report, width=args.width, color=color)
+        text = render_terminal(report, width=args.width, color=color, by_shape=args.by_shape, top=args.top)
     if args.output:
         try:
             Path(args.output).write_text(text if text.endswith("\n") else text + "\n")
@@ -42,4 +44,13 @@ def execute(args: argparse.Namespace) -> int:
             raise InputError(f"{args.output}: cannot write report ({exc.strerror or exc})") from None
     else:
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
+    _warn_if_partial(report.warnings)
     return 0
+
+
+def _warn_if_partial(warnings: list[str]) -> None:
+    """One line on stderr when the input was damaged, so the user sees it whatever the format."""
+    if not warnings:
+        return
+    more = f" (and {len(warnings) - 1} more in the report)" if len(warnings) > 1 else ""
+    print(f"torchscope: warning: partial report: {warnings[0]}{more}", file=sys.stderr)

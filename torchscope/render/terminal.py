@@ -19,7 +19,10 @@ BAR_WIDTH = 30
 TOP_ROWS = 10
 
 
-def render_terminal(report: Report, width: int | None = None, color: bool = False) -> str:
+def render_terminal(
+    report: Report, width: int | None = None, color: bool = False, by_shape: bool = False, top: int = TOP_ROWS
+) -> str:
+    """The terminal report as text (ANSI colour codes only when `color`)."""
     buffer = io.StringIO()
     console = Console(
         file=buffer, width=width or 100, force_terminal=color, color_system="auto" if color else None,
@@ -30,9 +33,9 @@ def render_terminal(report: Report, width: int | None = None, color: bool = Fals
         _findings(report.findings),
         _breakdown("Step time breakdown (mean per step)", report.breakdown, _mean_step(report)),
         _breakdown("Training phases (host)", report.phases, _mean_step(report)) if report.run.device_kind != "cpu" else None,
-        _operators(report),
-        _kernels(report),
-        _ranges(report),
+        _operators(report, by_shape, top),
+        _kernels(report, top),
+        _ranges(report, top),
         _spans(report),
         _ranks(report),
         _warnings(report),
@@ -133,40 +136,43 @@ def _breakdown(title: str, breakdown: dict[str, CategoryTime], mean_step: float)
     return table
 
 
-def _operators(report: Report) -> Table | None:
-    if not report.operators:
+def _operators(report: Report, by_shape: bool, top: int) -> Table | None:
+    rows = report.operators_by_shape if by_shape else report.operators
+    if not rows:
         return None
     device = report.device.present
-    table = Table(title=f"Top operators (of {len(report.operators)})", box=box.SIMPLE_HEAD, title_justify="left")
-    for column in ("operator", "calls", "host self", "host total") + (("device self", "device total") if device else ()):
-        table.add_column(column, justify="left" if column == "operator" else "right", overflow="ellipsis", no_wrap=True, max_width=48 if column == "operator" else None)
-    for row in report.operators[:TOP_ROWS]:
-        cells = [row.name, f"{row.calls:,}", _ms(row.host_self_us), _ms(row.host_total_us)]
+    title = f"Top operators{' by input shape' if by_shape else ''} (of {len(rows)})"
+    table = Table(title=title, box=box.SIMPLE_HEAD, title_justify="left")
+    columns = ("operator",) + (("input shapes",) if by_shape else ()) + ("calls", "host self", "host total")
+    for column in columns + (("device self", "device total") if device else ()):
+        table.add_column(column, justify="left" if column in ("operator", "input shapes") else "right", overflow="ellipsis", no_wrap=True, max_width=48 if column == "operator" else 32 if column == "input shapes" else None)
+    for row in rows[:top]:
+        cells = [row.name] + ([row.input_shapes or ""] if by_shape else []) + [f"{row.calls:,}", _ms(row.host_self_us), _ms(row.host_total_us)]
         if device:
             cells += [_ms(row.device_self_us), _ms(row.device_total_us)]
         table.add_row(*cells)
     return table
 
 
-def _kernels(report: Report) -> Table | None:
+def _kernels(report: Report, top: int) -> Table | None:
     if not report.kernels:
         return None
     table = Table(title=f"Top kernels (of {len(report.kernels)})", box=box.SIMPLE_HEAD, title_justify="left")
     for column in ("kernel", "calls", "total", "mean", "occupancy", "TC", "launched by"):
         table.add_column(column, justify="left" if column in ("kernel", "launched by") else "right", overflow="ellipsis", no_wrap=True, max_width=40 if column == "kernel" else 24)
-    for row in report.kernels[:TOP_ROWS]:
+    for row in report.kernels[:top]:
         occupancy = f"{row.mean_occupancy_pct:.0f}%" if row.mean_occupancy_pct is not None else "-"
         table.add_row(row.name, f"{row.calls:,}", _ms(row.total_us), _ms(row.mean_us), occupancy, "yes" if row.tensor_core else "no", row.launched_by)
     return table
 
 
-def _ranges(report: Report) -> Table | None:
+def _ranges(report: Report, top: int) -> Table | None:
     if not report.ranges:
         return None
     table = Table(title="record_function ranges", box=box.SIMPLE_HEAD, title_justify="left")
     for column in ("range", "calls", "total", "mean"):
         table.add_column(column, justify="left" if column == "range" else "right", overflow="ellipsis", no_wrap=True, max_width=48 if column == "range" else None)
-    for row in report.ranges[:TOP_ROWS]:
+    for row in report.ranges[:top]:
         table.add_row(row.name, f"{row.calls:,}", _ms(row.total_us), _ms(row.mean_us))
     return table
 

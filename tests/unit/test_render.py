@@ -1,0 +1,77 @@
+"""Renderers: never crash on minimal input, present what the Report holds, and JSON round-trips."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from helpers.trace_builder import TraceBuilder
+from torchscope.render.json import render_json
+from torchscope.render.terminal import render_terminal
+from torchscope.report.build import analyze
+from torchscope.report.model import decode_report, encode_report
+
+
+def _minimal(tmp_path: Path) -> Path:
+    b = TraceBuilder()
+    b.op("aten::add", 0, 5)
+    return b.write(tmp_path / "minimal.json")
+
+
+def test_renderers_on_a_minimal_trace(tmp_path: Path) -> None:
+    report = analyze(_minimal(tmp_path), jobs=1, use_cache=False)
+    text = render_terminal(report, width=80)
+    assert "no ProfilerStep markers" in text
+    assert "aten::add" in text
+    data = json.loads(render_json(report))
+    assert data["schema_version"] == 1 and data["run"]["step_source"] == "whole_trace"
+
+
+def test_json_round_trips_to_an_equal_report(shared_traces: Path) -> None:
+    report = analyze(shared_traces / "gpu" / "hta_nccl_rank0", jobs=1, use_cache=False)
+    assert decode_report(encode_report(report)) == report
+
+
+def test_reader_accepts_missing_newer_fields() -> None:
+    minimal = {"torchscope_version": "0.0.1", "run": {"paths": [], "trace_files": [], "ranks": [], "device_kind": "cpu"},
+               "steps": [], "breakdown": {}, "a_field_from_the_future": 1}
+    report = decode_report(json.dumps(minimal).encode())
+    assert report.findings == [] and report.device.present is False
+    assert "Diagnosis" in render_terminal(report)
+
+
+def test_terminal_report_shows_findings_first_with_cost_evidence_and_fix(shared_traces: Path) -> None:
+    report = analyze(shared_traces / "gpu" / "resnet50_num_workers_0", jobs=1, use_cache=False)
+    text = render_terminal(report, width=160)
+    diagnosis = text.index("Diagnosis")
+    assert diagnosis < text.index("Step time breakdown") < text.index("Top operators")
+    first = report.findings[0]
+    assert text.index(first.title[:40]) < text.index(report.findings[1].title[:40])
+    assert f"costs {100 * first.time_share:.1f}% of step time" in text
+    assert "evidence:" in text and "fix:" in text
+    assert "\x1b[" not in text  # no colour codes unless asked
+    assert "\x1b[" in render_terminal(report, width=160, color=True)
+
+
+def test_cli_json_to_file_and_terminal_to_stdout(shared_traces: Path, tmp_path: Path) -> None:
+    trace = shared_traces / "gpu" / "tb_unit" / "gpu_metrics_input.json"
+    out = tmp_path / "report.json"
+    done = subprocess.run([sys.executable, "-m", "torchscope", "analyze", str(trace), "--format", "json", "-o", str(out), "--no-cache"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == ""
+    assert json.loads(out.read_text())["findings"]
+    done = subprocess.run([sys.executable, "-m", "torchscope", "analyze", str(trace), "--no-cache", "--by-shape"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and "Top operators by input shape" in done.stdout
+
+
+@pytest.mark.parametrize("argv", [["analyze"], ["analyze", "x", "--format", "xml"], ["nonsense"], ["analyze", "x", "--jobs", "0"]])
+def test_cli_usage_errors_are_one_line_and_exit_2(argv: list[str], tmp_path: Path) -> None:
+    done = subprocess.run([sys.executable, "-m", "torchscope", *argv], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert done.returncode == 2
+    assert "Traceback" not in done.stderr
