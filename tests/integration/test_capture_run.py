@@ -1,0 +1,261 @@
+"""`torchscope run` / `torchscope demo` on unmodified scripts, as subprocesses, compared with plain `python`.
+
+Each case runs the same script under `python` and under `python -m torchscope run`, and checks that the
+script cannot tell the difference (sys.argv, __name__, __file__, sys.path[0], __main__, stdout, exit code)
+while torchscope found the steps and labelled the phases. Traces are checked by parsing their JSON.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("torch")
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parents[2]
+PHASES = {"torchscope:forward", "torchscope:backward", "torchscope:optimizer"}
+
+# Prints what a script can observe about how it was started, trains 8 steps, then ends as $END says.
+VIEW_SCRIPT = textwrap.dedent(
+    """
+    import json, os, sys
+    import torch
+
+    view = {
+        "argv": sys.argv, "name": __name__, "file": __file__, "path0": sys.path[0],
+        "main_is_me": sys.modules["__main__"].__dict__ is globals(),
+        "spec": __spec__.name if __spec__ else None,
+    }
+    print(json.dumps(view))
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for i in range(8):
+        opt.zero_grad()
+        loss = model(torch.ones(4, 8) * i).pow(2).mean()
+        loss.backward()
+        opt.step()
+    print(f"final loss {loss.item():.6f}")
+    print("to stderr", file=sys.stderr)
+    end = os.environ.get("END", "")
+    if end == "raise":
+        raise ValueError("planted error")
+    if end == "message":
+        sys.exit("goodbye from the script")
+    if end:
+        sys.exit(int(end))
+    """
+)
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
+    env.update(extra)
+    return env
+
+
+def _run(args: list[str], cwd: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, *args]
+    return subprocess.run(command, cwd=cwd, env=_env(**env), capture_output=True, text=True, timeout=180)
+
+
+def torchscope(*args: str, cwd: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    return _run(["-m", "torchscope", *args], cwd, **env)
+
+
+def only_run_dir(out: Path) -> Path:
+    manifests = list(out.rglob("run*.json"))
+    assert len(manifests) == 1, manifests
+    return manifests[0].parent
+
+
+def trace_events(run_dir: Path) -> list[dict[str, Any]]:
+    traces = sorted(run_dir.glob("*.pt.trace.json"))
+    assert len(traces) == 1, traces
+    return json.loads(traces[0].read_text())["traceEvents"]
+
+
+def step_numbers(events: list[dict[str, Any]]) -> list[int]:
+    return sorted(int(e["name"].split("#")[1]) for e in events if e.get("name", "").startswith("ProfilerStep#"))
+
+
+def user_annotations(events: list[dict[str, Any]]) -> set[str]:
+    return {e["name"] for e in events if e.get("cat") == "user_annotation"}
+
+
+@pytest.fixture
+def workdir(tmp_path: Path) -> Path:
+    (tmp_path / "scripts").mkdir()
+    (tmp_path / "scripts" / "view.py").write_text(VIEW_SCRIPT)
+    return tmp_path
+
+
+# -- the script cannot tell the difference ------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("end", "exit_code", "status"), [("", 0, "complete"), ("raise", 1, "error")])
+def test_script_sees_what_python_gives_it(workdir: Path, end: str, exit_code: int, status: str) -> None:
+    args = ["scripts/view.py", "--out", "mine", "-m", "x", "--", "y"]  # flags named like ours stay the script's
+    plain = _run(args, workdir, END=end)
+    profiled = torchscope("run", "--no-report", "--out", "runs", *args, cwd=workdir, END=end)
+
+    assert plain.returncode == exit_code
+    assert profiled.returncode == exit_code, profiled.stderr
+    assert profiled.stdout == plain.stdout  # byte for byte: the view, the loss, nothing of torchscope's
+    view = json.loads(plain.stdout.splitlines()[0])
+    assert view["argv"] == args and view["name"] == "__main__" and view["main_is_me"]
+    assert view["path0"] == str((workdir / "scripts").resolve())
+    # The script's own stderr (and, when it raised, Python's traceback) appear unchanged.
+    assert "to stderr" in profiled.stderr
+    if end == "raise":
+        traceback = plain.stderr[plain.stderr.index("Traceback") :]
+        assert traceback in profiled.stderr
+    assert not any(line.startswith("torchscope: warning") for line in profiled.stderr.splitlines())
+
+    run_dir = only_run_dir(workdir / "runs")
+    manifest = json.loads((run_dir / "run.json").read_text())
+    assert manifest["status"] == status and manifest["exit_code"] == exit_code
+    assert manifest["command"] == args
+    assert manifest["options"]["step_source"] == "optimizer"
+    assert manifest["steps_seen"] >= 5
+    events = trace_events(run_dir)
+    assert step_numbers(events) == [2, 3, 4]
+    assert PHASES <= user_annotations(events)
+    assert "torchscope: run directory: runs" in profiled.stderr.splitlines()
+
+
+@pytest.mark.parametrize(("end", "exit_code"), [("3", 3), ("message", 1)])
+def test_exit_code_follows_python_rules(workdir: Path, end: str, exit_code: int) -> None:
+    # With the end-of-run report on: whether or not the analysis can report, the exit code is the script's.
+    profiled = torchscope("run", "--out", "runs", "scripts/view.py", cwd=workdir, END=end)
+    assert profiled.returncode == exit_code, profiled.stderr
+    lines = profiled.stderr.splitlines()
+    if end == "message":
+        assert "goodbye from the script" in lines  # printed as Python prints sys.exit("...")
+    assert sum(line.startswith("torchscope: warning") for line in lines) <= 1
+    assert "Traceback" not in profiled.stderr
+    assert any(line.startswith("torchscope: run directory: runs") for line in lines)
+    manifest = json.loads((only_run_dir(workdir / "runs") / "run.json").read_text())
+    assert manifest["status"] == "complete" and manifest["exit_code"] == exit_code
+
+
+def test_module_target(workdir: Path) -> None:
+    pkg = workdir / "mypkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "train.py").write_text(VIEW_SCRIPT)
+    plain = _run(["-m", "mypkg.train", "a", "--b"], workdir)
+    profiled = torchscope("run", "--no-report", "--out", "runs", "-m", "mypkg.train", "a", "--b", cwd=workdir)
+    assert plain.returncode == profiled.returncode == 0, profiled.stderr
+    assert profiled.stdout == plain.stdout
+    view = json.loads(plain.stdout.splitlines()[0])
+    assert view["argv"] == [str(pkg / "train.py"), "a", "--b"] and view["spec"] == "mypkg.train"
+    assert view["path0"] == str(workdir)
+    run_dir = only_run_dir(workdir / "runs")
+    manifest = json.loads((run_dir / "run.json").read_text())
+    assert manifest["command"] == ["-m", "mypkg.train", "a", "--b"]
+    assert step_numbers(trace_events(run_dir)) == [2, 3, 4]
+
+
+# -- step detection and capture options -------------------------------------------------------------------
+
+
+def test_dataloader_fallback_without_an_optimizer(workdir: Path) -> None:
+    (workdir / "infer.py").write_text(
+        textwrap.dedent(
+            """
+            import torch
+            data = torch.utils.data.TensorDataset(torch.randn(12 * 4, 8))
+            model = torch.nn.Linear(8, 2)
+            with torch.no_grad():
+                for (x,) in torch.utils.data.DataLoader(data, batch_size=4):
+                    model(x)
+            print("inference done")
+            """
+        )
+    )
+    profiled = torchscope("run", "--no-report", "--active", "4", "--out", "runs", "infer.py", cwd=workdir)
+    assert profiled.returncode == 0 and profiled.stdout == "inference done\n", profiled.stderr
+    run_dir = only_run_dir(workdir / "runs")
+    assert json.loads((run_dir / "run.json").read_text())["options"]["step_source"] == "dataloader"
+    events = trace_events(run_dir)
+    assert step_numbers(events) == [2, 3, 4, 5]
+    names = user_annotations(events)
+    assert "torchscope:forward" in names
+    assert any(n.startswith("enumerate(DataLoader)#") for n in names)
+
+
+def test_stop_after_active_ends_the_script_early(workdir: Path) -> None:
+    (workdir / "long.py").write_text(
+        textwrap.dedent(
+            """
+            import atexit, torch
+            atexit.register(print, "atexit ran")
+            model = torch.nn.Linear(4, 1)
+            opt = torch.optim.Adam(model.parameters())
+            for i in range(100000):
+                opt.zero_grad()
+                model(torch.randn(8, 4)).sum().backward()
+                opt.step()
+            print("the whole training ran")
+            """
+        )
+    )
+    profiled = torchscope(
+        "run", "--no-report", "--no-stack", "--no-memory", "--no-shapes", "--stop-after-active",
+        "--out", "runs", "long.py", cwd=workdir,
+    )
+    assert profiled.returncode == 0, profiled.stderr
+    assert profiled.stdout == "atexit ran\n"  # ended like sys.exit(0): atexit handlers still run
+    run_dir = only_run_dir(workdir / "runs")
+    manifest = json.loads((run_dir / "run.json").read_text())
+    assert manifest["status"] == "stopped" and manifest["steps_seen"] == 5
+    assert manifest["options"] | {"step_source": None} == {
+        "record_shapes": False, "profile_memory": False, "with_stack": False, "with_flops": True,
+        "phase_labels": True, "step_source": None,
+    }
+    assert step_numbers(trace_events(run_dir)) == [2, 3, 4]
+
+
+def test_usage_errors_are_one_line(workdir: Path) -> None:
+    nothing = torchscope("run", cwd=workdir)
+    assert nothing.returncode == 2 and nothing.stderr.startswith("torchscope: error:")
+    missing = torchscope("run", "--out", "runs", "missing.py", cwd=workdir)
+    assert missing.returncode == 2 and missing.stderr.strip().count("\n") == 0
+    assert "missing.py" in missing.stderr and not (workdir / "runs").exists()
+    bad = torchscope("run", "--active", "0", "scripts/view.py", cwd=workdir)
+    assert bad.returncode == 2
+
+
+# -- the demo ---------------------------------------------------------------------------------------------
+
+
+def test_demo_profiles_a_planted_data_loading_bottleneck(tmp_path: Path) -> None:
+    demo = torchscope("demo", "--out", "demo", cwd=tmp_path)
+    assert demo.returncode == 0, demo.stderr
+    assert "demo_train: 12 steps" in demo.stdout
+    run_dir = tmp_path / "demo"
+    manifest = json.loads((run_dir / "run.json").read_text())
+    assert manifest["status"] == "complete" and manifest["options"]["step_source"] == "optimizer"
+    events = trace_events(run_dir)
+    steps = [e for e in events if e.get("name", "").startswith("ProfilerStep#")]
+    loading = [e for e in events if e.get("name", "").startswith("enumerate(DataLoader)#_SingleProcess")]
+    assert len(steps) == 3 and len(loading) == 3
+    # The bottleneck is real: data loading is most of each step (computed here, not by torchscope).
+    assert sum(e["dur"] for e in loading) / sum(e["dur"] for e in steps) > 0.5
+    assert PHASES <= user_annotations(events)
+    if importlib.util.find_spec("torchscope.render.json") is not None:
+        report = json.loads((run_dir / "report.json").read_text())
+        assert report["findings"][0]["category"] == "data_loading"
+    assert f"torchscope: run directory: {run_dir.name}" in demo.stderr

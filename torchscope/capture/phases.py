@@ -1,0 +1,264 @@
+"""Global hooks that label training phases and report phase boundaries.
+
+Labels are ``record_function`` ranges (``user_annotation`` events in the trace) with fixed names:
+
+* ``torchscope:forward``   -- the outermost ``nn.Module`` call (global forward pre/post hooks)
+* ``torchscope:backward``  -- ``Tensor.backward`` / ``torch.autograd.backward``
+* ``torchscope:optimizer`` -- ``Optimizer.step`` (global optimizer step pre/post hooks)
+
+Data loading needs no label: torch already marks each fetch as ``enumerate(DataLoader)#..._DataLoaderIter.__next__``,
+and ``zero_grad`` keeps torch's own ``Optimizer.zero_grad#<Cls>.zero_grad`` range.
+
+Only one phase is open at a time in the whole process: a module called inside backward (activation
+checkpointing), inside an optimizer step (closures) or on another thread while a phase is open
+(``DataParallel`` replicas) is part of the open phase, so ranges always nest properly.
+
+The same hooks report *boundaries* -- a top-level DataLoader fetch, forward or backward starting, an
+optimizer step ending -- to the step detector (:mod:`torchscope.capture.steps`).
+
+The hooks never modify tensors, arguments or results, do nothing in forked DataLoader workers and
+during ``torch.compile`` tracing, and swallow their own errors (recorded once through ``on_error``).
+Exceptions raised *by the boundary callbacks* (``CaptureComplete``, a ``SystemExit``) do propagate: that is
+how ``--stop-after-active`` ends the script.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import threading
+from dataclasses import dataclass
+from typing import Any, Callable, Literal
+
+import torch
+import torch.autograd
+import torch.optim.optimizer as optim_module
+import torch.utils.data.dataloader as dataloader_module
+from torch.nn.modules import module as nn_module
+
+from torchscope.capture.notices import describe
+
+FORWARD = "torchscope:forward"
+BACKWARD = "torchscope:backward"
+OPTIMIZER = "torchscope:optimizer"
+PHASE_NAMES = (FORWARD, BACKWARD, OPTIMIZER)
+
+Boundary = Literal["data", "forward", "backward"]
+
+_pid = os.getpid()
+
+
+def _after_fork_in_child() -> None:
+    global _pid
+    _pid = os.getpid()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _compiling() -> bool:
+    return bool(torch.compiler.is_compiling())
+
+
+@dataclass
+class _OpenPhase:
+    name: str
+    key: int  # id() of the module or optimizer that opened it (0 for backward)
+    thread: int
+    range: Any  # the entered record_function, or None when labels are off
+
+
+class PhaseHooks:
+    """Install/uninstall the global hooks. One instance per capture; ``install`` twice is a no-op."""
+
+    def __init__(
+        self,
+        *,
+        labels: bool = True,
+        on_boundary: Callable[[Boundary], None] | None = None,
+        on_optimizer_step: Callable[[Any], None] | None = None,
+        on_error: Callable[[str], None] | None = None,
+    ) -> None:
+        self.labels = labels
+        self._on_boundary = on_boundary
+        self._on_optimizer_step = on_optimizer_step
+        self._on_error = on_error
+        self._error_reported = False
+        self._owner_pid = 0
+        self._active: _OpenPhase | None = None
+        self._forward_depth = 0  # module calls open inside the forward phase, on its thread
+        self._retire_requested = False
+        self._handles: list[Any] = []
+        self._patches: list[tuple[Any, str, Any, Any]] = []  # (owner, attribute, original, wrapper)
+
+    @property
+    def installed(self) -> bool:
+        return bool(self._handles or self._patches)
+
+    @property
+    def active_phase(self) -> str | None:
+        """Name of the phase open right now (any thread), or None."""
+        return self._active.name if self._active else None
+
+    # -- installation -------------------------------------------------------------------------------
+
+    def install(self) -> None:
+        if self.installed:
+            return
+        self._owner_pid = _pid
+        self._handles = [
+            nn_module.register_module_forward_pre_hook(self._forward_pre),
+            nn_module.register_module_forward_hook(self._forward_post, always_call=True),
+            optim_module.register_optimizer_step_pre_hook(self._optimizer_pre),
+            optim_module.register_optimizer_step_post_hook(self._optimizer_post),
+        ]
+        self._patch(torch.Tensor, "backward", self._wrap_backward)
+        self._patch(torch.autograd, "backward", self._wrap_backward)
+        if self._on_boundary is not None:
+            self._patch(dataloader_module._BaseDataLoaderIter, "__next__", self._wrap_next)
+
+    def uninstall(self) -> None:
+        """Remove every hook and patch, closing a phase left open (e.g. by Ctrl-C inside forward)."""
+        for handle in self._handles:
+            handle.remove()
+        self._handles = []
+        for owner, attribute, original, wrapper in reversed(self._patches):
+            if getattr(owner, attribute, None) is wrapper:  # someone patched over us: leave theirs alone
+                setattr(owner, attribute, original)
+        self._patches = []
+        if self._active is not None:
+            self._close(self._active)
+
+    def _patch(self, owner: Any, attribute: str, make_wrapper: Callable[[Any], Any]) -> None:
+        original = getattr(owner, attribute)
+        wrapper = make_wrapper(original)
+        setattr(owner, attribute, wrapper)
+        self._patches.append((owner, attribute, original, wrapper))
+
+    # -- phase bookkeeping ------------------------------------------------------------------------
+
+    def _ours(self) -> bool:
+        return _pid == self._owner_pid and not _compiling()
+
+    def _open(self, name: str, key: int) -> _OpenPhase:
+        rf = None
+        if self.labels:
+            try:
+                rf = torch.autograd.profiler.record_function(name)
+                rf.__enter__()
+            except Exception as exc:
+                rf = None
+                self._report(exc)
+        phase = _OpenPhase(name, key, threading.get_ident(), rf)
+        self._active = phase
+        return phase
+
+    def _close(self, phase: _OpenPhase) -> None:
+        if self._active is phase:
+            self._active = None
+        if phase.range is not None:
+            try:
+                phase.range.__exit__(None, None, None)
+            except Exception as exc:
+                self._report(exc)
+
+    def retire(self) -> None:
+        """Uninstall at the next boundary: the capture is over, the hooks would only cost time.
+
+        Not at once: this may be called from inside an optimizer hook, and torch iterates the live
+        dict of optimizer hooks (removing one there would raise in the user's ``optimizer.step()``).
+        """
+        self._retire_requested = True
+
+    def _boundary(self, kind: Boundary) -> bool:
+        """Report a boundary (no phase is open). False when the hooks were retired meanwhile.
+
+        The callback may raise CaptureComplete (a SystemExit) on purpose; that propagates."""
+        if self._on_boundary is not None:
+            try:
+                self._on_boundary(kind)
+            except Exception as exc:
+                self._report(exc)
+        if self._retire_requested:
+            self.uninstall()
+            return False
+        return True
+
+    def _report(self, exc: Exception) -> None:
+        if self._on_error is not None and not self._error_reported:
+            self._error_reported = True
+            self._on_error(f"phase hook failed, labels may be incomplete: {describe(exc)}")
+
+    # -- hooks -----------------------------------------------------------------------------------------
+
+    # The forward hooks run for every module call: the nested-call path is kept to a few attribute loads.
+
+    def _forward_pre(self, module: Any, args: Any) -> None:
+        phase = self._active
+        if phase is None:
+            if _pid != self._owner_pid or _compiling():
+                return None
+            if not self._boundary("forward"):  # before the range opens: a new step starts outside it
+                return None
+            self._open(FORWARD, id(module))
+            self._forward_depth = 1
+        elif phase.name is FORWARD and phase.thread == threading.get_ident() and not _compiling():
+            self._forward_depth += 1
+        return None
+
+    def _forward_post(self, module: Any, args: Any, output: Any) -> None:
+        phase = self._active
+        if phase is not None and phase.name is FORWARD and phase.thread == threading.get_ident():
+            if _compiling():
+                return None
+            self._forward_depth -= 1
+            if self._forward_depth <= 0:
+                self._close(phase)
+        return None
+
+    def _optimizer_pre(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        if not self._ours():
+            return None
+        phase = self._active
+        if phase is not None and phase.name == OPTIMIZER and phase.key == id(optimizer):
+            self._close(phase)  # left open by an earlier step of this optimizer that raised
+            phase = None
+        if phase is None:
+            self._open(OPTIMIZER, id(optimizer))
+        return None
+
+    def _optimizer_post(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        if not self._ours():
+            return None
+        phase = self._active
+        if phase is not None and phase.name == OPTIMIZER and phase.key == id(optimizer):
+            self._close(phase)
+        if self._active is None and self._on_optimizer_step is not None:
+            try:
+                self._on_optimizer_step(optimizer)
+            except Exception as exc:
+                self._report(exc)
+        return None
+
+    def _wrap_backward(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(original)
+        def backward(*args: Any, **kwargs: Any) -> Any:
+            opened = None
+            if self._active is None and self._ours() and self._boundary("backward"):
+                opened = self._open(BACKWARD, 0)
+            try:
+                return original(*args, **kwargs)
+            finally:
+                if opened is not None:
+                    self._close(opened)
+
+        return backward
+
+    def _wrap_next(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(original)
+        def __next__(iterator: Any) -> Any:
+            if self._active is None and self._ours():
+                self._boundary("data")  # before torch opens its enumerate(DataLoader)# range
+            return original(iterator)
+
+        return __next__

@@ -1,0 +1,384 @@
+"""``torchscope.profile()``: ``torch.profiler.profile`` with the usual recipe, writing a run directory.
+
+    with torchscope.profile(out="runs") as prof:
+        for batch in loader:
+            train_step(batch)
+            prof.step()
+    print(prof.run_dir, prof.trace_files)
+
+Guarantee: the profiler never breaks the training. If the run directory cannot be made, the profiler
+does not start, or a trace cannot be written, the problem is printed as one ``torchscope: warning:`` line,
+recorded in the manifest's ``errors``, and the training goes on (unprofiled, if need be).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import torch
+import torch.profiler
+
+from torchscope.capture.manifest import (
+    CaptureOptions,
+    Schedule,
+    Status,
+    StepSource,
+    build_manifest,
+    utc_now_iso,
+    write_manifest,
+)
+from torchscope.capture.notices import describe, warn_line
+from torchscope.capture.phases import PhaseHooks
+from torchscope.capture.rundir import DistEnv, choose_run_dir, detect_dist_env, manifest_name, worker_name
+from torchscope.capture.signals import DeferredSignals, SigtermSaver
+from torchscope.capture.steps import StepDetector
+from torchscope.capture.tracewriter import TraceWriter
+from torchscope.errors import CaptureError
+
+
+class CaptureComplete(SystemExit):
+    """Raised by :meth:`Profiler.step` with ``stop_after_active=True`` once every active window is saved.
+
+    A ``SystemExit`` with code 0, so an unmodified script ends as if it had called ``sys.exit(0)``.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(0)
+
+
+class Profiler:
+    """Context manager around ``torch.profiler.profile`` that writes a torchscope run directory.
+
+    Args:
+        out: output folder. If it does not exist it becomes the run directory; otherwise a new
+            ``<name>-<YYYYmmdd-HHMMSS>[-N]`` folder is made inside it.
+        wait, warmup, active, repeat, skip_first: the ``torch.profiler.schedule`` (steps are counted by
+            :meth:`step`). Defaults record steps 2-4: step 0 (first iteration: lazy initialisation,
+            allocator growth) is skipped and step 1 warms the profiler up.
+        record_shapes, profile_memory, with_stack, with_flops: passed to ``torch.profiler.profile``.
+            All on by default: shapes, memory and stacks are what let a diagnosis name the culprit.
+        phase_labels: label forward/backward/optimizer with ``torchscope:*`` ranges (global hooks).
+        name: run name used for the run folder (default: the script's name).
+        auto_step: detect steps by themselves (optimizer steps, else DataLoader fetches) instead of
+            waiting for :meth:`step` calls; used by ``torchscope run``.
+        stop_after_active: :meth:`step` raises :class:`CaptureComplete` once the last active window is
+            saved (``repeat`` windows, or one if ``repeat`` is 0).
+        command: the command line recorded in the manifest (default ``sys.argv``).
+        save_on_sigterm: on SIGTERM, save the partial trace and manifest, then die by SIGTERM as usual.
+    """
+
+    def __init__(
+        self,
+        out: str | os.PathLike[str] = "runs",
+        *,
+        wait: int = 1,
+        warmup: int = 1,
+        active: int = 3,
+        repeat: int = 1,
+        skip_first: int = 0,
+        record_shapes: bool = True,
+        profile_memory: bool = True,
+        with_stack: bool = True,
+        with_flops: bool = True,
+        phase_labels: bool = True,
+        name: str | None = None,
+        auto_step: bool = False,
+        stop_after_active: bool = False,
+        command: list[str] | None = None,
+        save_on_sigterm: bool = True,
+    ) -> None:
+        if min(wait, warmup, repeat, skip_first) < 0 or active < 1:
+            raise CaptureError(
+                f"invalid schedule: wait={wait} warmup={warmup} active={active} repeat={repeat} "
+                f"skip_first={skip_first} (active must be >= 1, the others >= 0)"
+            )
+        self.out = Path(out)
+        self.schedule = Schedule(skip_first=skip_first, wait=wait, warmup=warmup, active=active, repeat=repeat)
+        self.record_shapes = record_shapes
+        self.profile_memory = profile_memory
+        self.with_stack = with_stack
+        self.with_flops = with_flops
+        self.phase_labels = phase_labels
+        self.name = name or _default_name()
+        self.auto_step = auto_step
+        self.stop_after_active = stop_after_active
+        self.command = list(command) if command is not None else list(sys.argv)
+        self.save_on_sigterm = save_on_sigterm
+
+        self.run_dir: Path | None = None
+        self.steps_seen = 0
+        self.status: Status | None = None
+        self.errors: list[str] = []
+        self.exit_code: int | None = None
+        self.dist = DistEnv()
+        self._prof: Any = None  # the torch.profiler.profile while it runs
+        self._writer: Any = None
+        self._hooks: PhaseHooks | None = None
+        self._detector: StepDetector | None = None
+        self._signals = DeferredSignals()
+        self._sigterm = SigtermSaver(self._save_on_sigterm)
+        self._activities: list[str] = ["cpu"]
+        self._start_time = ""
+        self._started = False
+        self._closed = False
+        self._prof_failed = False  # the torch profiler failed to start or to step
+        self._trace_failed = False  # a trace file could not be written
+
+    # -- public API ------------------------------------------------------------------------------
+
+    @property
+    def trace_files(self) -> list[Path]:
+        """Trace files written so far (absolute paths, in the order written)."""
+        if self._writer is None or self.run_dir is None:
+            return []
+        return [self.run_dir / name for name in self._writer.files]
+
+    @property
+    def recording(self) -> bool:
+        """True while the torch profiler is running (started and not stopped or failed)."""
+        return self._prof is not None
+
+    @property
+    def step_source(self) -> StepSource:
+        return self._detector.source if self._detector is not None else "manual"
+
+    def __enter__(self) -> Profiler:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close(status_for_exception(exc))
+
+    def start(self) -> Profiler:
+        """Make the run directory, install the hooks and start the torch profiler."""
+        if self._started:
+            return self
+        self._started = True
+        self._start_time = utc_now_iso()
+        try:
+            self._start()
+        except Exception as exc:  # a torchscope bug must not stop the training either
+            self._problem(f"could not start profiling: {describe(exc)}; profiling is off for this run")
+            self._abandon()
+        return self
+
+    def _start(self) -> None:
+        self.dist = detect_dist_env()
+        try:
+            self.run_dir = choose_run_dir(self.out, self.name, self.dist)
+        except CaptureError as exc:
+            self._problem(f"{exc}; profiling is off for this run")
+            return
+        if self.save_on_sigterm:
+            self._sigterm.install()
+        with self._signals:
+            self._start_profiler()
+        if self._prof is not None and (self.phase_labels or self.auto_step):
+            self._install_hooks()
+
+    def _abandon(self) -> None:
+        """Undo whatever part of start() happened; never raises."""
+        for undo in (self._uninstall_hooks, self._stop_profiler, self._sigterm.uninstall):
+            try:
+                undo()
+            except Exception:
+                pass
+
+    def step(self) -> None:
+        """Signal that a training step ended (the next one starts). Never raises, except
+        :class:`CaptureComplete` when ``stop_after_active`` is set and the capture is complete."""
+        if self._prof is None:
+            return
+        self.steps_seen += 1
+        with self._signals:
+            try:
+                self._prof.step()
+            except Exception as exc:
+                self._prof_failed = True
+                self._problem(f"torch.profiler failed at step {self.steps_seen}: {describe(exc)}; profiling stopped")
+                self._stop_profiler()
+                if self._hooks is not None:
+                    self._hooks.retire()
+        if self.capture_complete:
+            if self.stop_after_active:
+                raise CaptureComplete()
+            if self._hooks is not None and self.schedule["repeat"] > 0:
+                self._hooks.retire()  # nothing more will be recorded: the rest of the run pays nothing
+
+    @property
+    def capture_complete(self) -> bool:
+        """True once the scheduled active windows have ended and were handed to the trace writer
+        (``repeat`` windows; the first one when ``repeat`` is 0, i.e. endless)."""
+        s = self.schedule
+        cycles = s["repeat"] or 1
+        return self.steps_seen >= s["skip_first"] + cycles * (s["wait"] + s["warmup"] + s["active"])
+
+    def close(self, status: Status = "complete", exit_code: int | None = None) -> None:
+        """Stop profiling (saving a partial active window), remove the hooks, write the manifest.
+
+        Idempotent; ``status`` is one of ``complete``, ``interrupted``, ``error``, ``stopped``.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        self.status = status
+        self.exit_code = exit_code
+        try:
+            with self._signals:
+                self._uninstall_hooks()  # closes a phase cut short, so its range ends before the trace
+                self._stop_profiler()
+                self._note_missing_trace()
+                self._write_manifest()
+        except Exception as exc:  # never let the capture's own bookkeeping fail the script
+            self._problem(f"could not finish the capture: {describe(exc)}")
+        finally:
+            # After the deferred block, which restores the handlers it found (ours included).
+            self._sigterm.uninstall()
+
+    # -- internals -------------------------------------------------------------------------------
+
+    def _start_profiler(self) -> None:
+        assert self.run_dir is not None
+        activities = [torch.profiler.ProfilerActivity.CPU]
+        try:
+            if torch.cuda.is_available():
+                activities.append(torch.profiler.ProfilerActivity.CUDA)
+                self._activities = ["cpu", "cuda"]
+        except Exception:  # a broken CUDA install must not stop a CPU capture
+            pass
+        self._writer = TraceWriter(self.run_dir, worker_name(self.dist), self._trace_problem)
+        s = self.schedule
+        try:
+            prof = torch.profiler.profile(
+                activities=activities,
+                schedule=torch.profiler.schedule(
+                    wait=s["wait"],
+                    warmup=s["warmup"],
+                    active=s["active"],
+                    repeat=s["repeat"],
+                    skip_first=s["skip_first"],
+                ),
+                on_trace_ready=self._writer,
+                record_shapes=self.record_shapes,
+                profile_memory=self.profile_memory,
+                with_stack=self.with_stack,
+                with_flops=self.with_flops,
+            )
+            prof.start()
+        except Exception as exc:
+            self._prof_failed = True
+            self._problem(f"torch.profiler failed to start: {describe(exc)}; profiling is off for this run")
+            return
+        self._prof = prof
+
+    def _install_hooks(self) -> None:
+        if self.auto_step:
+            self._detector = StepDetector(self.step)
+        detector = self._detector
+        self._hooks = PhaseHooks(
+            labels=self.phase_labels,
+            on_boundary=detector.on_boundary if detector else None,
+            on_optimizer_step=detector.on_optimizer_step if detector else None,
+            on_error=self._problem,
+        )
+        try:
+            self._hooks.install()
+        except Exception as exc:
+            self._hooks.uninstall()
+            self._hooks = None
+            self._problem(f"could not install the phase hooks: {describe(exc)}; phases are not labelled")
+
+    def _uninstall_hooks(self) -> None:
+        if self._hooks is not None:
+            self._hooks.uninstall()
+
+    def _stop_profiler(self) -> None:
+        prof, self._prof = self._prof, None
+        if prof is None:
+            return
+        try:
+            prof.stop()  # in an active window this exports what was recorded so far (a partial trace)
+        except Exception as exc:
+            self._problem(f"torch.profiler failed to stop: {describe(exc)}")
+
+    def _note_missing_trace(self) -> None:
+        if self.run_dir is None or self._prof_failed or self.trace_files or self._trace_failed:
+            return
+        s = self.schedule
+        first_active = s["skip_first"] + s["wait"] + s["warmup"]
+        if self.auto_step and self.steps_seen == 0:
+            why = "no training steps were detected (no optimizer.step() and no DataLoader iteration)"
+        else:
+            why = f"the run made {self.steps_seen} step(s) and recording starts at step {first_active}"
+        self._problem(f"no trace was written: {why}; lower --skip-first/--wait/--warmup or run more steps")
+
+    def _write_manifest(self) -> None:
+        if self.run_dir is None:
+            return
+        manifest = build_manifest(
+            command=self.command,
+            rank=self.dist.rank,
+            world_size=self.dist.world_size,
+            local_rank=self.dist.local_rank,
+            start_time=self._start_time,
+            schedule=self.schedule,
+            activities=self._activities,
+            options=CaptureOptions(
+                record_shapes=self.record_shapes,
+                profile_memory=self.profile_memory,
+                with_stack=self.with_stack,
+                with_flops=self.with_flops,
+                phase_labels=self.phase_labels and self._hooks is not None,
+                step_source=self.step_source,
+            ),
+            trace_files=[p.name for p in self.trace_files],
+            steps_seen=self.steps_seen,
+            status=self.status or "complete",
+            errors=list(self.errors),
+            exit_code=self.exit_code,
+        )
+        try:
+            write_manifest(self.run_dir / manifest_name(self.dist), manifest)
+        except OSError as exc:
+            self._problem(f"could not write the manifest in {self.run_dir}: {describe(exc)}", record=False)
+
+    def _save_on_sigterm(self) -> None:
+        self.close("interrupted")
+        if self.run_dir is not None:
+            warn_line(f"terminated by SIGTERM; the partial capture is in {self.run_dir}")
+
+    def _trace_problem(self, message: str) -> None:
+        # Every later cycle would fail the same way: one line on stderr, every occurrence in the manifest.
+        self.errors.append(message)
+        if not self._trace_failed:
+            warn_line(message)
+        self._trace_failed = True
+
+    def _problem(self, message: str, record: bool = True) -> None:
+        if record:
+            self.errors.append(message)
+        warn_line(message)
+
+
+def status_for_exception(exc: BaseException | None) -> Status:
+    """The manifest status for a capture that ended with ``exc`` (None: normally)."""
+    if exc is None:
+        return "complete"
+    if isinstance(exc, CaptureComplete):
+        return "stopped"
+    if isinstance(exc, KeyboardInterrupt):
+        return "interrupted"
+    if isinstance(exc, SystemExit):
+        return "complete"  # the script chose to exit; its code is the manifest's exit_code
+    return "error"
+
+
+def _default_name() -> str:
+    argv0 = sys.argv[0] if sys.argv and sys.argv[0] not in ("", "-c", "-m") else ""
+    return Path(argv0).stem if argv0 else "run"
+

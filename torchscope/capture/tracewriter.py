@@ -1,0 +1,58 @@
+"""The ``on_trace_ready`` callback: one Kineto trace file per schedule cycle, never an exception.
+
+File names follow ``torch.profiler.tensorboard_trace_handler``'s layout, ``<worker>.<timestamp_ms>.pt.trace.json``,
+so TensorBoard, Perfetto and chrome://tracing open the run directory as it is. Each file is exported under a
+hidden temporary name and renamed into place, so a reader never finds a half-written trace.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from torchscope.capture.notices import describe, log
+
+TRACE_SUFFIX = ".pt.trace.json"
+
+
+class TraceWriter:
+    """Callable given to ``torch.profiler.profile(on_trace_ready=...)``.
+
+    Problems (disk full, permission denied, directory removed) go to ``on_error`` as one line and the
+    training goes on: an exception here would surface in the user's ``prof.step()``.
+    """
+
+    def __init__(self, run_dir: Path, worker: str, on_error: Callable[[str], None]) -> None:
+        self.run_dir = run_dir
+        self.worker = worker
+        self.files: list[str] = []  # names relative to run_dir, in the order written
+        self._on_error = on_error
+
+    def __call__(self, prof: Any) -> None:
+        tmp: Path | None = None
+        try:
+            started = time.perf_counter()
+            name = self._free_name()
+            tmp = self.run_dir / f".{name}.partial"
+            prof.export_chrome_trace(str(tmp))
+            os.replace(tmp, self.run_dir / name)
+            self.files.append(name)
+            log.debug("wrote %s in %.2f s", name, time.perf_counter() - started)
+        except Exception as exc:
+            if tmp is not None:
+                try:
+                    tmp.unlink()
+                except OSError:
+                    pass
+            self._on_error(f"could not write a trace file in {self.run_dir}: {describe(exc)}")
+
+    def _free_name(self) -> str:
+        # Milliseconds as in the documented layout; two cycles ending in one millisecond take the next one.
+        stamp_ms = int(time.time() * 1000)
+        while (self.run_dir / f"{self.worker}.{stamp_ms}{TRACE_SUFFIX}").exists() or any(
+            f.startswith(f"{self.worker}.{stamp_ms}.") for f in self.files
+        ):
+            stamp_ms += 1
+        return f"{self.worker}.{stamp_ms}{TRACE_SUFFIX}"

@@ -1,0 +1,1 @@
+"""Bundled example workloads (no downloads): ``python -m torchscope.examples.demo_train``."""
