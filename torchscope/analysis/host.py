@@ -6,7 +6,6 @@ phases. Each function returns plain numbers and names per step; none prints or d
 from __future__ import annotations
 
 import re
-from collections import Counter
 
 import numpy as np
 
@@ -158,19 +157,19 @@ def synchronization(events: EventTable, steps: StepWindows, tree: HostTree, time
     if syncs.size == 0:
         return {"syncs_per_step": 0.0, "sync_us_per_step": 0.0, "by_op": {}, "call_sites": {}}
     op = outermost_ancestor_of(tree, times.op_mask)[syncs]
-    by_op: Counter[str] = Counter()
-    sites: Counter[str] = Counter()
+    by_op: dict[str, float] = {}
+    sites: dict[str, float] = {}
     for index, owner in zip(syncs.tolist(), op.tolist()):  # one iteration per sync call, not per event
         name = events.strings[events.name[owner if owner >= 0 else index]]
-        by_op[name] += float(events.dur_us[index])
+        by_op[name] = by_op.get(name, 0.0) + float(events.dur_us[index])
         site = _user_frame(events, tree, owner if owner >= 0 else index)
         if site:
-            sites[site] += float(events.dur_us[index])
+            sites[site] = sites.get(site, 0.0) + float(events.dur_us[index])
     return {
         "syncs_per_step": float(syncs.size / n),
         "sync_us_per_step": float(events.dur_us[syncs].sum() / n),
-        "by_op": {k: v / n for k, v in by_op.most_common(8)},
-        "call_sites": {k: v / n for k, v in sites.most_common(5)},
+        "by_op": {k: v / n for k, v in sorted(by_op.items(), key=lambda kv: -kv[1])[:8]},
+        "call_sites": {k: v / n for k, v in sorted(sites.items(), key=lambda kv: -kv[1])[:5]},
     }
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from torchscope.errors import InputError
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     parser = subparsers.add_parser("analyze", help="analyse Kineto traces and print the diagnosis")
     parser.add_argument("paths", nargs="+", metavar="PATH", help="trace file(s) (.json/.json.gz) or directory")
     parser.add_argument("--format", choices=("terminal", "json"), default="terminal")

@@ -59,7 +59,7 @@ DERIVED_COLUMNS: dict[str, Any] = {"kind": np.int8}
 ALL_COLUMNS: tuple[str, ...] = (*NUMERIC_COLUMNS, *STRING_COLUMNS, *DERIVED_COLUMNS)
 
 
-class StringInterner(dict):  # type: ignore[type-arg]
+class StringInterner(dict[Any, int]):
     """Maps a value to a dense int id; `map(interner.__getitem__, values)` runs at C speed."""
 
     def __init__(self) -> None:
