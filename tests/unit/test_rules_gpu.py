@@ -164,3 +164,42 @@ def test_straggler_rank_waits_least_in_collectives(tmp_path: Path) -> None:
     assert finding.evidence["slow_rank"] == 2
     assert finding.evidence["comm_us_per_step_by_rank"]["2"] == pytest.approx(200.0)
     assert finding.evidence["comm_wait_spread"] == pytest.approx(2800.0 / STEP_US, abs=1e-3)
+
+
+def test_blocking_copy_names_the_copy_op(tmp_path: Path) -> None:
+    b = TraceBuilder().gpu()
+    wait_us = 400.0
+    for i in range(STEPS):
+        t0 = i * STEP_US
+        b.step(i + 5, t0, STEP_US)
+        b.op("aten::to", t0 + 5, 600)
+        b.op("aten::copy_", t0 + 6, 590)
+        b.launch(t0 + 7, 10, t0 + 20, 380, name="Memcpy DtoH (Device -> Pageable)", runtime="cudaMemcpyAsync", cat="gpu_memcpy")
+        b.runtime("cudaStreamSynchronize", t0 + 20, wait_us)
+        b.launch(t0 + 700, 10, t0 + 720, 9000)
+    finding = _finding(_report(b, tmp_path), "h2d_copy.blocking")
+    assert finding.evidence["by_op_us_per_step"] == {"aten::to": pytest.approx(wait_us)}
+    assert finding.time_share == pytest.approx(wait_us / STEP_US, abs=1e-3)
+    assert "non_blocking=True" in finding.recommendation
+
+
+def test_layout_transposes_and_cudnn_benchmark_off(tmp_path: Path) -> None:
+    b = TraceBuilder().gpu()
+    for i in range(STEPS):
+        t0 = i * STEP_US
+        b.step(i + 5, t0, STEP_US)
+        b.op("aten::cudnn_convolution", t0 + 5, 100)
+        b.launch(t0 + 10, 10, t0 + 30, 300, name="void nchwToNhwcKernel<float, float, float, true, false>(int, int)")
+        b.launch(t0 + 40, 10, t0 + 400, 9000, name="sm80_xmma_fprop_implicit_gemm_f16f16_f16f32_f32_nhwckrsc_nhwc")
+    (tmp_path / "run.json").write_text('{"activities": ["cpu", "cuda"], "environment": {"cudnn_benchmark": false}}')
+    report = _report(b, tmp_path)
+    transposes = _finding(report, "compute.layout_transposes")
+    assert transposes.time_share == pytest.approx(300 / STEP_US, abs=1e-3)
+    assert "channels_last" in transposes.recommendation
+    assert _finding(report, "compute.cudnn_benchmark_off").evidence == {"cudnn_benchmark": False}
+
+
+def test_first_steps_in_the_window_are_flagged(tmp_path: Path) -> None:
+    b = TraceBuilder().gpu()
+    _busy_gpu_steps(b)  # steps 0..3
+    assert _finding(_report(b, tmp_path), "trace_quality.warmup_in_window").evidence == {"early_steps": [0, 1]}

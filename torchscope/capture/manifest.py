@@ -62,6 +62,29 @@ class Manifest(TypedDict):
     status: Status
     errors: list[str]
     exit_code: int | None  # the script's exit code under `torchscope run`; None in-code
+    environment: dict[str, object]  # what rules need to size their advice (CPUs, threads, cudnn flags)
+
+
+def capture_environment() -> dict[str, object]:
+    """CPUs and threading of this process, read at the end of the capture (never raises)."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = os.cpu_count() or 1
+    env: dict[str, object] = {
+        "cpu_count": cpus,
+        "local_world_size": int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1),
+        "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
+    }
+    torch_module = sys.modules.get("torch")
+    if torch_module is not None:
+        try:
+            env["torch_num_threads"] = int(torch_module.get_num_threads())
+            env["cudnn_benchmark"] = bool(torch_module.backends.cudnn.benchmark)
+            env["cuda_devices"] = int(torch_module.cuda.device_count()) if torch_module.cuda.is_available() else 0
+        except Exception:  # an exotic build must not cost the manifest
+            pass
+    return env
 
 
 def utc_now_iso(timestamp: float | None = None) -> str:
@@ -108,6 +131,7 @@ def build_manifest(
         options=options,
         trace_files=trace_files,
         steps_seen=steps_seen,
+        environment=capture_environment(),
         status=status,
         errors=errors,
         exit_code=exit_code,

@@ -74,6 +74,7 @@ def compute(ctx: Context) -> list[Finding]:
                 ),
             )
         )
+    findings += _layout_and_autotune(ctx)
     occupancy = device.achieved_occupancy_pct
     if device.present and occupancy is not None and occupancy < 30 and ctx.breakdown_share("kernel") > 0.5:
         findings.append(
@@ -89,6 +90,49 @@ def compute(ctx: Context) -> list[Finding]:
             )
         )
     return findings
+
+
+_LAYOUT_KERNELS = ("nchwToNhwc", "nhwcToNchw", "nchw_to_nhwc", "nhwc_to_nchw")
+
+
+def _layout_and_autotune(ctx: Context) -> list[Finding]:
+    """Convolution hygiene on GPU: layout transposes around convolutions (channels_last missing) and
+    cudnn.benchmark off (recorded in the capture manifest)."""
+    if not ctx.report.device.present:
+        return []
+    out = []
+    transposes = [k for k in ctx.report.kernels if any(p in k.name for p in _LAYOUT_KERNELS)]
+    steps = max(ctx.steps, 1)
+    if transposes:
+        us = sum(k.total_us for k in transposes) / steps
+        out.append(
+            finding(
+                id="compute.layout_transposes",
+                category="compute",
+                severity="info",
+                title=f"Convolutions convert memory layouts ({sum(k.calls for k in transposes) / steps:.0f} transpose kernels per step)",
+                evidence={"transpose_us_per_step": us, "kernels": [k.name for k in transposes[:3]]},
+                time_share=ctx.share(us),
+                recommendation="Keep activations in channels_last: model.to(memory_format=torch.channels_last) and "
+                "inputs .to(memory_format=torch.channels_last), so cuDNN's NHWC tensor-core kernels need no transposes.",
+            )
+        )
+    environment = ctx.report.run.manifest.get("environment") or {}
+    has_conv = any("convolution" in op.name for op in ctx.report.operators)
+    if has_conv and environment.get("cudnn_benchmark") is False:
+        out.append(
+            finding(
+                id="compute.cudnn_benchmark_off",
+                category="compute",
+                severity="info",
+                title="cudnn.benchmark is off in a convolutional model",
+                evidence={"cudnn_benchmark": False},
+                time_share=None,
+                recommendation="With fixed input shapes set torch.backends.cudnn.benchmark = True so cuDNN picks the "
+                "fastest convolution algorithm once (keep it off when shapes change every step).",
+            )
+        )
+    return out
 
 
 def compute_verdict(ctx: Context, others: list[Finding]) -> list[Finding]:

@@ -18,9 +18,10 @@ def data_loading(ctx: Context) -> list[Finding]:
     exposed_us = share * ctx.mean_step_us
     single = ctx.signal("dataloader", "single_process_fetches") > 0
     multi = ctx.signal("dataloader", "multi_process_fetches") > 0
-    manifest = ctx.report.run.manifest
-    cpus = manifest.get("cpu_count") if isinstance(manifest.get("cpu_count"), int) else None
-    ranks_per_node = max(int(manifest.get("local_world_size") or manifest.get("world_size") or 1), 1)
+    environment = ctx.report.run.manifest.get("environment") or {}
+    cpus = environment.get("cpu_count") if isinstance(environment.get("cpu_count"), int) else None
+    local = environment.get("local_world_size")
+    ranks_per_node = max(local if isinstance(local, int) else 1, 1)
     workers = max(min((cpus // ranks_per_node) if cpus else 4, 8), 1)
     if single:
         title = f"Data loading blocks the step: {pct(share)} of step time ({ms(exposed_us)}) with num_workers=0"
@@ -62,10 +63,14 @@ def data_loading(ctx: Context) -> list[Finding]:
 H2D_SHARE = 0.02
 
 
+_COPY_OPS = ("aten::to", "aten::copy_", "aten::_to_copy", "aten::cuda", "aten::cpu")
+
+
 def h2d_copy(ctx: Context) -> list[Finding]:
+    findings = _blocking_copies(ctx)
     count = ctx.signal("copies", "pageable_htod_per_step")
     if count <= 0:
-        return []
+        return findings
     us = ctx.signal("copies", "pageable_htod_us_per_step")
     share = ctx.share(us)
     return [
@@ -86,5 +91,28 @@ def h2d_copy(ctx: Context) -> list[Finding]:
                 "Copy from pinned memory and let the copy overlap: DataLoader(pin_memory=True) and "
                 "batch.to(device, non_blocking=True); pinned copies run at full PCIe bandwidth and do not block the host."
             ),
+        )
+    ] + findings
+
+
+def _blocking_copies(ctx: Context) -> list[Finding]:
+    """Copies that make the host wait for the device: syncs issued under aten::to / copy_ (a copy with
+    non_blocking=False, or to pageable host memory)."""
+    by_op: dict[str, float] = ctx.signal("sync", "by_op", {}) or {}
+    blocking = {op: us for op, us in by_op.items() if op in _COPY_OPS}
+    if not blocking or not ctx.has_device:
+        return []
+    us = sum(blocking.values())
+    share = ctx.share(us)
+    return [
+        finding(
+            id="h2d_copy.blocking",
+            category="h2d_copy",
+            severity="warning" if share >= H2D_SHARE else "info",
+            title=f"Blocking copies: the host waits {us / 1000:.1f} ms per step for copies to finish ({100 * share:.1f}%)",
+            evidence={"blocking_copy_sync_us_per_step": us, "by_op_us_per_step": blocking, "step_share": share},
+            time_share=share,
+            recommendation="Use tensor.to(device, non_blocking=True) from pinned memory (DataLoader(pin_memory=True)), "
+            "and create tensors directly on the device (torch.zeros(..., device='cuda')) instead of copying them.",
         )
     ]

@@ -39,6 +39,20 @@ def trace_quality(ctx: Context) -> list[Finding]:
                 recommendation="Capture at least 3 steady-state steps: schedule(wait=1, warmup=1, active=3) or more.",
             )
         )
+    early = sorted({s.step for s in report.steps if 0 <= s.step <= 1})
+    if early and report.run.step_source != "whole_trace":
+        out.append(
+            finding(
+                id="trace_quality.warmup_in_window",
+                category="trace_quality",
+                severity="info",
+                title=f"The profiled window includes the first training step(s) {early}",
+                evidence={"early_steps": early},
+                time_share=None,
+                recommendation="The first steps pay one-time costs (lazy initialisation, allocator growth, cuDNN "
+                "autotuning, compilation): profile later steps with schedule(wait=1, warmup=1, active=3) or skip_first.",
+            )
+        )
     durations = np.array([s.duration_us for s in report.steps])
     if durations.size >= MIN_STEPS:
         median = float(np.median(durations))
