@@ -68,3 +68,27 @@ def test_unwritable_trace_folder_uses_the_user_cache_dir(shared_traces: Path, tm
 def test_jobs_1_and_jobs_2_give_identical_reports(shared_traces: Path) -> None:
     folder = shared_traces / "gpu" / "hta_two_ranks_nccl"
     assert _comparable(analyze(folder, jobs=1, use_cache=False)) == _comparable(analyze(folder, jobs=2, use_cache=False))
+
+
+def test_analysis_results_are_cached_and_invalidated(shared_traces: Path, tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from torchscope.analysis import analysis_cache, rank
+
+    trace = _copy(shared_traces, "gpu/triton_single/triton_example.json.gz", tmp_path)
+    first = analyze(trace, jobs=1, use_cache=True)
+    entry = trace.parent / ".torchscope-cache" / f"{trace.name}.analysis.msgpack"
+    assert entry.is_file()
+    calls = []
+    real = rank.analyze_span
+    monkeypatch.setattr(rank, "analyze_span", lambda t: calls.append(t) or real(t))
+    assert _comparable(analyze(trace, jobs=1, use_cache=True)) == _comparable(first)
+    assert calls == []  # served from the analysis cache
+    entry.write_bytes(b"\x00garbage")
+    assert _comparable(analyze(trace, jobs=1, use_cache=True)) == _comparable(first)
+    assert len(calls) == 1  # damaged entry: recomputed (and rewritten)
+    analysis_cache.code_fingerprint.cache_clear()
+    monkeypatch.setattr(analysis_cache, "code_fingerprint", lambda: "other analysis code")
+    analyze(trace, jobs=1, use_cache=True)
+    assert len(calls) == 2  # different analysis code: recomputed
+    shutil.copy(shared_traces / "gpu/rocm_mi250/mi250_minitoy_train_ROCm6_2_kineto.json.gz", trace)
+    assert analyze(trace, jobs=1, use_cache=True).run.device_kind == "rocm"  # changed file: recomputed
+    assert len(calls) == 3

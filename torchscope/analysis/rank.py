@@ -1,8 +1,9 @@
-"""All per-rank analyses of one worker's trace files (its spans), in one picklable result.
+"""All per-rank analyses of one worker's trace files (its spans), in one small serialisable result.
 
-`analyze_rank` is what a process-pool task runs: it loads the worker's files (through the cache), runs
-every single-trace analysis on each span, and merges spans (steps are pooled; per-step signals are
-averaged weighted by each span's step count). Only this small result crosses the process boundary.
+`analyze_rank` is what a process-pool task runs: for each of the worker's files it reads the cached
+analysis result when the file is unchanged, else loads the tables (through the table cache) and runs every
+single-trace analysis; then it orders the spans and sets the rank. Only this small result crosses the
+process boundary, and it is what the analysis cache stores (`analysis_cache.py`).
 """
 
 from __future__ import annotations
@@ -11,9 +12,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import numpy as np
 
-from torchscope.analysis import host, intervals
+from torchscope.analysis import analysis_cache, host, intervals
 from torchscope.analysis.breakdown import DEVICE_CATEGORIES, PHASE_CATEGORIES, device_breakdown, phase_partition
 from torchscope.analysis.device import analyze_device
 from torchscope.analysis.memory import memory_summary
@@ -42,12 +44,14 @@ from torchscope.trace.load import load_trace_file
 from torchscope.trace.tables import TraceFile
 
 
-@dataclass
-class SpanResult:
+class SpanResult(msgspec.Struct, kw_only=True):
+    """Everything the report needs from one trace file; per-step arrays as nested lists (serialisable)."""
+
     file: str
+    first_ts_us: float
     steps: list[StepRow]
-    device_per_step: np.ndarray
-    phase_per_step: np.ndarray
+    device_per_step: list[list[float]]
+    phase_per_step: list[list[float]]
     has_device: bool
     step_source: str
     operators: list[OperatorRow]
@@ -78,19 +82,32 @@ class RankResult:
 
 
 def analyze_rank(refs: list[TraceFileRef], use_cache: bool = True, rank_fallback: int = 0) -> RankResult:
-    traces = [load_trace_file(ref.path, use_cache) for ref in refs]
-    rank = _rank_of(traces, refs, rank_fallback)
-    result = RankResult(rank=rank, worker=refs[0].worker)
-    # Spans in capture order (file names sort by timestamp already; the first event settles ties).
-    ordered = sorted(zip(traces, refs), key=lambda tr: float(tr[0].events.ts_us.min(initial=0.0)))
-    for index, (trace, _) in enumerate(ordered):
-        result.spans.append(analyze_span(trace, rank, index))
+    spans = [_span_result(ref.path, use_cache) for ref in refs]
+    rank = _rank_of(spans, refs, rank_fallback)
+    # Spans in capture order; the rank and span index are set here, not cached with the span.
+    spans.sort(key=lambda span: span.first_ts_us)
+    for index, span in enumerate(spans):
+        for step in span.steps:
+            step.rank = rank
+            step.span = index
+    return RankResult(rank=rank, worker=refs[0].worker, spans=spans)
+
+
+def _span_result(path: Path, use_cache: bool) -> SpanResult:
+    key = analysis_cache.key_for(path) if use_cache else None
+    if key is not None:
+        cached = analysis_cache.load(path, key)
+        if cached is not None:
+            return cached
+    result = analyze_span(load_trace_file(path, use_cache))
+    if key is not None:
+        analysis_cache.store(path, key, result)
     return result
 
 
-def _rank_of(traces: list[TraceFile], refs: list[TraceFileRef], fallback: int) -> int:
-    for trace in traces:
-        info = trace.header.get("distributedInfo")
+def _rank_of(spans: list[SpanResult], refs: list[TraceFileRef], fallback: int) -> int:
+    for span in spans:
+        info = span.header.get("distributedInfo")
         if isinstance(info, dict) and isinstance(info.get("rank"), int):
             return int(info["rank"])
     for ref in refs:
@@ -99,7 +116,8 @@ def _rank_of(traces: list[TraceFile], refs: list[TraceFileRef], fallback: int) -
     return fallback
 
 
-def analyze_span(trace: TraceFile, rank: int, span_index: int) -> SpanResult:
+def analyze_span(trace: TraceFile) -> SpanResult:
+    """Every single-trace analysis of one file (rank and span index are set by `analyze_rank`)."""
     events = trace.events
     steps = find_steps(events)
     tree = build_host_tree(events)
@@ -116,8 +134,8 @@ def analyze_span(trace: TraceFile, rank: int, span_index: int) -> SpanResult:
         rows.append(
             StepRow(
                 step=int(steps.number[i]),
-                rank=rank,
-                span=span_index,
+                rank=0,
+                span=0,
                 start_us=float(steps.start_us[i]),
                 duration_us=float(steps.duration_us[i]),
                 breakdown=_row(device_bd.categories, device_bd.per_step_us[i]) if has_device
@@ -143,9 +161,10 @@ def analyze_span(trace: TraceFile, rank: int, span_index: int) -> SpanResult:
     origin = float(steps.start_us[0]) if len(steps) else float(events.ts_us.min(initial=0.0))
     return SpanResult(
         file=trace.path,
+        first_ts_us=float(events.ts_us.min(initial=0.0)),
         steps=rows,
-        device_per_step=device_bd.per_step_us,
-        phase_per_step=phase_bd.per_step_us,
+        device_per_step=device_bd.per_step_us.tolist(),
+        phase_per_step=phase_bd.per_step_us.tolist(),
         has_device=has_device,
         step_source=steps.source,
         operators=merge_operator_rows([operator_rows(events, times)]),
@@ -182,10 +201,11 @@ def _device_kind(events: Any, summary: DeviceSummary, has_device: bool) -> str:
 
 
 def span_summary(span: SpanResult, rank: int) -> SpanSummary:
-    per_step = span.device_per_step if span.has_device else span.phase_per_step
+    per_step = np.asarray(span.device_per_step if span.has_device else span.phase_per_step, dtype=float)
+    per_step = per_step.reshape(len(span.steps), -1) if per_step.size else per_step.reshape(0, 0)
     categories = DEVICE_CATEGORIES if span.has_device else PHASE_CATEGORIES
     mean_step = float(np.mean([s.duration_us for s in span.steps])) if span.steps else 0.0
-    means = per_step.mean(axis=0) if per_step.shape[0] else np.zeros(len(categories))
+    means = per_step.mean(axis=0) if per_step.shape[0] and per_step.shape[1] else np.zeros(len(categories))
     return SpanSummary(
         rank=rank,
         file=Path(span.file).name,
