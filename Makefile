@@ -22,8 +22,10 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest -q
 
+# Loader/analysis figures vs HTA and the JSON floor (benchmarks/README.md); sets up its own HTA venv.
+# e.g. make bench BENCH_ARGS="--quick"   or   BENCH_ARGS="--sizes 50mb,500mb --skip-hta"
 bench: $(STAMP)
-	$(PY) benchmarks/run.py
+	$(PY) benchmarks/run.py $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache
