@@ -33,6 +33,9 @@ class TraceFormatError(InputError):
         self.path = str(path)
         self.problem = problem
 
+    def __reduce__(self) -> tuple[type, tuple[str, str]]:  # picklable across the process pool
+        return (type(self), (self.path, self.problem))
+
 
 class UsageError(TorchscopeError):
     """Wrong command-line usage."""

@@ -15,6 +15,7 @@ from torchscope.trace.kinds import Kind
 from torchscope.trace.tables import EventTable
 
 NESTED_KINDS = (Kind.CPU_OP, Kind.USER_ANNOTATION, Kind.PYTHON_FUNCTION, Kind.RUNTIME, Kind.DRIVER)
+MAX_TREE_DEPTH = 1024
 
 
 @dataclass(frozen=True)
@@ -64,6 +65,12 @@ def build_host_tree(events: EventTable) -> HostTree:
         idx = host[lo:hi]
         depth[idx] = d
         parent[idx] = np.where(p >= 0, idx[np.maximum(p, 0)], -1)
+    # Passes over the tree go level by level; a hostile trace (e.g. 100k identical events, each "inside"
+    # the previous one) would make them quadratic. Real traces nest tens of levels (Python stacks stay under
+    # the interpreter's recursion limit), so events deeper than this are left out of the tree.
+    too_deep = depth > MAX_TREE_DEPTH
+    parent[too_deep] = -1
+    depth[too_deep] = -1
     return HostTree(parent, depth)
 
 

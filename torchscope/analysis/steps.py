@@ -119,6 +119,8 @@ def _device_owner_step(
     inside = (step >= 0) & (rt_end <= host_end[np.maximum(step, 0)])
     rt_corr = events.correlation[runtime][inside]
     rt_step = step[inside]
+    if rt_corr.size == 0:  # no launch inside any step (e.g. a damaged trace)
+        return owner
     order = np.argsort(rt_corr, kind="stable")
     rt_corr, rt_step = rt_corr[order], rt_step[order]
     dev_corr = events.correlation[device]

@@ -16,6 +16,7 @@ from torchscope import __version__
 from torchscope.errors import TorchscopeError
 
 SUBCOMMANDS = ("run", "analyze", "demo")
+INTERNAL_ERROR_EXIT = 3
 
 
 class _Parser(argparse.ArgumentParser):
@@ -56,3 +57,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 0
+    except Exception as exc:  # last resort: a bug in torchscope must not end in a traceback
+        print(f"torchscope: internal error: {type(exc).__name__}: {_one_line(exc)} (please report)", file=sys.stderr)
+        return INTERNAL_ERROR_EXIT
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split())[:500]

@@ -6,7 +6,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from torchscope.errors import InputError
+from torchscope.errors import InputError, UsageError
+
+MIN_WIDTH = 20  # narrower, the tables have no room for a single column
 
 
 def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
@@ -27,6 +29,8 @@ def execute(args: argparse.Namespace) -> int:
 
     if args.jobs is not None and args.jobs < 1:
         raise InputError("--jobs must be at least 1")
+    if args.width is not None and args.width < MIN_WIDTH:
+        raise UsageError(f"--width must be at least {MIN_WIDTH}")
     report = analyze(args.paths, jobs=args.jobs, use_cache=not args.no_cache)
     if args.format == "json":
         from torchscope.render.json import render_json
@@ -53,4 +57,5 @@ def _warn_if_partial(warnings: list[str]) -> None:
     if not warnings:
         return
     more = f" (and {len(warnings) - 1} more in the report)" if len(warnings) > 1 else ""
-    print(f"torchscope: warning: partial report: {warnings[0]}{more}", file=sys.stderr)
+    line = " ".join(f"{warnings[0]}{more}".split())  # one line, even with odd file names
+    print(f"torchscope: warning: partial report: {line}", file=sys.stderr)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,6 +61,8 @@ def finding(**fields: Any) -> Finding:
 
 def _tidy(value: Any) -> Any:
     if isinstance(value, float):
+        if not math.isfinite(value):
+            return None  # NaN/inf evidence (e.g. from a damaged trace) means "unknown"
         return round(value, 3) if abs(value) < 1e6 else round(value)
     if isinstance(value, dict):
         return {k: _tidy(v) for k, v in value.items()}

@@ -150,7 +150,7 @@ def _operators(report: Report, by_shape: bool, top: int) -> Table | None:
         cells = [row.name] + ([row.input_shapes or ""] if by_shape else []) + [f"{row.calls:,}", _ms(row.host_self_us), _ms(row.host_total_us)]
         if device:
             cells += [_ms(row.device_self_us), _ms(row.device_total_us)]
-        table.add_row(*cells)
+        table.add_row(*map(Text, cells))  # Text: names are never read as rich markup
     return table
 
 
@@ -162,7 +162,7 @@ def _kernels(report: Report, top: int) -> Table | None:
         table.add_column(column, justify="left" if column in ("kernel", "launched by") else "right", overflow="ellipsis", no_wrap=True, max_width=40 if column == "kernel" else 24)
     for row in report.kernels[:top]:
         occupancy = f"{row.mean_occupancy_pct:.0f}%" if row.mean_occupancy_pct is not None else "-"
-        table.add_row(row.name, f"{row.calls:,}", _ms(row.total_us), _ms(row.mean_us), occupancy, "yes" if row.tensor_core else "no", row.launched_by)
+        table.add_row(*map(Text, (row.name, f"{row.calls:,}", _ms(row.total_us), _ms(row.mean_us), occupancy, "yes" if row.tensor_core else "no", row.launched_by)))
     return table
 
 
@@ -173,7 +173,7 @@ def _ranges(report: Report, top: int) -> Table | None:
     for column in ("range", "calls", "total", "mean"):
         table.add_column(column, justify="left" if column == "range" else "right", overflow="ellipsis", no_wrap=True, max_width=48 if column == "range" else None)
     for row in report.ranges[:top]:
-        table.add_row(row.name, f"{row.calls:,}", _ms(row.total_us), _ms(row.mean_us))
+        table.add_row(*map(Text, (row.name, f"{row.calls:,}", _ms(row.total_us), _ms(row.mean_us))))
     return table
 
 
@@ -187,7 +187,7 @@ def _spans(report: Report) -> Table | None:
         table.add_column(column, justify="left" if column == "file" else "right", overflow="ellipsis", no_wrap=True, max_width=28 if column == "file" else None)
     for span in report.spans:
         cells = [f"{span.breakdown[c].percent:.1f}" if c in span.breakdown else "-" for c in categories]
-        table.add_row(str(span.rank), span.file, str(len(span.steps)), _ms(span.mean_step_us), *cells)
+        table.add_row(*map(Text, (str(span.rank), span.file, str(len(span.steps)), _ms(span.mean_step_us), *cells)))
     return table
 
 

@@ -5,9 +5,12 @@ from __future__ import annotations
 import logging
 import os
 import time
+import warnings
+from contextlib import contextmanager
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -16,6 +19,7 @@ from torchscope.analysis.breakdown import DEVICE_CATEGORIES, PHASE_CATEGORIES
 from torchscope.analysis.distributed import rank_summaries
 from torchscope.analysis.operators import merge_operator_rows, merge_range_rows
 from torchscope.analysis.rank import RankResult, analyze_rank, span_summary
+from torchscope.errors import InputError, TorchscopeError
 from torchscope.report.merge import merge_device, merge_kernel_rows, merge_memory, weighted_signals
 from torchscope.report.model import CategoryTime, Report, RunInfo
 from torchscope.trace.discover import discover
@@ -38,22 +42,61 @@ def analyze(path: str | Path | Sequence[str | Path], jobs: int | None = None, us
     paths = [Path(p) for p in ([path] if isinstance(path, (str, Path)) else path)]
     refs = [ref for p in paths for ref in discover(p)]
     groups = group_by_worker(refs)
-    results = _analyze_ranks(groups, jobs or default_jobs(), use_cache)
-    manifests = [m for p in paths for m in read_manifests(p)]
-    report = assemble(results, manifests, [str(p) for p in paths])
-    from torchscope.diagnose.engine import diagnose
+    with quiet_numerics():
+        results, failures = _analyze_ranks(groups, jobs or default_jobs(), use_cache)
+        manifests = [m for p in paths for m in read_manifests(p)]
+        report = assemble(results, manifests, [str(p) for p in paths])
+        if failures:  # the other ranks still make a meaningful, partial report
+            report.warnings = [f"{exc} (rank skipped)" for exc in failures] + report.warnings
+            report.run.partial = True
+        from torchscope.diagnose.engine import diagnose
 
-    report.findings = diagnose(report)
+        report.findings = diagnose(report)
     log.debug("analysed %d file(s) in %.3f s", len(refs), time.perf_counter() - started)
     return report
 
 
-def _analyze_ranks(groups: list[list[Any]], jobs: int, use_cache: bool) -> list[RankResult]:
+def _analyze_ranks(
+    groups: list[list[Any]], jobs: int, use_cache: bool
+) -> tuple[list[RankResult], list[InputError]]:
+    """Results of the ranks that could be analysed, and the input errors of those that could not."""
     if jobs <= 1 or len(groups) <= 1:
-        return [analyze_rank(group, use_cache, i) for i, group in enumerate(groups)]
-    with ProcessPoolExecutor(max_workers=min(jobs, len(groups))) as pool:
-        futures = [pool.submit(analyze_rank, group, use_cache, i) for i, group in enumerate(groups)]
-        return [f.result() for f in futures]
+        return _collect(lambda i: analyze_rank(groups[i], use_cache, i), len(groups))
+    try:
+        with ProcessPoolExecutor(max_workers=min(jobs, len(groups))) as pool:
+            futures = [pool.submit(_analyze_rank_quietly, group, use_cache, i) for i, group in enumerate(groups)]
+            return _collect(lambda i: futures[i].result(), len(groups))
+    except BrokenProcessPool:
+        raise TorchscopeError(
+            "a worker process died while analysing the ranks (out of memory?); retry with --jobs 1"
+        ) from None
+
+
+@contextmanager
+def quiet_numerics() -> Iterator[None]:
+    """No numpy RuntimeWarnings (all-NaN slices, 0/0) on stderr: damaged traces produce NaNs that the
+    analyses handle, and the warnings would only break the CLI's one-line contract."""
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore", RuntimeWarning)
+        yield
+
+
+def _analyze_rank_quietly(refs: list[Any], use_cache: bool, rank_fallback: int) -> RankResult:
+    with quiet_numerics():
+        return analyze_rank(refs, use_cache, rank_fallback)
+
+
+def _collect(result_of: Callable[[int], RankResult], count: int) -> tuple[list[RankResult], list[InputError]]:
+    results: list[RankResult] = []
+    failures: list[InputError] = []
+    for index in range(count):
+        try:
+            results.append(result_of(index))
+        except InputError as exc:
+            failures.append(exc)
+    if failures and not results:
+        raise failures[0]
+    return results, failures
 
 
 def assemble(results: list[RankResult], manifests: list[dict[str, Any]], paths: list[str]) -> Report:
@@ -102,7 +145,7 @@ def _mean_breakdown(steps: list[Any], categories: Sequence[str], mean_step: floa
     return out
 
 
-_MANIFEST_KEYS = ("torchscope_version", "torch_version", "command", "host", "world_size", "schedule", "activities", "options", "status", "start_time", "steps_seen", "errors")
+_MANIFEST_KEYS = ("torchscope_version", "torch_version", "command", "host", "world_size", "schedule", "activities", "options", "status", "start_time", "steps_seen", "errors", "environment")
 
 
 def _manifest_summary(manifests: list[dict[str, Any]]) -> dict[str, Any]:

@@ -21,11 +21,23 @@ from typing import Any
 
 import numpy as np
 
-from torchscope.trace.tables import ALL_COLUMNS, EventTable, TraceFile
+from torchscope.trace.tables import (
+    ALL_COLUMNS,
+    DERIVED_COLUMNS,
+    NUMERIC_COLUMNS,
+    STRING_COLUMNS,
+    EventTable,
+    TraceFile,
+)
 
 log = logging.getLogger(__name__)
 
 CACHE_FORMAT = 1
+_DTYPES = {
+    **{c: np.dtype(t) for c, t in NUMERIC_COLUMNS.items()},
+    **{c: np.dtype(np.int32) for c in STRING_COLUMNS},
+    **{c: np.dtype(t) for c, t in DERIVED_COLUMNS.items()},
+}
 _PROBE_BYTES = 1 << 20
 
 
@@ -67,8 +79,12 @@ def _read_entry(location: Path, key: str, path: Path) -> TraceFile | None:
         strings = [blob[offsets[i] : offsets[i + 1]].decode("utf-8", "surrogatepass") for i in range(offsets.size - 1)]
         columns = {name: np.array(data[name]) for name in ALL_COLUMNS}
     lengths = {c.size for c in columns.values()}
-    if len(lengths) != 1 or any(int(c.max(initial=0)) >= len(strings) for c in _string_columns(columns)):
+    if len(lengths) != 1 or any(c.ndim != 1 or c.dtype != _DTYPES[name] for name, c in columns.items()):
         raise ValueError("inconsistent columns")
+    if any(int(c.max(initial=0)) >= len(strings) or int(c.min(initial=0)) < 0 for c in _string_columns(columns)):
+        raise ValueError("string ids out of range")
+    if not isinstance(meta.get("header"), dict) or not isinstance(meta.get("warnings", []), list):
+        raise ValueError("bad metadata")
     return TraceFile(str(path), meta["header"], EventTable(columns, strings), meta.get("warnings", []))
 
 

@@ -17,7 +17,10 @@ log = logging.getLogger(__name__)
 def load_trace_file(path: Path, use_cache: bool = True) -> TraceFile:
     """Parse one trace file, or read its tables from the cache when the file is unchanged."""
     started = time.perf_counter()
-    key = cache.cache_key(path) if use_cache else ""
+    try:
+        key = cache.cache_key(path) if use_cache else ""
+    except OSError:  # unreadable: skip the cache, and let parsing report the problem
+        use_cache = False
     if use_cache:
         cached = cache.load_cached(path, key)
         if cached is not None:

@@ -9,9 +9,9 @@ decoded event by event with type coercion; events that still do not fit are drop
 
 from __future__ import annotations
 
-import gzip
+import codecs
 import logging
-import zlib
+import re
 from operator import attrgetter
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
@@ -21,7 +21,8 @@ import numpy as np
 
 from torchscope.errors import TraceFormatError
 from torchscope.trace import schema
-from torchscope.trace.kinds import classify
+from torchscope.trace.kinds import Kind, classify
+from torchscope.trace.read import read_trace_bytes
 from torchscope.trace.tables import NUMERIC_COLUMNS, STRING_COLUMNS, EventTable, StringInterner, TraceFile
 
 log = logging.getLogger(__name__)
@@ -36,24 +37,6 @@ _BASE_STRING_SOURCES = ("ph", "cat", "name", "pid", "tid")
 _RAW_TEXT_COLUMNS = frozenset(c for c, (_, kind, _) in schema.ARG_FIELDS.items() if kind is msgspec.Raw)
 
 
-def read_trace_bytes(path: Path) -> bytes:
-    """Read a trace file, gunzipping `.gz` (or any gzip-magic) content."""
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        raise TraceFormatError(path, "no such file") from None
-    except IsADirectoryError:
-        raise TraceFormatError(path, "is a directory, not a trace file") from None
-    except OSError as exc:
-        raise TraceFormatError(path, f"cannot read file ({exc.strerror or exc})") from None
-    if data[:2] == b"\x1f\x8b":
-        try:
-            data = gzip.decompress(data)
-        except (OSError, EOFError, zlib.error) as exc:
-            raise TraceFormatError(path, f"damaged gzip data ({exc})") from None
-    return data
-
-
 def parse_trace(path: Path) -> TraceFile:
     """Read and parse one trace file."""
     return parse_trace_bytes(read_trace_bytes(path), path)
@@ -61,30 +44,80 @@ def parse_trace(path: Path) -> TraceFile:
 
 def parse_trace_bytes(data: bytes, path: Path | str = "<bytes>") -> TraceFile:
     """Parse Chrome-trace JSON (object with `traceEvents`, or a bare event array)."""
-    if not data.strip():
+    data = _to_utf8(data, path)
+    if not data or data.isspace():
         raise TraceFormatError(path, "empty file")
-    try:
-        top = schema.TOP_LEVEL_DECODER.decode(data)
-    except msgspec.DecodeError as exc:
-        raise TraceFormatError(path, _describe_decode_error(exc)) from None
-    except msgspec.ValidationError:
-        raise TraceFormatError(path, "not a Kineto trace: top level is neither an object nor an array") from None
-    except RecursionError:
-        raise TraceFormatError(path, "JSON nested too deeply") from None
+    warnings: list[str] = []
+    top = _decode_top_level(data, path, warnings)
     header, raw_events = _split_top_level(top, path)
     del top
-    warnings: list[str] = []
-    table = _build_table(raw_events, warnings)
+    table, dropped = _build_table(raw_events, warnings, path)
     del raw_events
-    _check_events(table, path)
-    _clean_times(table, warnings)
+    _check_events(table, path, dropped)
+    _clean_times(table, warnings, path)
     return TraceFile(str(path), header, table, warnings)
 
 
-def _describe_decode_error(exc: Exception) -> str:
+def _to_utf8(data: bytes, path: Path | str) -> bytes:
+    """Drop a UTF-8 byte-order mark; re-encode UTF-16 (with its BOM) as UTF-8."""
+    if data.startswith(codecs.BOM_UTF8):
+        return data[len(codecs.BOM_UTF8) :]
+    if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+        try:
+            return data.decode("utf-16").encode("utf-8", "surrogatepass")
+        except UnicodeError:
+            raise TraceFormatError(path, "damaged UTF-16 text") from None
+    return data
+
+
+def _decode_top_level(data: bytes, path: Path | str, warnings: list[str]) -> Any:
+    try:
+        return schema.TOP_LEVEL_DECODER.decode(data)
+    except msgspec.ValidationError as exc:  # valid JSON of the wrong shape (a subclass of DecodeError)
+        raise TraceFormatError(path, _describe_validation_error(exc)) from None
+    except msgspec.DecodeError as exc:
+        if not _has_non_standard_literal(data, exc):
+            raise TraceFormatError(path, _describe_decode_error(exc, data)) from None
+    except RecursionError:
+        raise TraceFormatError(path, "JSON nested too deeply") from None
+    # NaN/Infinity (written by Python's json module, not JSON): read them as null (= absent) and go on.
+    data, count = _NON_STANDARD_LITERAL.subn(rb"\1null", data)
+    warnings.append(f"read {count} non-standard NaN/Infinity value(s) as missing")
+    try:
+        return schema.TOP_LEVEL_DECODER.decode(data)
+    except (msgspec.DecodeError, RecursionError) as exc:
+        raise TraceFormatError(path, _describe_decode_error(exc, data)) from None
+
+
+# A NaN/Infinity literal in value position (after `:`, `,` or `[`, before `,`, `]` or `}`).
+_NON_STANDARD_LITERAL = re.compile(rb"([:,\[]\s*)(?:NaN|-?Infinity)(?=\s*[,\]}])")
+_ERROR_OFFSET = re.compile(r"\(byte (\d+)\)")
+_JSON_TYPE_NAMES = {"int": "number", "float": "number", "str": "string", "bool": "boolean"}
+
+
+def _has_non_standard_literal(data: bytes, exc: Exception) -> bool:
+    match = _ERROR_OFFSET.search(str(exc))
+    if match is None:
+        return False
+    offset = int(match.group(1))
+    return data[offset : offset + 9].startswith((b"NaN", b"Infinity", b"-Infinity"))
+
+
+def _describe_validation_error(exc: Exception) -> str:
+    text = str(exc)
+    got = re.search(r"got `(\w+)`", text)
+    if got:
+        kind = _JSON_TYPE_NAMES.get(got.group(1), got.group(1))
+        return f"not a Kineto trace: the top level is a JSON {kind}, not an object with 'traceEvents'"
+    return f"invalid JSON value ({text})"
+
+
+def _describe_decode_error(exc: Exception, data: bytes) -> str:
     text = str(exc)
     if "truncated" in text:
         return "truncated JSON (the file ends in the middle of the data)"
+    if b"\0" in data[:4096]:
+        return "not JSON text (binary data)"
     return f"malformed JSON ({text.removeprefix('JSON is malformed: ')})"
 
 
@@ -115,7 +148,9 @@ def _split_top_level(
     return header, events
 
 
-def _event_batches(raw_events: list[msgspec.Raw] | msgspec.Raw) -> Iterator[tuple[list[schema.Event], int]]:
+def _event_batches(
+    raw_events: list[msgspec.Raw] | msgspec.Raw, path: Path | str
+) -> Iterator[tuple[list[schema.Event], int]]:
     """Decoded events in batches, with the number of malformed events dropped from each."""
     if isinstance(raw_events, msgspec.Raw):
         try:
@@ -125,17 +160,20 @@ def _event_batches(raw_events: list[msgspec.Raw] | msgspec.Raw) -> Iterator[tupl
             try:
                 raw_events = schema.RAW_LIST_DECODER.decode(raw_events)
             except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
-                raise TraceFormatError("<trace>", "not a Kineto trace: 'traceEvents' is not an array") from None
+                raise TraceFormatError(path, "not a Kineto trace: 'traceEvents' is not an array") from None
     for start in range(0, len(raw_events), BATCH_EVENTS):
         yield _decode_batch(raw_events[start : start + BATCH_EVENTS])
 
 
-def _build_table(raw_events: list[msgspec.Raw] | msgspec.Raw, warnings: list[str]) -> EventTable:
+def _build_table(
+    raw_events: list[msgspec.Raw] | msgspec.Raw, warnings: list[str], path: Path | str
+) -> tuple[EventTable, int]:
+    """The events as columns, and how many malformed events were dropped."""
     interner = StringInterner()
     kinds = _KindCache(interner)
     parts: dict[str, list[np.ndarray]] = {c: [] for c in (*NUMERIC_COLUMNS, *STRING_COLUMNS, "kind")}
     dropped = total = 0
-    for events, batch_dropped in _event_batches(raw_events):
+    for events, batch_dropped in _event_batches(raw_events, path):
         dropped += batch_dropped
         total += batch_dropped + len(events)
         for column, values in _batch_columns(events, interner, kinds).items():
@@ -144,7 +182,7 @@ def _build_table(raw_events: list[msgspec.Raw] | msgspec.Raw, warnings: list[str
     if dropped:
         warnings.append(f"dropped {dropped} malformed event(s) of {total}")
     columns = {c: (np.concatenate(v) if v else np.zeros(0, _dtype(c))) for c, v in parts.items()}
-    return EventTable(columns, interner.strings)
+    return EventTable(columns, interner.strings), dropped
 
 
 def _dtype(column: str) -> Any:
@@ -173,6 +211,7 @@ def _decode_one_leniently(raw: msgspec.Raw) -> schema.Event | None:
         return None
     if not isinstance(obj, dict) or not isinstance(obj.get("ph"), str):
         return None
+    obj = {key: value for key, value in obj.items() if value is not None}  # null = absent: use the default
     args = obj.pop("args", None)
     try:
         event = msgspec.convert(obj, schema.Event, strict=False)
@@ -279,7 +318,9 @@ def _flow_id(value: Any) -> int:
         return hash(value) & 0x7FFFFFFFFFFFFFFF
 
 
-def _check_events(table: EventTable, path: Path | str) -> None:
+def _check_events(table: EventTable, path: Path | str, dropped: int) -> None:
+    if len(table) == 0 and dropped:
+        raise TraceFormatError(path, f"no usable events: all {dropped} event(s) are malformed")
     if len(table) == 0:
         raise TraceFormatError(path, "trace has no events")
     ph = np.asarray(table.strings, dtype=object)[table.columns["ph"]] if len(table.strings) else None
@@ -287,10 +328,15 @@ def _check_events(table: EventTable, path: Path | str) -> None:
         raise TraceFormatError(path, "not a Kineto trace: no duration or instant events")
 
 
-def _clean_times(table: EventTable, warnings: list[str]) -> None:
+def _clean_times(table: EventTable, warnings: list[str], path: Path | str) -> None:
     ts = table.columns["ts_us"]
     dur = table.columns["dur_us"]
     bad_ts = ~np.isfinite(ts)
+    metadata = table.columns["kind"] == Kind.METADATA
+    if (bad_ts & metadata).any():  # process/thread names need no timestamp (Chrome trace format)
+        first = float(ts[~bad_ts].min(initial=np.inf))
+        ts[bad_ts & metadata] = first if np.isfinite(first) else 0.0
+        bad_ts &= ~metadata
     if bad_ts.any():
         warnings.append(f"ignored {int(bad_ts.sum())} event(s) without a valid timestamp")
         keep = ~bad_ts
@@ -306,7 +352,7 @@ def _clean_times(table: EventTable, warnings: list[str]) -> None:
     if huge.any():
         warnings.append(f"set {int(huge.sum())} infinite duration(s) to 0")
         dur[huge] = 0.0
-    if len(table) == 0:
-        raise TraceFormatError("<trace>", "trace has no events with timestamps")
+    if not (table.columns["kind"] != Kind.METADATA).any():
+        raise TraceFormatError(path, "no usable events: no event has a valid timestamp")
 
 

@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Union
+from typing import Annotated, Any, Union
 
 import msgspec
 
 from torchscope.trace.kinds import Kind
 
 _RAW_EMPTY = msgspec.Raw(b"")
+# Integer args become int64 columns: a value outside int64 is invalid (and falls back to the default).
+Int64 = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
 
 
 class Event(msgspec.Struct, gc=False):
@@ -35,37 +37,37 @@ class Event(msgspec.Struct, gc=False):
 
 # column -> (JSON key in `args`, type, default). Raw-typed fields keep JSON text (shapes, grid, block).
 ARG_FIELDS: dict[str, tuple[str, Any, Any]] = {
-    "external_id": ("External id", int, -1),
-    "external_id_lower": ("external id", int, -1),  # device events in PyTorch <= 1.10
-    "correlation": ("correlation", int, -1),
-    "sequence_number": ("Sequence number", int, -1),
-    "fwd_thread_id": ("Fwd thread id", int, -1),
+    "external_id": ("External id", Int64, -1),
+    "external_id_lower": ("external id", Int64, -1),  # device events in PyTorch <= 1.10
+    "correlation": ("correlation", Int64, -1),
+    "sequence_number": ("Sequence number", Int64, -1),
+    "fwd_thread_id": ("Fwd thread id", Int64, -1),
     "input_dims": ("Input Dims", msgspec.Raw, _RAW_EMPTY),
     "input_type": ("Input type", msgspec.Raw, _RAW_EMPTY),
     "call_stack": ("Call stack", str, ""),
     "flops": ("flops", float, math.nan),
-    "stream": ("stream", int, -1),
-    "device": ("device", int, -1),
-    "nbytes": ("bytes", int, -1),
+    "stream": ("stream", Int64, -1),
+    "device": ("device", Int64, -1),
+    "nbytes": ("bytes", Int64, -1),
     "bandwidth_gbps": ("memory bandwidth (GB/s)", float, math.nan),
     "grid": ("grid", msgspec.Raw, _RAW_EMPTY),
     "block": ("block", msgspec.Raw, _RAW_EMPTY),
-    "registers_per_thread": ("registers per thread", int, -1),
-    "shared_memory": ("shared memory", int, -1),
+    "registers_per_thread": ("registers per thread", Int64, -1),
+    "shared_memory": ("shared memory", Int64, -1),
     "blocks_per_sm": ("blocks per SM", float, math.nan),
     "warps_per_sm": ("warps per SM", float, math.nan),
     "occupancy_pct": ("est. achieved occupancy %", float, math.nan),
-    "mem_bytes": ("Bytes", int, 0),
-    "total_allocated": ("Total Allocated", int, -1),
-    "total_reserved": ("Total Reserved", int, -1),
-    "device_type": ("Device Type", int, -1),
-    "device_id": ("Device Id", int, -1),
-    "addr": ("Addr", int, -1),
+    "mem_bytes": ("Bytes", Int64, 0),
+    "total_allocated": ("Total Allocated", Int64, -1),
+    "total_reserved": ("Total Reserved", Int64, -1),
+    "device_type": ("Device Type", Int64, -1),
+    "device_id": ("Device Id", Int64, -1),
+    "addr": ("Addr", Int64, -1),
     "label": ("name", str, ""),
     "collective_name": ("Collective name", str, ""),
-    "group_size": ("Group size", int, -1),
-    "in_msg_nelems": ("In msg nelems", int, -1),
-    "out_msg_nelems": ("Out msg nelems", int, -1),
+    "group_size": ("Group size", Int64, -1),
+    "in_msg_nelems": ("In msg nelems", Int64, -1),
+    "out_msg_nelems": ("Out msg nelems", Int64, -1),
     "dtype": ("dtype", str, ""),
 }
 

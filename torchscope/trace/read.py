@@ -1,0 +1,87 @@
+"""Read a trace file's bytes with bounded memory: plain JSON, or gzip inflated in chunks.
+
+Guards against adversarial files: a file (or the inflated content of a `.gz`) larger than half of this
+machine's physical memory is refused with a clear error instead of driving the machine into swap or the
+OOM killer, and gzip content that does not start like JSON is rejected after the first chunk, so a
+"zip bomb" of zeros or binary data costs one chunk, not gigabytes.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import zlib
+from pathlib import Path
+
+from torchscope.errors import TraceFormatError
+
+GZIP_MAGIC = b"\x1f\x8b"
+INFLATE_CHUNK_BYTES = 16 << 20
+# What JSON text may start with (after whitespace): an object, an array, or a UTF-8/UTF-16 byte-order mark.
+_JSON_FIRST_BYTES = frozenset(b"{[\xef\xff\xfe")
+
+
+def max_trace_bytes() -> int:
+    """The largest trace text torchscope will hold in memory: half of physical memory (at least 1 GiB)."""
+    try:
+        physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):  # pragma: no cover - not POSIX
+        return 1 << 40
+    return max(physical // 2, 1 << 30)
+
+
+def read_trace_bytes(path: Path) -> bytes:
+    """The JSON text of a trace file, gunzipping `.gz` (or any gzip-magic) content."""
+    limit = max_trace_bytes()
+    try:
+        if path.stat().st_size > limit:
+            raise TraceFormatError(path, f"file is larger than {_size(limit)} (half of this machine's memory)")
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise TraceFormatError(path, "no such file") from None
+    except IsADirectoryError:
+        raise TraceFormatError(path, "is a directory, not a trace file") from None
+    except OSError as exc:
+        raise TraceFormatError(path, f"cannot read file ({exc.strerror or exc})") from None
+    if data[:2] == GZIP_MAGIC:
+        return gunzip(data, path, limit)
+    return data
+
+
+def gunzip(data: bytes, path: Path | str, limit: int) -> bytes:
+    """Inflate all gzip members of `data`, refusing non-JSON content and more than `limit` bytes."""
+    out = io.BytesIO()
+    pending = data
+    while pending:
+        inflater = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)  # one gzip member
+        try:
+            while not inflater.eof:
+                chunk = inflater.decompress(pending, INFLATE_CHUNK_BYTES)
+                pending = inflater.unconsumed_tail
+                if not chunk and not pending:
+                    raise TraceFormatError(path, "damaged gzip data (truncated: the stream ends early)")
+                if out.tell() == 0:
+                    _check_json_start(chunk, path)
+                if out.tell() + len(chunk) > limit:
+                    raise TraceFormatError(
+                        path, f"gzip data inflates to more than {_size(limit)} (half of this machine's memory)"
+                    )
+                out.write(chunk)
+        except zlib.error as exc:
+            raise TraceFormatError(path, f"damaged gzip data ({exc})") from None
+        pending = inflater.unused_data
+        if pending[:2] != GZIP_MAGIC:
+            if pending.strip(b"\0"):
+                raise TraceFormatError(path, "damaged gzip data (unexpected bytes after the end of the stream)")
+            break  # trailing zero padding, as gzip(1) accepts
+    return out.getvalue()
+
+
+def _check_json_start(chunk: bytes, path: Path | str) -> None:
+    head = chunk[:4096].lstrip()
+    if head and head[0] not in _JSON_FIRST_BYTES:
+        raise TraceFormatError(path, f"gzip content is not JSON (it starts with {head[:16]!r})")
+
+
+def _size(nbytes: int) -> str:
+    return f"{nbytes / (1 << 30):.1f} GiB" if nbytes >= 1 << 30 else f"{nbytes / (1 << 20):.1f} MiB"
