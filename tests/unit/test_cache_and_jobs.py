@@ -92,3 +92,14 @@ def test_analysis_results_are_cached_and_invalidated(shared_traces: Path, tmp_pa
     shutil.copy(shared_traces / "gpu/rocm_mi250/mi250_minitoy_train_ROCm6_2_kineto.json.gz", trace)
     assert analyze(trace, jobs=1, use_cache=True).run.device_kind == "rocm"  # changed file: recomputed
     assert len(calls) == 3
+
+
+def test_folders_without_write_bits_are_left_alone_even_for_root(shared_traces: Path, tmp_path: Path) -> None:
+    trace = _copy(shared_traces, "gpu/triton_single/triton_example.json.gz", tmp_path)
+    trace.parent.chmod(0o555)
+    try:
+        analyze(trace, jobs=1, use_cache=True)
+        assert not (trace.parent / ".torchscope-cache").exists()
+        assert cache.load_cached(trace, cache.cache_key(trace)) is not None  # in the user cache instead
+    finally:
+        trace.parent.chmod(0o755)

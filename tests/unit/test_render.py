@@ -75,3 +75,19 @@ def test_cli_usage_errors_are_one_line_and_exit_2(argv: list[str], tmp_path: Pat
     done = subprocess.run([sys.executable, "-m", "torchscope", *argv], capture_output=True, text=True, timeout=60, cwd=tmp_path)
     assert done.returncode == 2
     assert "Traceback" not in done.stderr
+
+
+def test_control_characters_in_trace_names_are_escaped(tmp_path: Path) -> None:
+    b = TraceBuilder()
+    b.step(1, 0, 100)
+    b.op("evil\x1b[2J\x1b[31mname\r\nnext", 10, 50)
+    report = analyze(b.write(tmp_path / "evil.json"), jobs=1, use_cache=False)
+    text = render_terminal(report, width=200)
+    assert "\x1b" not in text and "\r" not in text
+    assert "evil\\x1b[2J" in text
+
+
+def test_top_must_be_positive(tmp_path: Path) -> None:
+    done = subprocess.run([sys.executable, "-m", "torchscope", "analyze", str(_minimal(tmp_path)), "--top", "0"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "--top" in done.stderr and "Traceback" not in done.stderr

@@ -53,8 +53,9 @@ class _Entry(msgspec.Struct):
     span: bytes  # the SpanResult, MessagePack-encoded
 
 
-def _locations(path: Path) -> list[Path]:
-    return [location.with_name(location.name.removesuffix(".npz") + _SUFFIX) for location in table_cache._locations(path)]
+def _locations(path: Path, writable: bool = False) -> list[Path]:
+    tables = table_cache.writable_locations(path) if writable else table_cache._locations(path)
+    return [location.with_name(location.name.removesuffix(".npz") + _SUFFIX) for location in tables]
 
 
 def load(path: Path, key: str) -> "SpanResult | None":
@@ -74,7 +75,7 @@ def load(path: Path, key: str) -> "SpanResult | None":
 
 def store(path: Path, key: str, span: "SpanResult") -> Path | None:
     payload = msgspec.msgpack.encode(_Entry(key, msgspec.msgpack.encode(span)))
-    for location in _locations(path):
+    for location in _locations(path, writable=True):
         try:
             location.parent.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(dir=location.parent, suffix=".tmp")

@@ -11,6 +11,13 @@ from torchscope.errors import InputError, UsageError
 MIN_WIDTH = 20  # narrower, the tables have no room for a single column
 
 
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
 def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     parser = subparsers.add_parser("analyze", help="analyse Kineto traces and print the diagnosis")
     parser.add_argument("paths", nargs="+", metavar="PATH", help="trace file(s) (.json/.json.gz) or directory")
@@ -20,7 +27,7 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     parser.add_argument("--no-cache", action="store_true", help="do not read or write the parsed-trace cache")
     parser.add_argument("--width", type=int, default=None, help="terminal report width")
     parser.add_argument("--by-shape", action="store_true", help="terminal: group the operator table by input shape")
-    parser.add_argument("--top", type=int, default=10, help="terminal: rows per table (default 10)")
+    parser.add_argument("--top", type=_positive, default=10, help="terminal: rows per table (default 10)")
     parser.set_defaults(func=execute)
 
 

@@ -14,6 +14,21 @@ from rich.text import Text
 
 from torchscope.report.model import CategoryTime, Finding, Report
 
+# Names come from the trace (user code): control characters would move the cursor or recolour the
+# terminal, so they are shown escaped (\x1b), never sent.
+_CONTROL = {c: f"\\x{c:02x}" for c in (*range(0x00, 0x20), *range(0x7F, 0xA0)) if c not in (0x0A,)}
+_CONTROL_IN_CELLS = {**_CONTROL, 0x0A: "\\n"}
+
+
+def _safe(text: str, cell: bool = False) -> str:
+    return text.translate(_CONTROL_IN_CELLS if cell else _CONTROL)
+
+
+def _text(value: str, style: str = "") -> Text:
+    """A table cell: never read as rich markup, control characters escaped."""
+    return Text(_safe(value, cell=True), style=style)
+
+
 SEVERITY_STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
 BAR_WIDTH = 30
 TOP_ROWS = 10
@@ -59,7 +74,7 @@ def _header(report: Report) -> Text:
     spread = (max(durations) - min(durations)) if durations else 0.0
     text = Text()
     text.append("torchscope", style="bold")
-    text.append(f"  {', '.join(report.run.paths)}\n")
+    text.append(_safe(f"  {', '.join(report.run.paths)}", cell=True) + "\n")
     ranks = report.run.ranks
     text.append(
         f"{report.run.device_kind.upper()} trace, {len(report.run.trace_files)} file(s), "
@@ -69,7 +84,7 @@ def _header(report: Report) -> Text:
         text.append(" (no ProfilerStep markers: whole trace as one window)", style="yellow")
     text.append(f"\nstep time: mean {_ms(mean)}, min {_ms(min(durations, default=0))}, max {_ms(max(durations, default=0))} (spread {_ms(spread)})")
     if report.device.present and report.device.utilization is not None:
-        text.append(f"\nGPU: {report.device.name or 'device'}  utilisation {100 * report.device.utilization:.1f}%")
+        text.append(f"\nGPU: {_safe(report.device.name or 'device', cell=True)}  utilisation {100 * report.device.utilization:.1f}%")
         if report.device.sm_efficiency is not None:
             text.append(f"  est. SM efficiency {100 * report.device.sm_efficiency:.1f}%")
         if report.device.achieved_occupancy_pct is not None:
@@ -86,14 +101,14 @@ def _findings(findings: list[Finding]) -> Any:
         head.append(f"{number}. ")
         head.append(f"[{f.severity.upper()}] ", style=SEVERITY_STYLE[f.severity])
         head.append(f"{f.category}: ", style="bold")
-        head.append(f.title)
+        head.append(_safe(f.title, cell=True))
         if f.time_share is not None:
             head.append(f"  (costs {100 * f.time_share:.1f}% of step time)", style="bold")
         parts.append(head)
         evidence = ", ".join(f"{k}={_evidence_value(k, v)}" for k, v in f.evidence.items() if v not in (None, {}, []))
         if evidence:
-            parts.append(Text(f"   evidence: {evidence}", style="dim"))
-        parts.append(Text(f"   fix: {f.recommendation}"))
+            parts.append(Text(_safe(f"   evidence: {evidence}", cell=True), style="dim"))
+        parts.append(Text(_safe(f"   fix: {f.recommendation}", cell=True)))
     return Panel(Group(*parts), title="Diagnosis (most costly first)", box=box.ROUNDED)
 
 
@@ -150,7 +165,7 @@ def _operators(report: Report, by_shape: bool, top: int) -> Table | None:
         cells = [row.name] + ([row.input_shapes or ""] if by_shape else []) + [f"{row.calls:,}", _ms(row.host_self_us), _ms(row.host_total_us)]
         if device:
             cells += [_ms(row.device_self_us), _ms(row.device_total_us)]
-        table.add_row(*map(Text, cells))  # Text: names are never read as rich markup
+        table.add_row(*map(_text, cells))  # Text: names are never read as rich markup
     return table
 
 
@@ -162,7 +177,7 @@ def _kernels(report: Report, top: int) -> Table | None:
         table.add_column(column, justify="left" if column in ("kernel", "launched by") else "right", overflow="ellipsis", no_wrap=True, max_width=40 if column == "kernel" else 24)
     for row in report.kernels[:top]:
         occupancy = f"{row.mean_occupancy_pct:.0f}%" if row.mean_occupancy_pct is not None else "-"
-        table.add_row(*map(Text, (row.name, f"{row.calls:,}", _ms(row.total_us), _ms(row.mean_us), occupancy, "yes" if row.tensor_core else "no", row.launched_by)))
+        table.add_row(*map(_text, (row.name, f"{row.calls:,}", _ms(row.total_us), _ms(row.mean_us), occupancy, "yes" if row.tensor_core else "no", row.launched_by)))
     return table
 
 
@@ -173,7 +188,7 @@ def _ranges(report: Report, top: int) -> Table | None:
     for column in ("range", "calls", "total", "mean"):
         table.add_column(column, justify="left" if column == "range" else "right", overflow="ellipsis", no_wrap=True, max_width=48 if column == "range" else None)
     for row in report.ranges[:top]:
-        table.add_row(*map(Text, (row.name, f"{row.calls:,}", _ms(row.total_us), _ms(row.mean_us))))
+        table.add_row(*map(_text, (row.name, f"{row.calls:,}", _ms(row.total_us), _ms(row.mean_us))))
     return table
 
 
@@ -187,7 +202,7 @@ def _spans(report: Report) -> Table | None:
         table.add_column(column, justify="left" if column == "file" else "right", overflow="ellipsis", no_wrap=True, max_width=28 if column == "file" else None)
     for span in report.spans:
         cells = [f"{span.breakdown[c].percent:.1f}" if c in span.breakdown else "-" for c in categories]
-        table.add_row(*map(Text, (str(span.rank), span.file, str(len(span.steps)), _ms(span.mean_step_us), *cells)))
+        table.add_row(*map(_text, (str(span.rank), span.file, str(len(span.steps)), _ms(span.mean_step_us), *cells)))
     return table
 
 
@@ -205,4 +220,4 @@ def _ranks(report: Report) -> Table | None:
 def _warnings(report: Report) -> Text | None:
     if not report.warnings:
         return None
-    return Text("warnings:\n" + "\n".join(f"  {w}" for w in report.warnings[:10]), style="yellow")
+    return Text("warnings:\n" + "\n".join(f"  {_safe(w, cell=True)}" for w in report.warnings[:10]), style="yellow")

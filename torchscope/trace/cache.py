@@ -3,7 +3,7 @@
 Entries are uncompressed `.npz` files (numpy arrays only, loaded with `allow_pickle=False`): the columns,
 the string table as one UTF-8 blob with offsets, and the header as JSON. An entry sits in
 `.torchscope-cache/` next to the trace, or under `$XDG_CACHE_HOME/torchscope` (default `~/.cache`) when
-that folder is not writable. The key covers the absolute path, size, mtime, a CRC of the first and last
+that folder is not writable (or has no write permission bits, even for root). The key covers the absolute path, size, mtime, a CRC of the first and last
 MiB and the cache format version, so a changed or different file is never served from a stale entry.
 A corrupt or foreign entry is ignored and rebuilt.
 """
@@ -58,6 +58,25 @@ def _locations(path: Path) -> list[Path]:
     return [local, base / "torchscope" / f"{digest}-{path.name}.npz"]
 
 
+def writable_locations(path: Path) -> list[Path]:
+    """The cache locations we may write. A folder without any write permission bit is treated as
+    read-only even for root (which the kernel would let through), so shared trace folders stay clean."""
+    return [location for location in _locations(path) if _may_write(location.parent)]
+
+
+def _may_write(folder: Path) -> bool:
+    existing = folder
+    while not existing.exists():
+        if existing.parent == existing:
+            return False
+        existing = existing.parent
+    try:
+        mode = existing.stat().st_mode
+    except OSError:
+        return False
+    return existing.is_dir() and bool(mode & 0o222) and os.access(existing, os.W_OK)
+
+
 def load_cached(path: Path, key: str) -> TraceFile | None:
     for location in _locations(path):
         if not location.is_file():
@@ -106,7 +125,7 @@ def store(path: Path, key: str, trace: TraceFile) -> Path | None:
         "__offsets__": offsets,
         **trace.events.columns,
     }
-    for location in _locations(path):
+    for location in writable_locations(path):
         try:
             location.parent.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(dir=location.parent, suffix=".tmp")
