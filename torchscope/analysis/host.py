@@ -14,7 +14,7 @@ from torchscope.analysis.markers import LABEL_PREFIX, phase_masks
 from torchscope.analysis.nesting import HostTree, nearest_ancestor_of, outermost_ancestor_of
 from torchscope.analysis.operators import OpTimes
 from torchscope.analysis.steps import STEP_PREFIX, StepWindows
-from torchscope.trace.kinds import Kind
+from torchscope.trace.kinds import Kind, kind_mask
 from torchscope.trace.tables import EventTable
 
 SYNC_CALLS = frozenset(
@@ -44,7 +44,7 @@ def main_thread_mask(events: EventTable) -> np.ndarray:
     """Events on the thread that records the ProfilerStep markers (the training loop's thread)."""
     is_step = events.string_mask(lambda s: s.startswith(STEP_PREFIX))[events.name] & (events.kind != Kind.GPU_USER_ANNOTATION)
     if not is_step.any():
-        host = np.isin(events.kind, (Kind.CPU_OP, Kind.USER_ANNOTATION))
+        host = kind_mask(events.kind, (Kind.CPU_OP, Kind.USER_ANNOTATION))
         if not host.any():
             return np.zeros(len(events), dtype=bool)
         keys = (events.pid[host].astype(np.int64) << 32) | events.tid[host]
@@ -128,7 +128,7 @@ def launch_overhead(events: EventTable, steps: StepWindows) -> dict[str, float]:
         "median_kernel_us": float(np.median(events.dur_us[kernels])),
         "median_launch_us": float(np.median(events.dur_us[launcher[ok]])) if ok.any() else 0.0,
         "runtime_us_per_step": float(
-            events.dur_us[np.isin(events.kind, (Kind.RUNTIME, Kind.DRIVER)) & (_in_steps(events.ts_us, steps) >= 0)].sum() / n
+            events.dur_us[kind_mask(events.kind, (Kind.RUNTIME, Kind.DRIVER)) & (_in_steps(events.ts_us, steps) >= 0)].sum() / n
         ),
     }
 
@@ -151,7 +151,7 @@ def _user_frame(events: EventTable, tree: HostTree, index: int) -> str:
 
 def synchronization(events: EventTable, steps: StepWindows, tree: HostTree, times: OpTimes) -> dict[str, object]:
     """Host-blocking device synchronisations inside steps: count, time, the ops and call sites causing them."""
-    is_sync = events.string_mask(lambda s: s in SYNC_CALLS)[events.name] & np.isin(events.kind, (Kind.RUNTIME, Kind.DRIVER))
+    is_sync = events.string_mask(lambda s: s in SYNC_CALLS)[events.name] & kind_mask(events.kind, (Kind.RUNTIME, Kind.DRIVER))
     syncs = np.flatnonzero(is_sync & (_in_steps(events.ts_us, steps) >= 0))
     n = max(len(steps), 1)
     if syncs.size == 0:
@@ -196,8 +196,8 @@ def optimizer_details(events: EventTable, steps: StepWindows, tree: HostTree, ti
     zero_grad fills gradients with zeros instead of setting them to None."""
     n = max(len(steps), 1)
     names = np.array(events.strings, dtype=object)
-    step_range = events.string_mask(lambda s: s.startswith("Optimizer.step#"))[events.name] & np.isin(events.kind, (Kind.CPU_OP, Kind.USER_ANNOTATION))
-    zero_range = events.string_mask(lambda s: s.startswith("Optimizer.zero_grad#"))[events.name] & np.isin(events.kind, (Kind.CPU_OP, Kind.USER_ANNOTATION))
+    step_range = events.string_mask(lambda s: s.startswith("Optimizer.step#"))[events.name] & kind_mask(events.kind, (Kind.CPU_OP, Kind.USER_ANNOTATION))
+    zero_range = events.string_mask(lambda s: s.startswith("Optimizer.zero_grad#"))[events.name] & kind_mask(events.kind, (Kind.CPU_OP, Kind.USER_ANNOTATION))
     # By time, not by tree: Python frames recorded with stacks can straddle the range's edges.
     under_step = _starts_inside(events, step_range)
     under_zero = _starts_inside(events, zero_range)
@@ -239,7 +239,7 @@ def outside_phases(
     phase = np.zeros(len(events), dtype=bool)
     for mask in phase_masks(events).values():
         phase |= mask
-    host = np.isin(events.kind, (Kind.CPU_OP, Kind.USER_ANNOTATION, Kind.PYTHON_FUNCTION))
+    host = kind_mask(events.kind, (Kind.CPU_OP, Kind.USER_ANNOTATION, Kind.PYTHON_FUNCTION))
     own = events.string_mask(lambda s: s.startswith((STEP_PREFIX, LABEL_PREFIX)))[events.name]
     inside_phase = nearest_ancestor_of(tree, phase) >= 0
     profiler_frames = events.string_mask(_is_profiler_frame)[events.name]

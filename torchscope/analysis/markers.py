@@ -20,7 +20,7 @@ from typing import Callable
 
 import numpy as np
 
-from torchscope.trace.kinds import Kind
+from torchscope.trace.kinds import Kind, kind_mask
 from torchscope.trace.tables import EventTable
 
 LABEL_PREFIX = "torchscope:"
@@ -82,23 +82,33 @@ def user_phase_of(name: str) -> str | None:
 
 def name_mask(events: EventTable, predicate: Callable[[str], bool], kinds: tuple[Kind, ...]) -> np.ndarray:
     """Events of `kinds` whose name satisfies `predicate` (evaluated once per distinct string)."""
-    return events.string_mask(predicate)[events.name] & np.isin(events.kind, kinds)
+    return events.string_mask(predicate)[events.name] & kind_mask(events.kind, kinds)
 
 
 HOST_RANGES = (Kind.CPU_OP, Kind.USER_ANNOTATION)
 
 
+_USER_PHASES = ("forward", "backward", "optimizer", "data_loading")
+
+
 def phase_masks(events: EventTable) -> dict[str, np.ndarray]:
-    """Event masks of the ranges that mark each training phase on the host."""
-    user = events.string_mask(lambda s: user_phase_of(s) is not None)[events.name] & (
-        events.kind == Kind.USER_ANNOTATION
-    )
-    user_phase = np.array([user_phase_of(s) or "" for s in events.strings], dtype=object)[events.name]
+    """Event masks of the ranges that mark each training phase on the host (computed once per table)."""
+    return events.memo("phase_masks", lambda: _phase_masks(events))  # type: ignore[no-any-return]
+
+
+def _phase_masks(events: EventTable) -> dict[str, np.ndarray]:
+    # One small code per distinct string, then one lookup per event (no per-event Python).
+    codes = np.array([(_USER_PHASES.index(p) + 1) if (p := user_phase_of(s)) else 0 for s in events.strings], dtype=np.int8)
+    user = codes[events.name] * (events.kind == Kind.USER_ANNOTATION)
+
+    def by_user(phase: str) -> np.ndarray:
+        return user == _USER_PHASES.index(phase) + 1
+
     return {
-        "data_loading": name_mask(events, is_data_loading_name, HOST_RANGES) | (user & (user_phase == "data_loading")),
-        "optimizer": name_mask(events, is_optimizer_name, HOST_RANGES) | (user & (user_phase == "optimizer")),
-        "backward": name_mask(events, is_backward_name, HOST_RANGES) | (user & (user_phase == "backward")),
-        "forward": name_mask(events, is_forward_name, HOST_RANGES) | (user & (user_phase == "forward")),
+        "data_loading": name_mask(events, is_data_loading_name, HOST_RANGES) | by_user("data_loading"),
+        "optimizer": name_mask(events, is_optimizer_name, HOST_RANGES) | by_user("optimizer"),
+        "backward": name_mask(events, is_backward_name, HOST_RANGES) | by_user("backward"),
+        "forward": name_mask(events, is_forward_name, HOST_RANGES) | by_user("forward"),
         "communication": name_mask(events, is_comm_op_name, HOST_RANGES),
     }
 

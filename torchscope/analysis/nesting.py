@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from torchscope.trace.kinds import Kind
+from torchscope.trace.kinds import Kind, kind_mask
 from torchscope.trace.tables import EventTable
 
 NESTED_KINDS = (Kind.CPU_OP, Kind.USER_ANNOTATION, Kind.PYTHON_FUNCTION, Kind.RUNTIME, Kind.DRIVER)
@@ -51,7 +51,7 @@ def build_host_tree(events: EventTable) -> HostTree:
     n = len(events)
     parent = np.full(n, -1, dtype=np.int64)
     depth = np.full(n, -1, dtype=np.int64)
-    host = np.flatnonzero(np.isin(events.kind, NESTED_KINDS))
+    host = np.flatnonzero(kind_mask(events.kind, NESTED_KINDS))
     if host.size == 0:
         return HostTree(parent, depth)
     thread_key = (events.pid[host].astype(np.int64) << 32) | events.tid[host].astype(np.int64)
@@ -133,7 +133,7 @@ def outermost_ancestor_of(tree: HostTree, mask: np.ndarray) -> np.ndarray:
 
 def launcher_of_device_events(events: EventTable, device: np.ndarray) -> np.ndarray:
     """The host runtime call (event index) that launched each device event, by correlation id."""
-    runtime = np.flatnonzero(np.isin(events.kind, (Kind.RUNTIME, Kind.DRIVER)) & (events.correlation >= 0))
+    runtime = np.flatnonzero(kind_mask(events.kind, (Kind.RUNTIME, Kind.DRIVER)) & (events.correlation >= 0))
     launcher = np.full(device.size, -1, dtype=np.int64)
     if runtime.size == 0 or device.size == 0:
         return launcher

@@ -39,7 +39,7 @@ from torchscope.report.model import (
     StepRow,
 )
 from torchscope.trace.discover import TraceFileRef
-from torchscope.trace.kinds import DEVICE_KINDS, Kind
+from torchscope.trace.kinds import DEVICE_KINDS, Kind, kind_mask
 from torchscope.trace.load import load_trace_file
 from torchscope.trace.tables import TraceFile
 
@@ -122,7 +122,7 @@ def analyze_span(trace: TraceFile) -> SpanResult:
     steps = find_steps(events)
     tree = build_host_tree(events)
     times = op_times(events, tree)
-    has_device = bool(np.isin(events.kind, DEVICE_KINDS).any())
+    has_device = bool(kind_mask(events.kind, DEVICE_KINDS).any())
     device_bd = device_breakdown(events, steps)
     phase_bd, phase_sets = phase_partition(events, steps)
     compute_set = intervals.union(

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from torchscope.trace.kinds import DEVICE_KINDS, Kind
+from torchscope.trace.kinds import DEVICE_KINDS, Kind, kind_mask
 from torchscope.trace.tables import EventTable
 
 STEP_PREFIX = "ProfilerStep#"
@@ -41,8 +41,12 @@ class StepWindows:
 
 
 def step_marker_mask(events: EventTable) -> np.ndarray:
+    return events.memo("step_markers", lambda: _step_marker_mask(events))  # type: ignore[no-any-return]
+
+
+def _step_marker_mask(events: EventTable) -> np.ndarray:
     is_step_name = events.string_mask(lambda s: s.startswith(STEP_PREFIX))[events.name]
-    return is_step_name & np.isin(events.kind, (Kind.CPU_OP, Kind.USER_ANNOTATION))
+    return is_step_name & kind_mask(events.kind, (Kind.CPU_OP, Kind.USER_ANNOTATION))
 
 
 def find_steps(events: EventTable) -> StepWindows:
@@ -66,7 +70,7 @@ def _step_number(name: str) -> int:
 
 
 def _whole_trace(events: EventTable) -> StepWindows:
-    timed = np.isin(events.kind, (*DEVICE_KINDS, Kind.CPU_OP, Kind.USER_ANNOTATION, Kind.RUNTIME, Kind.PYTHON_FUNCTION))
+    timed = kind_mask(events.kind, (*DEVICE_KINDS, Kind.CPU_OP, Kind.USER_ANNOTATION, Kind.RUNTIME, Kind.PYTHON_FUNCTION))
     if not timed.any():
         timed = events.kind != Kind.METADATA
     start = float(events.ts_us[timed].min(initial=np.inf))
@@ -80,8 +84,8 @@ def _whole_trace(events: EventTable) -> StepWindows:
 def _stretch_to_device(
     events: EventTable, numbers: np.ndarray, host_start: np.ndarray, host_end: np.ndarray
 ) -> StepWindows:
-    device = np.flatnonzero(np.isin(events.kind, DEVICE_KINDS))
-    runtime = np.flatnonzero(np.isin(events.kind, (Kind.RUNTIME, Kind.DRIVER)) & (events.correlation >= 0))
+    device = np.flatnonzero(kind_mask(events.kind, DEVICE_KINDS))
+    runtime = np.flatnonzero(kind_mask(events.kind, (Kind.RUNTIME, Kind.DRIVER)) & (events.correlation >= 0))
     owner = _device_owner_step(events, device, runtime, host_start, host_end)
     if device.size == 0 or not (owner >= 0).any():
         return StepWindows(numbers, host_start, host_end, host_start.copy(), host_end.copy(), "profiler_step", False)

@@ -32,7 +32,7 @@ from torchscope.trace.tables import (
 
 log = logging.getLogger(__name__)
 
-CACHE_FORMAT = 1
+CACHE_FORMAT = 2  # 2: fewer, narrower columns
 _DTYPES = {
     **{c: np.dtype(t) for c, t in NUMERIC_COLUMNS.items()},
     **{c: np.dtype(np.int32) for c in STRING_COLUMNS},

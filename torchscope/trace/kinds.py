@@ -61,6 +61,13 @@ DEVICE_KINDS = (Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET)
 HOST_RANGE_KINDS = (Kind.CPU_OP, Kind.USER_ANNOTATION, Kind.PYTHON_FUNCTION)
 
 
+def kind_mask(kinds: np.ndarray, wanted: "tuple[Kind, ...] | Kind") -> np.ndarray:
+    """`np.isin(kinds, wanted)` as one table lookup (kinds are small integers)."""
+    table = np.zeros(len(Kind), dtype=bool)
+    table[list(wanted) if isinstance(wanted, tuple) else [wanted]] = True
+    return table[kinds]
+
+
 def kind_of_category(category: str) -> Kind:
     """Map a trace `cat` string to a Kind (case-insensitive)."""
     lowered = category.lower()

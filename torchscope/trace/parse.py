@@ -12,7 +12,7 @@ from __future__ import annotations
 import codecs
 import logging
 import re
-from operator import attrgetter
+from operator import attrgetter, itemgetter
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
@@ -21,7 +21,7 @@ import numpy as np
 
 from torchscope.errors import TraceFormatError
 from torchscope.trace import schema
-from torchscope.trace.kinds import Kind, classify
+from torchscope.trace.kinds import Kind, classify, kind_mask
 from torchscope.trace.read import read_trace_bytes
 from torchscope.trace.tables import NUMERIC_COLUMNS, STRING_COLUMNS, EventTable, StringInterner, TraceFile
 
@@ -168,21 +168,40 @@ def _event_batches(
 def _build_table(
     raw_events: list[msgspec.Raw] | msgspec.Raw, warnings: list[str], path: Path | str
 ) -> tuple[EventTable, int]:
-    """The events as columns, and how many malformed events were dropped."""
+    """The events as columns, and how many malformed events were dropped.
+
+    Columns are allocated once, for every event, and each batch is written into its slice: no per-batch
+    parts to concatenate (which would hold a second copy of every column at the peak)."""
     interner = StringInterner()
     kinds = _KindCache(interner)
-    parts: dict[str, list[np.ndarray]] = {c: [] for c in (*NUMERIC_COLUMNS, *STRING_COLUMNS, "kind")}
-    dropped = total = 0
+    capacity = None if isinstance(raw_events, msgspec.Raw) else len(raw_events)
+    columns: dict[str, np.ndarray] | None = None
+    filled = dropped = 0
     for events, batch_dropped in _event_batches(raw_events, path):
         dropped += batch_dropped
-        total += batch_dropped + len(events)
-        for column, values in _batch_columns(events, interner, kinds).items():
-            parts[column].append(values)
+        if columns is None:
+            columns = _allocate(capacity if capacity is not None else len(events))
+        _fill_columns(events, interner, kinds, columns, filled)
+        filled += len(events)
         del events
+    if columns is None:
+        columns = _allocate(0)
+    if filled < len(columns["ts_us"]):  # malformed events were dropped: trim the unused tail
+        columns = {name: values[:filled].copy() for name, values in columns.items()}
     if dropped:
-        warnings.append(f"dropped {dropped} malformed event(s) of {total}")
-    columns = {c: (np.concatenate(v) if v else np.zeros(0, _dtype(c))) for c, v in parts.items()}
+        warnings.append(f"dropped {dropped} malformed event(s) of {filled + dropped}")
     return EventTable(columns, interner.strings), dropped
+
+
+def _allocate(n: int) -> dict[str, np.ndarray]:
+    """Empty columns holding each column's "absent" default."""
+    columns = {name: np.full(n, -1, dtype) for name, dtype in NUMERIC_COLUMNS.items()}
+    for name, (_, _, default) in schema.ARG_FIELDS.items():
+        if name in NUMERIC_COLUMNS:
+            columns[name].fill(default)
+    columns.update({name: np.zeros(n, np.int32) for name in STRING_COLUMNS})
+    columns["kind"] = np.zeros(n, np.int8)
+    return columns
 
 
 def _dtype(column: str) -> Any:
@@ -241,48 +260,57 @@ class _KindCache:
         return classify(cats, phs, names, strings)[inverse]
 
 
-def _batch_columns(
-    events: list[schema.Event], interner: StringInterner, kind_cache: _KindCache
-) -> dict[str, np.ndarray]:
+_FLOW_KINDS = np.array([Kind.FLOW], dtype=np.int8)
+
+
+def _fill_columns(
+    events: list[schema.Event], interner: StringInterner, kind_cache: _KindCache,
+    columns: dict[str, np.ndarray], offset: int,
+) -> None:
+    """Write one batch of decoded events into rows [offset, offset + len(events)) of the columns."""
     n = len(events)
+    rows = slice(offset, offset + n)
     lookup: Callable[[Any], int] = interner.__getitem__
-    out: dict[str, np.ndarray] = {
-        "ts_us": np.fromiter(map(attrgetter("ts"), events), np.float64, n),
-        "dur_us": np.fromiter(map(attrgetter("dur"), events), np.float64, n),
-        "flow_id": np.fromiter(map(_flow_id, map(attrgetter("id"), events)), np.int64, n),
-    }
+    columns["ts_us"][rows] = np.fromiter(map(attrgetter("ts"), events), np.float64, n)
+    columns["dur_us"][rows] = np.fromiter(map(attrgetter("dur"), events), np.float64, n)
     for column in _BASE_STRING_SOURCES:
-        out[column] = np.fromiter(map(lookup, map(attrgetter(column), events)), np.int32, n)
-    kind = kind_cache.kinds(out["cat"], out["ph"], out["name"])
-    out["kind"] = kind
-    for column, (_, _, default) in schema.ARG_FIELDS.items():
-        if column in _RAW_TEXT_COLUMNS or isinstance(default, str):
-            out[column] = np.zeros(n, np.int32)
-        elif column in NUMERIC_COLUMNS:
-            out[column] = np.full(n, default, NUMERIC_COLUMNS[column])
+        columns[column][rows] = np.fromiter(map(lookup, map(attrgetter(column), events)), np.int32, n)
+    kind = kind_cache.kinds(columns["cat"][rows], columns["ph"][rows], columns["name"][rows])
+    columns["kind"][rows] = kind
+    flows = np.flatnonzero(kind == Kind.FLOW)  # only flow events carry an `id`
+    if flows.size:
+        ids = map(attrgetter("id"), itemgetter_list(events, flows))
+        columns["flow_id"][offset + flows] = np.fromiter(map(_flow_id, ids), np.int64, flows.size)
     external_lower = np.full(n, -1, np.int64)
     for group in schema.ARG_GROUPS:
-        index = np.flatnonzero(np.isin(kind, group.kinds))
+        index = np.flatnonzero(kind_mask(kind, group.kinds))
         if index.size == 0:
             continue
-        decoded = _decode_args([events[i].args for i in index.tolist()], group)
+        decoded = _decode_args(list(map(attrgetter("args"), itemgetter_list(events, index))), group)
+        target = offset + index
         for column in group.columns:
             values: Iterable[Any] = map(attrgetter(column), decoded)
             if column == "external_id_lower":
                 external_lower[index] = np.fromiter(values, np.int64, index.size)
             elif column in _RAW_TEXT_COLUMNS:
-                out[column][index] = np.fromiter(map(lookup, map(bytes, values)), np.int32, index.size)
+                columns[column][target] = np.fromiter(map(lookup, map(bytes, values)), np.int32, index.size)
             elif column in NUMERIC_COLUMNS:
-                out[column][index] = np.fromiter(values, NUMERIC_COLUMNS[column], index.size)
+                columns[column][target] = np.fromiter(values, NUMERIC_COLUMNS[column], index.size)
             else:
-                out[column][index] = np.fromiter(map(lookup, values), np.int32, index.size)
-    np.maximum(out["external_id"], external_lower, out=out["external_id"])
-    return out
+                columns[column][target] = np.fromiter(map(lookup, values), np.int32, index.size)
+    np.maximum(columns["external_id"][rows], external_lower, out=columns["external_id"][rows])
+
+
+def itemgetter_list(items: list[Any], index: np.ndarray) -> list[Any]:
+    """`[items[i] for i in index]` at C speed."""
+    if index.size == 1:
+        return [items[int(index[0])]]
+    return list(itemgetter(*index.tolist())(items))
 
 
 def _decode_args(raws: list[msgspec.Raw], group: schema.ArgGroup) -> list[Any]:
     """Decode one kind group's args; fall back per event (coercing, then defaults) on bad values."""
-    payload = b"[" + b",".join(r if len(r) else b"{}" for r in raws) + b"]"
+    payload = b"[" + b",".join(raws) + b"]"
     try:
         return group.decoder.decode(payload)  # type: ignore[no-any-return]
     except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):

@@ -17,8 +17,11 @@ import msgspec
 from torchscope.trace.kinds import Kind
 
 _RAW_EMPTY = msgspec.Raw(b"")
-# Integer args become int64 columns: a value outside int64 is invalid (and falls back to the default).
+_RAW_NO_ARGS = msgspec.Raw(b"{}")  # lets args of many events be joined into one JSON array as they are
+# Integer args become int64/int32 columns: a value outside the column's range is invalid (and falls back
+# to the default), so filling a column can never overflow.
 Int64 = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
+Int32 = Annotated[int, msgspec.Meta(ge=-(2**31), le=2**31 - 1)]
 
 
 class Event(msgspec.Struct, gc=False):
@@ -32,7 +35,7 @@ class Event(msgspec.Struct, gc=False):
     ts: float = math.nan
     dur: float = math.nan
     id: Union[int, str, None] = None
-    args: msgspec.Raw = _RAW_EMPTY
+    args: msgspec.Raw = _RAW_NO_ARGS
 
 
 # column -> (JSON key in `args`, type, default). Raw-typed fields keep JSON text (shapes, grid, block).
@@ -40,42 +43,30 @@ ARG_FIELDS: dict[str, tuple[str, Any, Any]] = {
     "external_id": ("External id", Int64, -1),
     "external_id_lower": ("external id", Int64, -1),  # device events in PyTorch <= 1.10
     "correlation": ("correlation", Int64, -1),
-    "sequence_number": ("Sequence number", Int64, -1),
-    "fwd_thread_id": ("Fwd thread id", Int64, -1),
     "input_dims": ("Input Dims", msgspec.Raw, _RAW_EMPTY),
     "input_type": ("Input type", msgspec.Raw, _RAW_EMPTY),
     "call_stack": ("Call stack", str, ""),
-    "flops": ("flops", float, math.nan),
-    "stream": ("stream", Int64, -1),
-    "device": ("device", Int64, -1),
+    "stream": ("stream", Int32, -1),
+    "device": ("device", Int32, -1),
     "nbytes": ("bytes", Int64, -1),
     "bandwidth_gbps": ("memory bandwidth (GB/s)", float, math.nan),
     "grid": ("grid", msgspec.Raw, _RAW_EMPTY),
     "block": ("block", msgspec.Raw, _RAW_EMPTY),
-    "registers_per_thread": ("registers per thread", Int64, -1),
-    "shared_memory": ("shared memory", Int64, -1),
+    "registers_per_thread": ("registers per thread", Int32, -1),
     "blocks_per_sm": ("blocks per SM", float, math.nan),
-    "warps_per_sm": ("warps per SM", float, math.nan),
     "occupancy_pct": ("est. achieved occupancy %", float, math.nan),
     "mem_bytes": ("Bytes", Int64, 0),
     "total_allocated": ("Total Allocated", Int64, -1),
     "total_reserved": ("Total Reserved", Int64, -1),
-    "device_type": ("Device Type", Int64, -1),
-    "device_id": ("Device Id", Int64, -1),
+    "device_type": ("Device Type", Int32, -1),
+    "device_id": ("Device Id", Int32, -1),
     "addr": ("Addr", Int64, -1),
     "label": ("name", str, ""),
-    "collective_name": ("Collective name", str, ""),
-    "group_size": ("Group size", Int64, -1),
-    "in_msg_nelems": ("In msg nelems", Int64, -1),
-    "out_msg_nelems": ("Out msg nelems", Int64, -1),
-    "dtype": ("dtype", str, ""),
 }
 
-_OP = ("external_id", "sequence_number", "fwd_thread_id", "input_dims", "input_type", "call_stack",
-       "flops", "collective_name", "group_size", "in_msg_nelems", "out_msg_nelems", "dtype")
+_OP = ("external_id", "input_dims", "input_type", "call_stack")
 _DEVICE = ("external_id", "external_id_lower", "correlation", "stream", "device", "nbytes",
-           "bandwidth_gbps", "grid", "block", "registers_per_thread", "shared_memory", "blocks_per_sm",
-           "warps_per_sm", "occupancy_pct")
+           "bandwidth_gbps", "grid", "block", "registers_per_thread", "blocks_per_sm", "occupancy_pct")
 _RUNTIME = ("external_id", "external_id_lower", "correlation", "device", "stream")
 _MEMORY = ("mem_bytes", "total_allocated", "total_reserved", "device_type", "device_id", "addr")
 

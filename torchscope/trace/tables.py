@@ -18,27 +18,20 @@ NUMERIC_COLUMNS: dict[str, Any] = {
     "flow_id": np.int64,
     "external_id": np.int64,
     "correlation": np.int64,
-    "sequence_number": np.int64,
-    "fwd_thread_id": np.int64,
-    "flops": np.float64,
-    "stream": np.int64,
-    "device": np.int64,
+    # Narrow types where the values are small (ids, counts, ratios): columns exist for every event.
+    "stream": np.int32,
+    "device": np.int32,
     "nbytes": np.int64,
-    "bandwidth_gbps": np.float64,
-    "registers_per_thread": np.int64,
-    "shared_memory": np.int64,
-    "blocks_per_sm": np.float64,
-    "warps_per_sm": np.float64,
-    "occupancy_pct": np.float64,
+    "bandwidth_gbps": np.float32,
+    "registers_per_thread": np.int32,
+    "blocks_per_sm": np.float32,
+    "occupancy_pct": np.float32,
     "mem_bytes": np.int64,
     "total_allocated": np.int64,
     "total_reserved": np.int64,
-    "device_type": np.int64,
-    "device_id": np.int64,
+    "device_type": np.int32,
+    "device_id": np.int32,
     "addr": np.int64,
-    "group_size": np.int64,
-    "in_msg_nelems": np.int64,
-    "out_msg_nelems": np.int64,
 }
 STRING_COLUMNS: tuple[str, ...] = (
     "ph",
@@ -52,8 +45,6 @@ STRING_COLUMNS: tuple[str, ...] = (
     "grid",
     "block",
     "label",
-    "collective_name",
-    "dtype",
 )
 DERIVED_COLUMNS: dict[str, Any] = {"kind": np.int8}
 ALL_COLUMNS: tuple[str, ...] = (*NUMERIC_COLUMNS, *STRING_COLUMNS, *DERIVED_COLUMNS)
@@ -117,6 +108,13 @@ class EventTable:
     def string_mask(self, predicate: Any) -> np.ndarray:
         """Boolean lookup over the string table: `mask[name_ids]` selects matching events."""
         return np.fromiter((bool(predicate(s)) for s in self.strings), bool, len(self.strings))
+
+    def memo(self, key: str, compute: Any) -> Any:
+        """A derived value computed once per table (several analyses ask for the same masks)."""
+        cache = self.__dict__.setdefault("_memo", {})
+        if key not in cache:
+            cache[key] = compute()
+        return cache[key]
 
     def select(self, mask: np.ndarray) -> "EventTable":
         return EventTable({k: v[mask] for k, v in self.columns.items()}, self.strings)
