@@ -91,3 +91,15 @@ def test_top_must_be_positive(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, "-m", "torchscope", "analyze", str(_minimal(tmp_path)), "--top", "0"],
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and "--top" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_progress_bar_is_silent_for_short_loads_and_off_without_a_tty(capsys: pytest.CaptureFixture[str]) -> None:
+    from torchscope.cli.progress import load_progress
+
+    with load_progress(enabled=False) as progress:
+        assert progress is None
+    with load_progress(enabled=True) as progress:
+        assert progress is not None
+        progress(1, 2)
+        progress(2, 2)
+    assert capsys.readouterr().err == ""

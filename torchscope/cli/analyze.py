@@ -6,6 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from torchscope.cli.progress import load_progress
 from torchscope.errors import InputError, UsageError
 
 MIN_WIDTH = 20  # narrower, the tables have no room for a single column
@@ -38,7 +39,8 @@ def execute(args: argparse.Namespace) -> int:
         raise InputError("--jobs must be at least 1")
     if args.width is not None and args.width < MIN_WIDTH:
         raise UsageError(f"--width must be at least {MIN_WIDTH}")
-    report = analyze(args.paths, jobs=args.jobs, use_cache=not args.no_cache)
+    with load_progress(enabled=sys.stderr.isatty()) as progress:
+        report = analyze(args.paths, jobs=args.jobs, use_cache=not args.no_cache, progress=progress)
     if args.format == "json":
         from torchscope.render.json import render_json
 

@@ -7,7 +7,7 @@ import os
 import time
 import warnings
 from contextlib import contextmanager
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
@@ -36,14 +36,24 @@ def default_jobs() -> int:
         return max(os.cpu_count() or 1, 1)
 
 
-def analyze(path: str | Path | Sequence[str | Path], jobs: int | None = None, use_cache: bool = True) -> Report:
-    """Load, analyse and diagnose the traces at `path` (file, trace directory or run directory)."""
+Progress = Callable[[int, int], None]  # (workers done, workers in all)
+
+
+def analyze(
+    path: str | Path | Sequence[str | Path],
+    jobs: int | None = None,
+    use_cache: bool = True,
+    progress: Progress | None = None,
+) -> Report:
+    """Load, analyse and diagnose the traces at `path` (file, trace directory or run directory).
+
+    `progress`, if given, is called with (done, total) as each worker's traces are analysed."""
     started = time.perf_counter()
     paths = [Path(p) for p in ([path] if isinstance(path, (str, Path)) else path)]
     refs = [ref for p in paths for ref in discover(p)]
     groups = group_by_worker(refs)
     with quiet_numerics():
-        results, failures = _analyze_ranks(groups, jobs or default_jobs(), use_cache)
+        results, failures = _analyze_ranks(groups, jobs or default_jobs(), use_cache, progress or _no_progress)
         manifests = [m for p in paths for m in read_manifests(p)]
         report = assemble(results, manifests, [str(p) for p in paths])
         if failures:  # the other ranks still make a meaningful, partial report
@@ -56,16 +66,24 @@ def analyze(path: str | Path | Sequence[str | Path], jobs: int | None = None, us
     return report
 
 
+def _no_progress(done: int, total: int) -> None:
+    return None
+
+
 def _analyze_ranks(
-    groups: list[list[Any]], jobs: int, use_cache: bool
+    groups: list[list[Any]], jobs: int, use_cache: bool, progress: Progress
 ) -> tuple[list[RankResult], list[InputError]]:
     """Results of the ranks that could be analysed, and the input errors of those that could not."""
-    if jobs <= 1 or len(groups) <= 1:
-        return _collect(lambda i: analyze_rank(groups[i], use_cache, i), len(groups))
+    total = len(groups)
+    progress(0, total)
+    if jobs <= 1 or total <= 1:
+        return _collect(lambda i: analyze_rank(groups[i], use_cache, i), total, progress)
     try:
-        with ProcessPoolExecutor(max_workers=min(jobs, len(groups))) as pool:
+        with ProcessPoolExecutor(max_workers=min(jobs, total)) as pool:
             futures = [pool.submit(_analyze_rank_quietly, group, use_cache, i) for i, group in enumerate(groups)]
-            return _collect(lambda i: futures[i].result(), len(groups))
+            for done, _ in enumerate(as_completed(futures), 1):
+                progress(done, total)
+            return _collect(lambda i: futures[i].result(), total, _no_progress)
     except BrokenProcessPool:
         raise TorchscopeError(
             "a worker process died while analysing the ranks (out of memory?); retry with --jobs 1"
@@ -86,7 +104,9 @@ def _analyze_rank_quietly(refs: list[Any], use_cache: bool, rank_fallback: int) 
         return analyze_rank(refs, use_cache, rank_fallback)
 
 
-def _collect(result_of: Callable[[int], RankResult], count: int) -> tuple[list[RankResult], list[InputError]]:
+def _collect(
+    result_of: Callable[[int], RankResult], count: int, progress: Progress
+) -> tuple[list[RankResult], list[InputError]]:
     results: list[RankResult] = []
     failures: list[InputError] = []
     for index in range(count):
@@ -94,6 +114,7 @@ def _collect(result_of: Callable[[int], RankResult], count: int) -> tuple[list[R
             results.append(result_of(index))
         except InputError as exc:
             failures.append(exc)
+        progress(index + 1, count)
     if failures and not results:
         raise failures[0]
     return results, failures
