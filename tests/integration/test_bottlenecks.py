@@ -77,8 +77,12 @@ def test_slow_getitem_is_data_loading(captured) -> None:  # type: ignore[no-unty
     assert top.evidence["num_workers_zero"] is True
     steps = _steps(events)
     loader = _ranges(events, lambda n: n.startswith("enumerate(DataLoader)#"))
-    expected = sum(_covered(loader, s) for s in steps) / sum(b - a for a, b in steps)
+    exposed = sum(_covered(loader, s) for s in steps)
+    expected = exposed / sum(b - a for a, b in steps)
     assert top.time_share == pytest.approx(expected, abs=1e-3)
+    assert top.evidence["step_share"] == pytest.approx(expected, abs=1e-3)
+    assert top.evidence["exposed_us_per_step"] == pytest.approx(exposed / len(steps), rel=1e-3)
+    assert top.evidence["cpu_count"] == report.run.manifest["environment"]["cpu_count"]
     assert "num_workers=" in top.recommendation
 
 
@@ -108,6 +112,16 @@ def test_adam_foreach_false_is_optimizer(captured) -> None:  # type: ignore[no-u
     optimizer = _ranges(events, lambda n: n.startswith(("Optimizer.step#", "Optimizer.zero_grad#")) or n == "torchscope:optimizer")
     expected = sum(_covered(optimizer, s) for s in steps) / sum(b - a for a, b in steps)
     assert top.time_share == pytest.approx(expected, abs=1e-3)
+    mean_step = sum(b - a for a, b in steps) / len(steps)
+    assert top.evidence["optimizer_us_per_step"] == pytest.approx(expected * mean_step, rel=1e-3)
+    # Per-parameter update ops inside Optimizer.step, counted here from the raw events.
+    per_param = {"aten::add_", "aten::mul_", "aten::addcdiv_", "aten::addcmul_", "aten::lerp_", "aten::sqrt",
+                 "aten::div_", "aten::sub_", "aten::maximum", "aten::div", "aten::sqrt_", "aten::neg", "aten::copy_"}
+    step_ranges = _ranges(events, lambda n: n.startswith("Optimizer.step#"))
+    ops = [e for e in events if e.get("ph") == "X" and e.get("cat") == "cpu_op" and e["name"] in per_param
+           and any(a <= e["ts"] < b for a, b in step_ranges)]
+    assert top.evidence["per_param_ops_per_step"] == pytest.approx(len(ops) / len(steps))
+    assert top.evidence["per_param_ops_per_step"] >= 300  # 300 parameter tensors, several ops each
     assert "foreach=True" in top.recommendation
 
 
