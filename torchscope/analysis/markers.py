@@ -93,7 +93,7 @@ _USER_PHASES = ("forward", "backward", "optimizer", "data_loading")
 
 def phase_masks(events: EventTable) -> dict[str, np.ndarray]:
     """Event masks of the ranges that mark each training phase on the host (computed once per table)."""
-    return events.memo("phase_masks", lambda: _phase_masks(events))  # type: ignore[no-any-return]
+    return events.memo("phase_masks", lambda: _phase_masks(events))
 
 
 def _phase_masks(events: EventTable) -> dict[str, np.ndarray]:

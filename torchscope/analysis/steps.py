@@ -41,7 +41,7 @@ class StepWindows:
 
 
 def step_marker_mask(events: EventTable) -> np.ndarray:
-    return events.memo("step_markers", lambda: _step_marker_mask(events))  # type: ignore[no-any-return]
+    return events.memo("step_markers", lambda: _step_marker_mask(events))
 
 
 def _step_marker_mask(events: EventTable) -> np.ndarray:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
-from typing import Sequence
+from typing import NoReturn, Sequence
 
 from torchscope import __version__
 from torchscope.errors import TorchscopeError
@@ -22,7 +22,7 @@ INTERNAL_ERROR_EXIT = 3
 class _Parser(argparse.ArgumentParser):
     """argparse that reports usage errors as one line and exit code 2 (its default)."""
 
-    def error(self, message: str) -> "NoReturn":  # type: ignore[override]  # noqa: F821
+    def error(self, message: str) -> NoReturn:
         self.exit(2, f"torchscope: error: {message}\n")
 
 

@@ -136,7 +136,7 @@ def store(path: Path, key: str, trace: TraceFile) -> Path | None:
         except OSError as exc:
             log.debug("cannot write cache entry %s: %s", location, exc)
             try:
-                os.unlink(tmp)  # type: ignore[possibly-undefined]
-            except (OSError, UnboundLocalError):
+                os.unlink(tmp)
+            except (OSError, UnboundLocalError, NameError):
                 pass
     return None

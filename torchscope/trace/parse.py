@@ -312,13 +312,13 @@ def _decode_args(raws: list[msgspec.Raw], group: schema.ArgGroup) -> list[Any]:
     """Decode one kind group's args; fall back per event (coercing, then defaults) on bad values."""
     payload = b"[" + b",".join(raws) + b"]"
     try:
-        return group.decoder.decode(payload)  # type: ignore[no-any-return]
+        return group.decoder.decode(payload)
     except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
         return [_decode_args_leniently(r, group) for r in raws]
 
 
 def _decode_args_leniently(raw: msgspec.Raw, group: schema.ArgGroup) -> Any:
-    struct_type = group.decoder.type.__args__[0]  # type: ignore[attr-defined]
+    struct_type = group.decoder.type.__args__[0]
     try:
         obj = msgspec.json.decode(raw) if len(raw) else {}
     except (msgspec.DecodeError, RecursionError):
