@@ -21,29 +21,55 @@ def _dispatch_bound(ctx: Context) -> list[Finding]:
     tiny_ops = ctx.signal("dispatch", "tiny_ops_per_step")
     tiny_us = ctx.signal("dispatch", "tiny_op_us_per_step")
     gap_us = ctx.signal("dispatch", "python_gap_us_per_step")
-    share = ctx.share(tiny_us + gap_us)
-    if tiny_ops < TINY_OPS_PER_STEP and share < HOST_OVERHEAD_SHARE:
+    evidence = {
+        "tiny_ops_per_step": tiny_ops,
+        "tiny_op_us_per_step": tiny_us,
+        "python_gap_us_per_step": gap_us,
+        "ops_in_forward_backward_per_step": ctx.signal("dispatch", "ops_per_step"),
+        "median_op_us": ctx.signal("dispatch", "median_op_us"),
+    }
+    if tiny_ops >= TINY_OPS_PER_STEP:
+        share = ctx.share(tiny_us + gap_us)
+        return [
+            finding(
+                id="host_overhead.dispatch",
+                category="host_overhead",
+                severity=severity_for(share, HOST_OVERHEAD_SHARE),
+                title=f"Forward/backward spend {pct(share)} of the step on tiny ops and Python between them "
+                f"({tiny_ops:.0f} ops under 30 us per step)",
+                evidence={**evidence, "step_share": share},
+                time_share=share,
+                recommendation=(
+                    "The model runs many small operations from Python (e.g. a per-sample or per-element loop). "
+                    "Vectorise it into batched tensor ops, use torch.compile(model) to fuse the small ops, or raise "
+                    "the batch size so each op does more work."
+                ),
+            )
+        ]
+    share = ctx.share(gap_us)
+    if share < HOST_OVERHEAD_SHARE:
         return []
+    environment = ctx.report.run.manifest.get("environment") or {}
+    cpus = environment.get("cpu_count")
+    multi = ctx.signal("dataloader", "multi_process_fetches") > 0
+    contention = (
+        f" On this machine {cpus} CPU(s) are shared by the training process and its DataLoader workers, so "
+        "the training thread may also have been waiting for a core."
+        if multi and isinstance(cpus, int) and cpus <= 4
+        else ""
+    )
     return [
         finding(
-            id="host_overhead.dispatch",
+            id="host_overhead.python",
             category="host_overhead",
             severity=severity_for(share, HOST_OVERHEAD_SHARE),
-            title=f"Forward/backward spend {pct(share)} of the step on tiny ops and Python between them "
-            f"({tiny_ops:.0f} ops under 30 us per step)",
-            evidence={
-                "tiny_ops_per_step": tiny_ops,
-                "tiny_op_us_per_step": tiny_us,
-                "python_gap_us_per_step": gap_us,
-                "ops_in_forward_backward_per_step": ctx.signal("dispatch", "ops_per_step"),
-                "median_op_us": ctx.signal("dispatch", "median_op_us"),
-                "step_share": share,
-            },
+            title=f"{pct(share)} of the step runs Python inside forward/backward outside any PyTorch operator",
+            evidence={**evidence, "step_share": share, "cpu_count": cpus},
             time_share=share,
             recommendation=(
-                "The model runs many small operations from Python (e.g. a per-sample or per-element loop). "
-                "Vectorise it into batched tensor ops, use torch.compile(model) to fuse the small ops, or raise "
-                "the batch size so each op does more work."
+                "Python code runs between the operators of the forward/backward pass (control flow, data "
+                "munging, hooks). Look at the Python frames in the timeline for those gaps, move that work out of "
+                "the model or into tensor ops, or let torch.compile trace it." + contention
             ),
         )
     ]
