@@ -20,7 +20,7 @@ import numpy as np
 from torchscope.analysis import intervals
 from torchscope.analysis.markers import comm_kernel_mask
 from torchscope.analysis.operators import OpTimes
-from torchscope.analysis.nesting import launcher_of_device_events
+from torchscope.analysis.nesting import HostTree, launcher_of_device_events, nearest_ancestor_of
 from torchscope.analysis.steps import StepWindows
 from torchscope.report.model import DeviceSummary, KernelRow
 from torchscope.trace.kinds import DEVICE_KINDS, Kind, kind_mask
@@ -59,7 +59,9 @@ class DeviceActivity:
     gap_host_ops: dict[str, float]  # host op name -> self time (us/step) spent while the device idled
 
 
-def analyze_device(events: EventTable, steps: StepWindows, times: OpTimes, header: dict) -> DeviceActivity:
+def analyze_device(
+    events: EventTable, steps: StepWindows, times: OpTimes, tree: HostTree, header: dict
+) -> DeviceActivity:
     kernels = np.flatnonzero(events.kind == Kind.KERNEL)
     device_events = kind_mask(events.kind, DEVICE_KINDS)
     summary = _device_properties(header)
@@ -85,7 +87,7 @@ def analyze_device(events: EventTable, steps: StepWindows, times: OpTimes, heade
     kernel_time = float(events.dur_us[kernels].sum())
     if kernel_time > 0:
         summary.tensor_core_kernel_share = float(events.dur_us[kernels][tc_kernel].sum() / kernel_time)
-        summary.tensor_core_eligible_share = _eligible_share(events, kernels, times)
+        summary.tensor_core_eligible_share = _eligible_share(events, kernels, times, tree)
     summary.kernels_per_step = float(np.count_nonzero(in_window > 0) / n_steps)
     summary.median_kernel_us = float(np.median(events.dur_us[kernels])) if kernels.size else None
     rows = _kernel_rows(events, kernels, tc_kernel, times)
@@ -118,33 +120,19 @@ def _utilization(events: EventTable, kernels: np.ndarray, steps: StepWindows, wi
     return float(np.mean(shares))
 
 
-def _eligible_share(events: EventTable, kernels: np.ndarray, times: OpTimes) -> float | None:
+def _eligible_share(events: EventTable, kernels: np.ndarray, times: OpTimes, tree: HostTree) -> float | None:
     launcher = launcher_of_device_events(events, kernels)
     op = np.where(launcher >= 0, times.launching_op[np.maximum(launcher, 0)], -1)
     attached = op >= 0
     if not attached.any():
         return None
-    eligible_name = events.string_mask(is_tensor_core_eligible_op)
-    # A kernel counts as eligible when its launching op or any enclosing op is eligible.
-    eligible_event = _under_eligible(events, times, eligible_name)
-    eligible = attached & eligible_event[np.maximum(op, 0)]
+    # A kernel counts as eligible when its launching op or any op enclosing it is eligible (autograd and
+    # aten wrappers nest the GEMM/convolution op: aten::linear > aten::addmm > kernel).
+    eligible_op = times.op_mask & events.string_mask(is_tensor_core_eligible_op)[events.name]
+    under_eligible = nearest_ancestor_of(tree, eligible_op) >= 0
+    eligible = attached & under_eligible[np.maximum(op, 0)]
     dur = events.dur_us[kernels]
     return float(dur[eligible].sum() / dur[attached].sum())
-
-
-def _under_eligible(events: EventTable, times: OpTimes, eligible_name: np.ndarray) -> np.ndarray:
-    flag = times.op_mask & eligible_name[events.name]
-    # Walk up the launching-op chain a few levels: autograd wrappers nest the GEMM op inside.
-    result = flag.copy()
-    current = np.arange(len(events))
-    for _ in range(4):
-        parent = times.launching_op[current]
-        parent_of_parent = np.full_like(parent, -1)
-        ok = parent >= 0
-        result |= ok & flag[np.maximum(parent, 0)]
-        current = np.where(ok, parent, current)
-        del parent_of_parent
-    return result
 
 
 def _kernel_rows(events: EventTable, kernels: np.ndarray, tc_kernel: np.ndarray, times: OpTimes) -> list[KernelRow]:

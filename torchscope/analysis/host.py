@@ -6,6 +6,7 @@ phases. Each function returns plain numbers and names per step; none prints or d
 from __future__ import annotations
 
 import re
+from typing import Callable
 
 import numpy as np
 
@@ -54,32 +55,6 @@ def main_thread_mask(events: EventTable) -> np.ndarray:
         first = np.flatnonzero(is_step)[0]
         main = (np.int64(events.pid[first]) << 32) | np.int64(events.tid[first])
     return ((events.pid.astype(np.int64) << 32) | events.tid) == main
-
-
-def host_overhead(events: EventTable, steps: StepWindows, tree: HostTree, times: OpTimes) -> dict[str, float]:
-    """Operators per step, their typical duration, the share of the step spent dispatching them, and the
-    share of the main thread's step time covered by no operator at all (Python between ops)."""
-    n = max(len(steps), 1)
-    # A top-level op is one that no other op encloses (ranges and Python frames may).
-    parent_op = times.launching_op[np.maximum(tree.parent, 0)]
-    top_op = times.op_mask & ((tree.parent < 0) | (parent_op < 0))
-    in_step = _in_steps(events.ts_us, steps) >= 0
-    top = np.flatnonzero(top_op & in_step)
-    all_ops = np.flatnonzero(times.op_mask & in_step)
-    main = main_thread_mask(events)
-    covered = intervals.union(
-        events.ts_us[top_op & main], events.ts_us[top_op & main] + events.dur_us[top_op & main]
-    )
-    step_total = float(steps.duration_us.sum()) or 1.0
-    uncovered = step_total - float(intervals.overlap_per_window(covered, steps.start_us, steps.end_us).sum())
-    return {
-        "ops_per_step": float(all_ops.size / n),
-        "top_level_ops_per_step": float(top.size / n),
-        "median_top_level_op_us": float(np.median(events.dur_us[top])) if top.size else 0.0,
-        "op_self_us_per_step": float(times.host_self_us[all_ops].sum() / n),
-        "dispatch_share": float(times.host_self_us[all_ops].sum() / step_total),
-        "uncovered_share": max(uncovered / step_total, 0.0),
-    }
 
 
 TINY_OP_US = 30.0  # a CPU aten op this short is mostly dispatch cost (a few to ~10 us per op)
@@ -149,10 +124,26 @@ def _user_frame(events: EventTable, tree: HostTree, index: int) -> str:
     return ""
 
 
+def sync_mask(events: EventTable) -> np.ndarray:
+    """Runtime calls that block the host until the device catches up."""
+    names = events.string_mask(lambda s: s in SYNC_CALLS)[events.name]
+    return names & kind_mask(events.kind, (Kind.RUNTIME, Kind.DRIVER))
+
+
+def idle_explained_us_per_step(events: EventTable, steps: StepWindows, busy: intervals.IntervalSet) -> float:
+    """Device-idle time inside the steps during which the host was loading data or blocked in a sync:
+    idle time that the data-loading and synchronisation findings already account for."""
+    windows = intervals.union(steps.start_us, steps.end_us)
+    gaps = intervals.subtract(windows, busy)
+    cause = phase_masks(events)["data_loading"] | sync_mask(events)
+    start = events.ts_us[cause]
+    explained = intervals.intersect(gaps, intervals.union(start, start + events.dur_us[cause]))
+    return intervals.total_length(explained) / max(len(steps), 1)
+
+
 def synchronization(events: EventTable, steps: StepWindows, tree: HostTree, times: OpTimes) -> dict[str, object]:
     """Host-blocking device synchronisations inside steps: count, time, the ops and call sites causing them."""
-    is_sync = events.string_mask(lambda s: s in SYNC_CALLS)[events.name] & kind_mask(events.kind, (Kind.RUNTIME, Kind.DRIVER))
-    syncs = np.flatnonzero(is_sync & (_in_steps(events.ts_us, steps) >= 0))
+    syncs = np.flatnonzero(sync_mask(events) & (_in_steps(events.ts_us, steps) >= 0))
     n = max(len(steps), 1)
     if syncs.size == 0:
         return {"syncs_per_step": 0.0, "sync_us_per_step": 0.0, "by_op": {}, "call_sites": {}}
@@ -195,37 +186,48 @@ def optimizer_details(events: EventTable, steps: StepWindows, tree: HostTree, ti
     """How the optimizer step is implemented: fused / foreach kernels or a per-parameter loop; whether
     zero_grad fills gradients with zeros instead of setting them to None."""
     n = max(len(steps), 1)
-    names = np.array(events.strings, dtype=object)
-    step_range = events.string_mask(lambda s: s.startswith("Optimizer.step#"))[events.name] & kind_mask(events.kind, (Kind.CPU_OP, Kind.USER_ANNOTATION))
-    zero_range = events.string_mask(lambda s: s.startswith("Optimizer.zero_grad#"))[events.name] & kind_mask(events.kind, (Kind.CPU_OP, Kind.USER_ANNOTATION))
-    # By time, not by tree: Python frames recorded with stacks can straddle the range's edges.
-    under_step = _starts_inside(events, step_range)
-    under_zero = _starts_inside(events, zero_range)
+    in_steps = _in_steps(events.ts_us, steps) >= 0
+    ranges = kind_mask(events.kind, (Kind.CPU_OP, Kind.USER_ANNOTATION))
+    step_range = events.string_mask(lambda s: s.startswith("Optimizer.step#"))[events.name] & ranges
+    zero_range = events.string_mask(lambda s: s.startswith("Optimizer.zero_grad#"))[events.name] & ranges
     ops = times.op_mask & ~step_range & ~zero_range
-    step_ops = names[events.name[ops & under_step]]
-    fused = int(sum(1 for s in step_ops if "_fused_" in s))
-    foreach = int(sum(1 for s in step_ops if "_foreach_" in s))
-    per_param = int(sum(1 for s in step_ops if s in PER_PARAM_OPTIMIZER_OPS))
-    zero_fill = names[events.name[ops & under_zero]]
-    fills = int(sum(1 for s in zero_fill if s in ("aten::zero_", "aten::fill_")))
-    optimizer_names = sorted({s.split("#", 1)[1].rsplit(".", 1)[0] for s in names[events.name[step_range]]})
+    # By time (on the range's thread), not by tree: Python frames recorded with stacks can straddle a
+    # range's edges, which breaks strict nesting.
+    step_ops = ops & _starts_inside(events, step_range)
+    zero_ops = ops & _starts_inside(events, zero_range)
+
+    def count(where: np.ndarray, predicate: Callable[[str], bool]) -> int:
+        return int((where & events.string_mask(predicate)[events.name]).sum())
+
+    fused = count(step_ops, lambda s: "_fused_" in s)
+    foreach = count(step_ops, lambda s: "_foreach_" in s)
+    per_param = count(step_ops, lambda s: s in PER_PARAM_OPTIMIZER_OPS)
+    fills = count(zero_ops, lambda s: s in ("aten::zero_", "aten::fill_"))
+    optimizer_names = sorted({s.split("#", 1)[1].rsplit(".", 1)[0] for s in events.text(np.unique(events.name[step_range]))})
     implementation = "fused" if fused else "foreach" if foreach else ("for_loop" if per_param else "unknown")
     return {
         "optimizers": optimizer_names,
         "implementation": implementation,
-        "ops_per_step": float(step_ops.size / n),
+        "ops_per_step": float(step_ops.sum() / n),
         "per_param_ops_per_step": float(per_param / n),
         "foreach_ops_per_step": float(foreach / n),
         "fused_ops_per_step": float(fused / n),
-        "step_us_per_step": float(events.dur_us[step_range & (_in_steps(events.ts_us, steps) >= 0)].sum() / n),
+        "step_us_per_step": float(events.dur_us[step_range & in_steps].sum() / n),
         "zero_grad_fill_ops_per_step": float(fills / n),
-        "zero_grad_us_per_step": float(events.dur_us[zero_range & (_in_steps(events.ts_us, steps) >= 0)].sum() / n),
+        "zero_grad_us_per_step": float(events.dur_us[zero_range & in_steps].sum() / n),
     }
 
 
 def _starts_inside(events: EventTable, ranges: np.ndarray) -> np.ndarray:
-    starts = events.ts_us[ranges]
-    return intervals.contains(intervals.union(starts, starts + events.dur_us[ranges]), events.ts_us)
+    """Events that start inside one of the `ranges` on the same thread as that range."""
+    inside = np.zeros(len(events), dtype=bool)
+    thread = (events.pid.astype(np.int64) << 32) | events.tid
+    for key in np.unique(thread[ranges]):  # one pass per thread holding such ranges (usually one)
+        mine = ranges & (thread == key)
+        starts = events.ts_us[mine]
+        covered = intervals.union(starts, starts + events.dur_us[mine])
+        inside |= (thread == key) & intervals.contains(covered, events.ts_us)
+    return inside
 
 
 def outside_phases(
@@ -274,10 +276,12 @@ def _encloses(tree: HostTree, mask: np.ndarray) -> np.ndarray:
 
 
 def compile_activity(events: EventTable, steps: StepWindows) -> dict[str, float]:
+    """torch.compile work inside the steps: compiled regions entered and compilation time, per step."""
+    n = max(len(steps), 1)
     marker = events.string_mask(lambda s: s.startswith(COMPILE_MARKERS) or "(dynamo_timed)" in s)[events.name]
     inside = marker & (_in_steps(events.ts_us, steps) >= 0)
     compile_events = events.string_mask(lambda s: "(dynamo_timed)" in s or s.startswith("compile_inner"))[events.name]
     return {
-        "compiled_regions": float(inside.sum()),
-        "compilation_us_in_steps": float(events.dur_us[compile_events & inside].sum()),
+        "compiled_regions_per_step": float(inside.sum() / n),
+        "compilation_us_per_step": float(events.dur_us[compile_events & inside].sum() / n),
     }

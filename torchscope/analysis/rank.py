@@ -143,19 +143,20 @@ def analyze_span(trace: TraceFile) -> SpanResult:
                 phases=_row(phase_bd.categories, phase_bd.per_step_us[i]),
             )
         )
-    device = analyze_device(events, steps, times, trace.header)
+    device = analyze_device(events, steps, times, tree, trace.header)
     signals: dict[str, Any] = {
-        "host": host.host_overhead(events, steps, tree, times),
         "launch": host.launch_overhead(events, steps),
         "sync": host.synchronization(events, steps, tree, times),
         "copies": host.host_to_device_copies(events, steps),
         "optimizer": host.optimizer_details(events, steps, tree, times),
-        "dispatch": host.dispatch_overhead(events, steps, tree, times, compute_set),
+        # Main-thread dispatch figures mean something on CPU traces only (GPU backward runs on another thread).
+        "dispatch": {} if has_device else host.dispatch_overhead(events, steps, tree, times, compute_set),
         "outside_steps": host.outside_phases(events, steps, tree, phase_sets["other"]),
         "compile": host.compile_activity(events, steps),
         "dataloader": _dataloader_kind(events),
         "idle_host_ops": device.gap_host_ops,
-        "idle_us_per_step": float(device.idle_us_per_step.mean()) if len(steps) else 0.0,
+        "idle_us_per_step": float(device.idle_us_per_step.mean()) if len(steps) and has_device else 0.0,
+        "idle_explained_us_per_step": host.idle_explained_us_per_step(events, steps, device.busy) if has_device else 0.0,
         "step_numbers": steps.number.tolist(),
     }
     origin = float(steps.start_us[0]) if len(steps) else float(events.ts_us.min(initial=0.0))

@@ -36,7 +36,23 @@ def diagnose(report: Report) -> list[Finding]:
     ctx = make_context(report)
     findings = [f for rule in RULES for f in rule(ctx)]
     findings += rules_device.compute_verdict(ctx, findings)
-    return rank(findings)
+    return rank(_capped_by_trace_quality(ctx, findings))
+
+
+def _capped_by_trace_quality(ctx: Context, findings: list[Finding]) -> list[Finding]:
+    """A trace without step markers (one window that includes set-up) supports no more than a hint, and
+    fewer than 3 steps no more than a warning: severities are capped, the trace_quality finding says why."""
+    if ctx.report.run.step_source == "whole_trace":
+        cap = "info"
+    elif ctx.steps < rules_quality.MIN_STEPS:
+        cap = "warning"
+    else:
+        return findings
+    limit = _SEVERITY_ORDER[cap]
+    for f in findings:
+        if f.category != "trace_quality" and _SEVERITY_ORDER[f.severity] < limit:
+            f.severity = cap  # type: ignore[assignment]
+    return findings
 
 
 def rank(findings: list[Finding]) -> list[Finding]:

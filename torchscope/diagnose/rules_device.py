@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from torchscope.diagnose.context import Context, finding, pct, severity_for
-from torchscope.diagnose.rules_host import LAUNCH_BOUND_SHORT_FRACTION, LAUNCH_BOUND_UTILIZATION, unexplained_idle_share
+from torchscope.diagnose.rules_host import idle_share, is_launch_bound, unexplained_idle_share
 from torchscope.report.model import Finding
 
 # TensorBoard plugin / nsys: GPU utilisation under 50 % is low.
@@ -12,14 +12,11 @@ LOW_UTILIZATION = 0.5
 
 def idle(ctx: Context) -> list[Finding]:
     utilization = ctx.report.device.utilization
-    if not ctx.report.device.present or utilization is None:
+    if not ctx.report.device.present or utilization is None or is_launch_bound(ctx):
         return []
-    launch_bound = (
-        ctx.signal("launch", "short_kernel_fraction") >= LAUNCH_BOUND_SHORT_FRACTION
-        and utilization < LAUNCH_BOUND_UTILIZATION
-    )
+    idle = idle_share(ctx)
     share = unexplained_idle_share(ctx)
-    if launch_bound or share <= 0 or utilization >= LOW_UTILIZATION:
+    if share <= 0 or utilization >= LOW_UTILIZATION:
         return []
     host_ops = dict(list(ctx.report.signals.get("idle_host_ops", {}).items())[:5])
     return [
@@ -27,9 +24,14 @@ def idle(ctx: Context) -> list[Finding]:
             id="idle.device",
             category="idle",
             severity=severity_for(share),
-            title=f"GPU idle {pct(1 - utilization)} of the step (utilisation {pct(utilization)}); "
-            f"{pct(share)} not explained by data loading, syncs or copies",
-            evidence={"gpu_utilization": utilization, "unexplained_idle_share": share, "host_ops_during_idle_us_per_step": host_ops},
+            title=f"GPU idle {pct(idle)} of the step (kernel utilisation {pct(utilization)}); "
+            f"{pct(share)} while the host was neither loading data nor waiting in a sync",
+            evidence={
+                "device_idle_share": idle,
+                "gpu_utilization": utilization,
+                "unexplained_idle_share": share,
+                "host_ops_during_idle_us_per_step": host_ops,
+            },
             time_share=share,
             recommendation=(
                 "During the gaps the host was busy with: " + ", ".join(host_ops) + ". Shorten that host work, overlap "
@@ -135,18 +137,23 @@ def _layout_and_autotune(ctx: Context) -> list[Finding]:
     return out
 
 
+COMPUTE_BOUND_SHARE = 0.5  # (I) below this, "compute-bound" would hide an unexplained half of the step
+
+
 def compute_verdict(ctx: Context, others: list[Finding]) -> list[Finding]:
     """Stated when no other category reaches warning level: the run is bound by its own compute."""
     if any(f.severity != "info" and f.category not in ("compute", "trace_quality") for f in others):
         return []
     if ctx.steps == 0:
         return []
-    if ctx.has_device:
-        share = ctx.breakdown_share("kernel")
-        where = f"GPU kernels fill {pct(share)} of the step"
-    else:
-        share = ctx.phase_share("forward") + ctx.phase_share("backward")
-        where = f"forward and backward operators fill {pct(share)} of the step"
+    share = ctx.breakdown_share("kernel") if ctx.has_device else ctx.phase_share("forward") + ctx.phase_share("backward")
+    if share < COMPUTE_BOUND_SHARE:
+        return []
+    where = (
+        f"GPU kernels fill {pct(share)} of the step"
+        if ctx.has_device
+        else f"forward and backward operators fill {pct(share)} of the step"
+    )
     top = [op.name for op in ctx.report.operators[:3]]
     return [
         finding(
@@ -155,7 +162,7 @@ def compute_verdict(ctx: Context, others: list[Finding]) -> list[Finding]:
             severity="info",
             title=f"Compute-bound: {where}; no input, host or synchronisation bottleneck found",
             evidence={"compute_share": share, "top_operators": top},
-            time_share=share,
+            time_share=None,  # a verdict, not a cost: nothing here can be removed
             recommendation=(
                 "Speed comes from doing the math faster: mixed precision (torch.autocast), torch.compile, "
                 "channels_last for convnets, cudnn.benchmark=True for fixed shapes, or a larger batch per step."

@@ -4,6 +4,7 @@ host-device synchronisation."""
 from __future__ import annotations
 
 from torchscope.diagnose.context import Context, finding, ms, pct, severity_for
+from torchscope.diagnose.rules_input import COPY_OPS
 from torchscope.report.model import Finding
 
 # TraceLens: a gap whose op self-time covers < 20 % is "CPU untraced" (Python); HTA: launches 5-20 us.
@@ -78,7 +79,7 @@ def _dispatch_bound(ctx: Context) -> list[Finding]:
 def _launch_bound(ctx: Context) -> list[Finding]:
     short = ctx.signal("launch", "short_kernel_fraction")
     utilization = ctx.report.device.utilization
-    if short < LAUNCH_BOUND_SHORT_FRACTION or utilization is None or utilization >= LAUNCH_BOUND_UTILIZATION:
+    if not is_launch_bound(ctx):
         return []
     share = unexplained_idle_share(ctx)
     if share <= 0:
@@ -96,7 +97,8 @@ def _launch_bound(ctx: Context) -> list[Finding]:
                 "median_kernel_us": ctx.signal("launch", "median_kernel_us"),
                 "median_launch_us": ctx.signal("launch", "median_launch_us"),
                 "gpu_utilization": utilization,
-                "idle_not_explained_by_other_findings": share,
+                "device_idle_share": idle_share(ctx),
+                "unexplained_idle_share": share,
                 "host_ops_during_idle_us_per_step": dict(list(ctx.report.signals.get("idle_host_ops", {}).items())[:5]),
             },
             time_share=share,
@@ -109,15 +111,27 @@ def _launch_bound(ctx: Context) -> list[Finding]:
     ]
 
 
+def idle_share(ctx: Context) -> float:
+    """Share of the step with no kernel, copy or memset running on the device."""
+    return ctx.share(float(ctx.report.signals.get("idle_us_per_step", 0.0)))
+
+
 def unexplained_idle_share(ctx: Context) -> float:
-    """Device idle share of the step not already explained by data loading, syncs or copies."""
-    idle = ctx.share(float(ctx.report.signals.get("idle_us_per_step", 0.0)))
-    explained = (
-        ctx.breakdown_share("data_loading")
-        + ctx.share(ctx.signal("sync", "sync_us_per_step"))
-        + ctx.share(ctx.signal("copies", "pageable_htod_us_per_step"))
+    """Device idle share of the step during which the host was neither loading data nor blocked in a
+    sync (those gaps belong to the data-loading and synchronisation findings)."""
+    idle = float(ctx.report.signals.get("idle_us_per_step", 0.0))
+    explained = float(ctx.report.signals.get("idle_explained_us_per_step", 0.0))
+    return ctx.share(max(idle - explained, 0.0))
+
+
+def is_launch_bound(ctx: Context) -> bool:
+    """Most kernels are shorter than their launch and the GPU is not kept busy (HTA "short kernels")."""
+    utilization = ctx.report.device.utilization
+    return (
+        ctx.signal("launch", "short_kernel_fraction") >= LAUNCH_BOUND_SHORT_FRACTION
+        and utilization is not None
+        and utilization < LAUNCH_BOUND_UTILIZATION
     )
-    return max(idle - explained, 0.0)
 
 
 OPTIMIZER_SHARE = 0.10
@@ -188,8 +202,8 @@ _CULPRIT_HINTS = (
 def outside_steps(ctx: Context) -> list[Finding]:
     culprits: dict[str, float] = ctx.report.signals.get("outside_steps", {}) or {}
     other_us = ctx.phase_share("other") * ctx.mean_step_us
-    explained = sum(culprits.values())
-    share = ctx.share(min(explained, other_us)) if ctx.has_device else ctx.phase_share("other")
+    explained_us = min(sum(culprits.values()), other_us)
+    share = ctx.share(explained_us)  # only what the named culprits account for
     if share < OUTSIDE_SHARE or not culprits:
         return []
     top = dict(list(culprits.items())[:5])
@@ -201,7 +215,12 @@ def outside_steps(ctx: Context) -> list[Finding]:
             severity=severity_for(share),
             title=f"{pct(share)} of each step runs outside data loading/forward/backward/optimizer, mostly in "
             + ", ".join(list(top)[:2]),
-            evidence={"outside_us_per_step": share * ctx.mean_step_us, "step_share": share, "culprits_us_per_step": top},
+            evidence={
+                "outside_us_per_step": explained_us,
+                "step_share": share,
+                "unattributed_other_us_per_step": max(other_us - explained_us, 0.0),
+                "culprits_us_per_step": top,
+            },
             time_share=share,
             recommendation=(
                 "Move this work out of the per-step path: " + ("; ".join(hints) if hints else
@@ -218,18 +237,21 @@ def synchronization(ctx: Context) -> list[Finding]:
     count = ctx.signal("sync", "syncs_per_step")
     if count <= 0 or not ctx.has_device:
         return []
-    us = ctx.signal("sync", "sync_us_per_step")
+    # Syncs issued by copy ops are the h2d_copy.blocking finding: count them once.
+    by_op = {op: us for op, us in (ctx.signal("sync", "by_op", {}) or {}).items() if op not in COPY_OPS}
+    if not by_op:
+        return []
+    us = sum(by_op.values())
     share = ctx.share(us)
-    by_op = ctx.signal("sync", "by_op", {})
     sites = ctx.signal("sync", "call_sites", {})
     return [
         finding(
             id="synchronization.host_device",
             category="synchronization",
             severity=severity_for(share, SYNC_SHARE) if share >= SYNC_SHARE else "info",
-            title=f"The host waits for the GPU {count:.0f} time(s) per step ({ms(us)}, {pct(share)})"
+            title=f"The host waits for the GPU in synchronisations: {ms(us)} per step ({pct(share)})"
             + (f", mostly in {next(iter(by_op))}" if by_op else ""),
-            evidence={"syncs_per_step": count, "sync_us_per_step": us, "step_share": share, "by_op_us_per_step": by_op, "call_sites_us_per_step": sites},
+            evidence={"syncs_per_step_incl_copies": count, "sync_us_per_step": us, "step_share": share, "by_op_us_per_step": by_op, "call_sites_us_per_step": sites},
             time_share=share,
             recommendation=(
                 "Each sync stalls the CPU until the GPU drains, so the next kernels are launched late. Remove "

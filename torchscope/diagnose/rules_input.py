@@ -63,7 +63,7 @@ def data_loading(ctx: Context) -> list[Finding]:
 H2D_SHARE = 0.02
 
 
-_COPY_OPS = ("aten::to", "aten::copy_", "aten::_to_copy", "aten::cuda", "aten::cpu")
+COPY_OPS = ("aten::to", "aten::copy_", "aten::_to_copy", "aten::cuda", "aten::cpu")
 
 
 def h2d_copy(ctx: Context) -> list[Finding]:
@@ -99,7 +99,7 @@ def _blocking_copies(ctx: Context) -> list[Finding]:
     """Copies that make the host wait for the device: syncs issued under aten::to / copy_ (a copy with
     non_blocking=False, or to pageable host memory)."""
     by_op: dict[str, float] = ctx.signal("sync", "by_op", {}) or {}
-    blocking = {op: us for op, us in by_op.items() if op in _COPY_OPS}
+    blocking = {op: us for op, us in by_op.items() if op in COPY_OPS}
     if not blocking or not ctx.has_device:
         return []
     us = sum(blocking.values())
@@ -109,7 +109,7 @@ def _blocking_copies(ctx: Context) -> list[Finding]:
             id="h2d_copy.blocking",
             category="h2d_copy",
             severity="warning" if share >= H2D_SHARE else "info",
-            title=f"Blocking copies: the host waits {us / 1000:.1f} ms per step for copies to finish ({100 * share:.1f}%)",
+            title=f"Blocking copies: the host waits {ms(us)} per step for copies to finish ({pct(share)})",
             evidence={"blocking_copy_sync_us_per_step": us, "by_op_us_per_step": blocking, "step_share": share},
             time_share=share,
             recommendation="Use tensor.to(device, non_blocking=True) from pinned memory (DataLoader(pin_memory=True)), "

@@ -70,7 +70,7 @@ def trace_quality(ctx: Context) -> list[Finding]:
                     "recompilation, a slow batch) or profile more steps.",
                 )
             )
-    compile_us = float(report.signals.get("compile", {}).get("compilation_us_in_steps", 0.0) or 0.0)
+    compile_us = float(report.signals.get("compile", {}).get("compilation_us_per_step", 0.0) or 0.0)
     if compile_us > 0:
         out.append(
             finding(

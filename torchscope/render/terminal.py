@@ -117,7 +117,7 @@ def _evidence_value(key: str, value: Any) -> str:
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         if "_us" in key:
             return _ms(float(value))
-        if "share" in key or "fraction" in key or key.endswith(("utilization", "spread", "ratio")):
+        if "share" in key or "fraction" in key or key.endswith(("utilization", "efficiency", "spread", "ratio")):
             return f"{100 * float(value):.1f}%"
         if "bytes" in key:
             return f"{float(value) / 2**20:,.1f} MiB"
@@ -128,7 +128,7 @@ def _evidence_value(key: str, value: Any) -> str:
 
 def _value(value: Any) -> str:
     if isinstance(value, float):
-        return f"{value:.3g}" if abs(value) < 1e5 else f"{value:,.0f}"
+        return f"{value:.3g}" if abs(value) < 1000 else f"{value:,.0f}"
     if isinstance(value, dict):
         return "{" + ", ".join(f"{k}: {_value(v)}" for k, v in list(value.items())[:5]) + "}"
     if isinstance(value, list):
@@ -156,7 +156,7 @@ def _operators(report: Report, by_shape: bool, top: int) -> Table | None:
     if not rows:
         return None
     device = report.device.present
-    title = f"Top operators{' by input shape' if by_shape else ''} (of {len(rows)})"
+    title = f"Top operators{' by input shape' if by_shape else ''} (of {len(rows)}; totals over the whole trace)"
     table = Table(title=title, box=box.SIMPLE_HEAD, title_justify="left")
     columns = ("operator",) + (("input shapes",) if by_shape else ()) + ("calls", "host self", "host total")
     for column in columns + (("device self", "device total") if device else ()):
@@ -172,7 +172,7 @@ def _operators(report: Report, by_shape: bool, top: int) -> Table | None:
 def _kernels(report: Report, top: int) -> Table | None:
     if not report.kernels:
         return None
-    table = Table(title=f"Top kernels (of {len(report.kernels)})", box=box.SIMPLE_HEAD, title_justify="left")
+    table = Table(title=f"Top kernels (of {len(report.kernels)}; totals over the whole trace)", box=box.SIMPLE_HEAD, title_justify="left")
     for column in ("kernel", "calls", "total", "mean", "occupancy", "TC", "launched by"):
         table.add_column(column, justify="left" if column in ("kernel", "launched by") else "right", overflow="ellipsis", no_wrap=True, max_width=40 if column == "kernel" else 24)
     for row in report.kernels[:top]:
