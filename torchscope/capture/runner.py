@@ -20,7 +20,7 @@ import runpy
 import sys
 import types
 import zipfile
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Literal
@@ -106,23 +106,8 @@ def run_target(target: Target, config: CaptureConfig) -> RunOutcome:
     check_target(target)
     from torchscope.capture.profiler import CaptureComplete, Profiler
 
-    profiler = Profiler(
-        config.out,
-        wait=config.wait,
-        warmup=config.warmup,
-        active=config.active,
-        repeat=config.repeat,
-        skip_first=config.skip_first,
-        record_shapes=config.record_shapes,
-        profile_memory=config.profile_memory,
-        with_stack=config.with_stack,
-        with_flops=config.with_flops,
-        phase_labels=config.phase_labels,
-        name=target.run_name,
-        auto_step=True,
-        stop_after_active=config.stop_after_active,
-        command=target.command,
-    )
+    options = {name: value for name, value in asdict(config).items() if name != "out"}  # Profiler's keywords
+    profiler = Profiler(config.out, **options, name=target.run_name, auto_step=True, command=target.command)
     saved_argv, saved_path = sys.argv[:], sys.path[:]
     outcome: RunOutcome | None = None
     try:
