@@ -36,6 +36,15 @@ _FRAME_NAME = re.compile(r"^(?P<file>.*?)\((?P<line>\d+)\): (?P<func>.*)$")
 
 def _in_steps(ts: np.ndarray, steps: StepWindows) -> np.ndarray:
     """Index of the step window containing each timestamp, -1 outside all windows."""
+    return _step_index(ts, steps)
+
+
+def _event_steps(events: EventTable, steps: StepWindows) -> np.ndarray:
+    """`_in_steps` of every event's start, computed once per table and step windows."""
+    return events.memo(f"step_index:{id(steps)}", lambda: _step_index(events.ts_us, steps))
+
+
+def _step_index(ts: np.ndarray, steps: StepWindows) -> np.ndarray:
     step = np.searchsorted(steps.start_us, ts, side="right") - 1
     inside = (step >= 0) & (ts < steps.end_us[np.maximum(step, 0)])
     return np.where(inside, step, -1)
@@ -90,7 +99,7 @@ def launch_overhead(events: EventTable, steps: StepWindows) -> dict[str, float]:
     """Kernels shorter than the runtime call that launched them (HTA's "short kernels")."""
     from torchscope.analysis.nesting import launcher_of_device_events
 
-    kernels = np.flatnonzero((events.kind == Kind.KERNEL) & (_in_steps(events.ts_us, steps) >= 0))
+    kernels = np.flatnonzero((events.kind == Kind.KERNEL) & (_event_steps(events, steps) >= 0))
     if kernels.size == 0:
         return {}
     launcher = launcher_of_device_events(events, kernels)
@@ -103,7 +112,7 @@ def launch_overhead(events: EventTable, steps: StepWindows) -> dict[str, float]:
         "median_kernel_us": float(np.median(events.dur_us[kernels])),
         "median_launch_us": float(np.median(events.dur_us[launcher[ok]])) if ok.any() else 0.0,
         "runtime_us_per_step": float(
-            events.dur_us[kind_mask(events.kind, (Kind.RUNTIME, Kind.DRIVER)) & (_in_steps(events.ts_us, steps) >= 0)].sum() / n
+            events.dur_us[kind_mask(events.kind, (Kind.RUNTIME, Kind.DRIVER)) & (_event_steps(events, steps) >= 0)].sum() / n
         ),
     }
 
@@ -143,11 +152,11 @@ def idle_explained_us_per_step(events: EventTable, steps: StepWindows, busy: int
 
 def synchronization(events: EventTable, steps: StepWindows, tree: HostTree, times: OpTimes) -> dict[str, object]:
     """Host-blocking device synchronisations inside steps: count, time, the ops and call sites causing them."""
-    syncs = np.flatnonzero(sync_mask(events) & (_in_steps(events.ts_us, steps) >= 0))
+    syncs = np.flatnonzero(sync_mask(events) & (_event_steps(events, steps) >= 0))
     n = max(len(steps), 1)
     if syncs.size == 0:
         return {"syncs_per_step": 0.0, "sync_us_per_step": 0.0, "by_op": {}, "call_sites": {}}
-    op = outermost_ancestor_of(tree, times.op_mask)[syncs]
+    op = outermost_ancestor_of(tree, times.op_mask, syncs)
     by_op: dict[str, float] = {}
     sites: dict[str, float] = {}
     for index, owner in zip(syncs.tolist(), op.tolist()):  # one iteration per sync call, not per event
@@ -165,7 +174,7 @@ def synchronization(events: EventTable, steps: StepWindows, tree: HostTree, time
 
 
 def host_to_device_copies(events: EventTable, steps: StepWindows) -> dict[str, float]:
-    copies = np.flatnonzero((events.kind == Kind.MEMCPY) & (_in_steps(events.ts_us, steps) >= 0))
+    copies = np.flatnonzero((events.kind == Kind.MEMCPY) & (_event_steps(events, steps) >= 0))
     n = max(len(steps), 1)
     names = np.array(events.text(events.name[copies]), dtype=object)
     htod = np.array(["HtoD" in s for s in names], dtype=bool)
@@ -186,7 +195,7 @@ def optimizer_details(events: EventTable, steps: StepWindows, tree: HostTree, ti
     """How the optimizer step is implemented: fused / foreach kernels or a per-parameter loop; whether
     zero_grad fills gradients with zeros instead of setting them to None."""
     n = max(len(steps), 1)
-    in_steps = _in_steps(events.ts_us, steps) >= 0
+    in_steps = _event_steps(events, steps) >= 0
     ranges = kind_mask(events.kind, (Kind.CPU_OP, Kind.USER_ANNOTATION))
     step_range = events.string_mask(lambda s: s.startswith("Optimizer.step#"))[events.name] & ranges
     zero_range = events.string_mask(lambda s: s.startswith("Optimizer.zero_grad#"))[events.name] & ranges
@@ -279,7 +288,7 @@ def compile_activity(events: EventTable, steps: StepWindows) -> dict[str, float]
     """torch.compile work inside the steps: compiled regions entered and compilation time, per step."""
     n = max(len(steps), 1)
     marker = events.string_mask(lambda s: s.startswith(COMPILE_MARKERS) or "(dynamo_timed)" in s)[events.name]
-    inside = marker & (_in_steps(events.ts_us, steps) >= 0)
+    inside = marker & (_event_steps(events, steps) >= 0)
     compile_events = events.string_mask(lambda s: "(dynamo_timed)" in s or s.startswith("compile_inner"))[events.name]
     return {
         "compiled_regions_per_step": float(inside.sum() / n),

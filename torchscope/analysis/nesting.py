@@ -116,19 +116,19 @@ def nearest_ancestor_of(tree: HostTree, mask: np.ndarray) -> np.ndarray:
     return tree.inherit(own)
 
 
-def outermost_ancestor_of(tree: HostTree, mask: np.ndarray) -> np.ndarray:
-    """For each event, the outermost ancestor-or-self in `mask` (-1 if none): e.g. the `aten::item` a
-    user called rather than the `_local_scalar_dense` inside it."""
-    nearest = nearest_ancestor_of(tree, mask)
-    result = nearest.copy()
+def outermost_ancestor_of(tree: HostTree, mask: np.ndarray, events_of_interest: np.ndarray) -> np.ndarray:
+    """For each event in `events_of_interest`, the outermost ancestor-or-self in `mask` (-1 if none):
+    e.g. the `aten::item` a user called rather than the `_local_scalar_dense` inside it. Walks up the
+    parent pointers of just those events, one level per iteration."""
+    current = np.asarray(events_of_interest, dtype=np.int64)
+    result = np.where(mask[current], current, -1)
     while True:
-        has = result >= 0
-        parent = np.where(has, tree.parent[np.maximum(result, 0)], -1)
-        above = np.where(parent >= 0, nearest[np.maximum(parent, 0)], -1)
-        step = has & (above >= 0)
-        if not step.any():
+        alive = current >= 0
+        if not alive.any():
             return result
-        result = np.where(step, above, result)
+        current = np.where(alive, tree.parent[np.maximum(current, 0)], -1)
+        hit = (current >= 0) & mask[np.maximum(current, 0)]
+        result = np.where(hit, current, result)
 
 
 def launcher_of_device_events(events: EventTable, device: np.ndarray) -> np.ndarray:
