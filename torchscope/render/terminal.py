@@ -84,7 +84,8 @@ def _header(report: Report) -> Text:
         text.append(" (no ProfilerStep markers: whole trace as one window)", style="yellow")
     text.append(f"\nstep time: mean {_ms(mean)}, min {_ms(min(durations, default=0))}, max {_ms(max(durations, default=0))} (spread {_ms(spread)})")
     if report.device.present and report.device.utilization is not None:
-        text.append(f"\nGPU: {_safe(report.device.name or 'device', cell=True)}  utilisation {100 * report.device.utilization:.1f}%")
+        name = f" {_safe(report.device.name, cell=True)}" if report.device.name else ""
+        text.append(f"\nGPU{name}: utilisation {100 * report.device.utilization:.1f}%")
         if report.device.sm_efficiency is not None:
             text.append(f"  est. SM efficiency {100 * report.device.sm_efficiency:.1f}%")
         if report.device.achieved_occupancy_pct is not None:
@@ -120,10 +121,17 @@ def _evidence_value(key: str, value: Any) -> str:
         if "share" in key or "fraction" in key or key.endswith(("utilization", "efficiency", "spread", "ratio")):
             return f"{100 * float(value):.1f}%"
         if "bytes" in key:
-            return f"{float(value) / 2**20:,.1f} MiB"
+            return _bytes(float(value))
     if isinstance(value, dict) and "_us" in key:
         return "{" + ", ".join(f"{k}: {_ms(float(v))}" for k, v in list(value.items())[:5]) + "}"
     return _value(value)
+
+
+def _bytes(value: float) -> str:
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(value) >= size:
+            return f"{value / size:,.1f} {unit}"
+    return f"{value:,.0f} B"
 
 
 def _value(value: Any) -> str:
