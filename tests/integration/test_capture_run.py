@@ -259,3 +259,12 @@ def test_demo_profiles_a_planted_data_loading_bottleneck(tmp_path: Path) -> None
         report = json.loads((run_dir / "report.json").read_text())
         assert report["findings"][0]["category"] == "data_loading"
     assert f"torchscope: run directory: {run_dir.name}" in demo.stderr
+
+
+def test_demo_that_cannot_capture_fails(tmp_path: Path) -> None:
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("a file where the run directory should go")
+    demo = torchscope("demo", "--out", str(blocker / "demo"), cwd=tmp_path)
+    assert demo.returncode == 1
+    assert demo.stderr.rstrip().splitlines()[-1] == "torchscope: error: the demo captured no trace (see the warning above)"
+    assert "Traceback" not in demo.stderr

@@ -38,6 +38,10 @@ def execute(args: argparse.Namespace) -> int:
     outcome = run_target(Target("module", DEMO_MODULE), CaptureConfig(out=args.out))
     print_script_ending(outcome)
     present(outcome, report=True, stream=sys.stdout, json_report=True)
+    if outcome.exit_code == 0 and not outcome.profiler.trace_files:
+        # Unlike `run` (where the user's script is what matters), the demo's whole job is the capture.
+        print("torchscope: error: the demo captured no trace (see the warning above)", file=sys.stderr)
+        return 1
     if outcome.exit_code == 0:
         print(f"torchscope demo: try the fix with `torchscope run -m {DEMO_MODULE} --num-workers 2`",
               file=sys.stderr)
