@@ -18,7 +18,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from torchscope.analysis import intervals
-from torchscope.analysis.markers import comm_kernel_mask
 from torchscope.analysis.operators import OpTimes
 from torchscope.analysis.nesting import HostTree, launcher_of_device_events, nearest_ancestor_of
 from torchscope.analysis.steps import StepWindows
@@ -195,10 +194,3 @@ def _host_ops_during(
     totals = np.bincount(group, weight, names.size) / n_steps
     top = np.argsort(-totals)[:10]
     return {events.strings[int(names[i])]: float(totals[i]) for i in top if totals[i] > 0}
-
-
-def comm_kernel_share(events: EventTable) -> float:
-    """Share of kernel time spent in communication kernels."""
-    kernels = events.kind == Kind.KERNEL
-    total = events.dur_us[kernels].sum()
-    return float(events.dur_us[kernels & comm_kernel_mask(events)].sum() / total) if total else 0.0

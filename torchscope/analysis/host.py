@@ -34,17 +34,13 @@ _LIBRARY_FRAME = re.compile(r"(site-packages|dist-packages|/torch/|/lib/python\d
 _FRAME_NAME = re.compile(r"^(?P<file>.*?)\((?P<line>\d+)\): (?P<func>.*)$")
 
 
-def _in_steps(ts: np.ndarray, steps: StepWindows) -> np.ndarray:
-    """Index of the step window containing each timestamp, -1 outside all windows."""
-    return _step_index(ts, steps)
-
-
 def _event_steps(events: EventTable, steps: StepWindows) -> np.ndarray:
-    """`_in_steps` of every event's start, computed once per table and step windows."""
+    """`_step_index` of every event's start, computed once per table and step windows."""
     return events.memo(f"step_index:{id(steps)}", lambda: _step_index(events.ts_us, steps))
 
 
 def _step_index(ts: np.ndarray, steps: StepWindows) -> np.ndarray:
+    """Index of the step window containing each timestamp, -1 outside all windows."""
     step = np.searchsorted(steps.start_us, ts, side="right") - 1
     inside = (step >= 0) & (ts < steps.end_us[np.maximum(step, 0)])
     return np.where(inside, step, -1)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from torchscope.analysis.nesting import launcher_of_device_events
 from torchscope.trace.kinds import DEVICE_KINDS, Kind, kind_mask
 from torchscope.trace.tables import EventTable
 
@@ -85,8 +86,7 @@ def _stretch_to_device(
     events: EventTable, numbers: np.ndarray, host_start: np.ndarray, host_end: np.ndarray
 ) -> StepWindows:
     device = np.flatnonzero(kind_mask(events.kind, DEVICE_KINDS))
-    runtime = np.flatnonzero(kind_mask(events.kind, (Kind.RUNTIME, Kind.DRIVER)) & (events.correlation >= 0))
-    owner = _device_owner_step(events, device, runtime, host_start, host_end)
+    owner = _device_owner_step(events, device, host_start, host_end)
     if device.size == 0 or not (owner >= 0).any():
         return StepWindows(numbers, host_start, host_end, host_start.copy(), host_end.copy(), "profiler_step", False)
     dev_start = events.ts_us[device]
@@ -111,27 +111,16 @@ def _stretch_to_device(
 
 
 def _device_owner_step(
-    events: EventTable, device: np.ndarray, runtime: np.ndarray, host_start: np.ndarray, host_end: np.ndarray
+    events: EventTable, device: np.ndarray, host_start: np.ndarray, host_end: np.ndarray
 ) -> np.ndarray:
-    """Index of the step owning each device event (-1 if none), via its launching runtime call."""
-    owner = np.full(device.size, -1, dtype=np.int64)
-    if device.size == 0 or runtime.size == 0:
-        return owner
-    rt_start = events.ts_us[runtime]
-    rt_end = rt_start + events.dur_us[runtime]
+    """Index of the step owning each device event (-1 if none): the step whose host range holds the
+    runtime call that launched it."""
+    launcher = launcher_of_device_events(events, device)
+    rt = np.maximum(launcher, 0)
+    rt_start = events.ts_us[rt]
     step = np.searchsorted(host_start, rt_start, side="right") - 1
-    inside = (step >= 0) & (rt_end <= host_end[np.maximum(step, 0)])
-    rt_corr = events.correlation[runtime][inside]
-    rt_step = step[inside]
-    if rt_corr.size == 0:  # no launch inside any step (e.g. a damaged trace)
-        return owner
-    order = np.argsort(rt_corr, kind="stable")
-    rt_corr, rt_step = rt_corr[order], rt_step[order]
-    dev_corr = events.correlation[device]
-    pos = np.searchsorted(rt_corr, dev_corr)
-    found = (pos < rt_corr.size) & (rt_corr[np.minimum(pos, rt_corr.size - 1)] == dev_corr) & (dev_corr >= 0)
-    owner[found] = rt_step[pos[found]]
-    return owner
+    inside = (launcher >= 0) & (step >= 0) & (rt_start + events.dur_us[rt] <= host_end[np.maximum(step, 0)])
+    return np.where(inside, step, -1)
 
 
 def _steps_with_complete_device_work(matched: np.ndarray) -> np.ndarray:

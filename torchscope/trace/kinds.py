@@ -58,7 +58,6 @@ _RUNTIME_SUFFIXES = ("_runtime",)
 _DRIVER_SUFFIXES = ("_driver",)
 
 DEVICE_KINDS = (Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET)
-HOST_RANGE_KINDS = (Kind.CPU_OP, Kind.USER_ANNOTATION, Kind.PYTHON_FUNCTION)
 
 
 def kind_mask(kinds: np.ndarray, wanted: "tuple[Kind, ...] | Kind") -> np.ndarray:

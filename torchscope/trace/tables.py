@@ -87,18 +87,6 @@ class EventTable:
         except KeyError:
             raise AttributeError(name) from None
 
-    def string_id(self, text: str) -> int:
-        """Id of `text` in this table's string table, or -1 when absent."""
-        index = self._string_index().get(text)
-        return -1 if index is None else index
-
-    def _string_index(self) -> dict[str, int]:
-        cached = self.__dict__.get("_index")
-        if cached is None:
-            cached = {s: i for i, s in reversed(list(enumerate(self.strings)))}
-            self.__dict__["_index"] = cached
-        return cached
-
     def text(self, ids: np.ndarray | int) -> Any:
         """Strings for ids (a list for an array, a str for a scalar)."""
         if isinstance(ids, (int, np.integer)):
@@ -115,9 +103,6 @@ class EventTable:
         if key not in cache:
             cache[key] = compute()
         return cache[key]
-
-    def select(self, mask: np.ndarray) -> "EventTable":
-        return EventTable({k: v[mask] for k, v in self.columns.items()}, self.strings)
 
 
 @dataclass
