@@ -1,10 +1,13 @@
 """Parse Kineto Chrome-trace JSON into an `EventTable`.
 
-How: the top level is decoded with msgspec into raw slices (no Python objects for the events yet); the
-events are then decoded in fixed-size batches into small typed structs (`schema.Event`) and turned into
-numpy columns batch by batch, so peak memory is the file's bytes plus one batch of structs plus the
-columns. Strings are interned as they are seen. A file whose events do not all fit the strict shape is
-decoded event by event with type coercion; events that still do not fit are dropped and counted.
+How: the text is read in chunks and its events array is cut into batches of a few MB at event
+boundaries (`stream.EventStream`); each batch is decoded with msgspec into small typed structs
+(`schema.Event`, with the args torchscope reads) and written into preallocated numpy columns, then
+dropped. Peak memory is the columns plus one batch, whatever the file size: the JSON text is never held
+whole. Strings are interned as they are seen. A batch whose events do not all fit the strict shape is
+decoded event by event with type coercion; events that still do not fit are dropped and counted. Text
+that the streaming walk cannot follow (non-standard NaN literals, UTF-16, damage) is parsed whole, which
+also gives the precise error for a damaged file.
 """
 
 from __future__ import annotations
@@ -22,28 +25,83 @@ import numpy as np
 from torchscope.errors import TraceFormatError
 from torchscope.trace import schema
 from torchscope.trace.kinds import Kind, classify, kind_mask
-from torchscope.trace.read import read_trace_bytes
+from torchscope.trace.read import estimated_text_bytes, iter_trace_chunks, read_trace_bytes
+from torchscope.trace.stream import BATCH_BYTES, EventStream, NotStreamable
 from torchscope.trace.tables import NUMERIC_COLUMNS, STRING_COLUMNS, EventTable, StringInterner, TraceFile
 
 log = logging.getLogger(__name__)
 
-BATCH_EVENTS = 100_000
-# Event arrays up to this size are decoded in one call; larger ones in batches of BATCH_EVENTS, which
-# bounds the memory held by decoded structs to one batch.
-DIRECT_DECODE_BYTES = 96 << 20
+BATCH_EVENTS = 100_000  # events per batch when a whole text is parsed (the fallback path)
 _MAX_HEADER_VALUE_BYTES = 64 << 20
 
 _BASE_STRING_SOURCES = ("ph", "cat", "name", "pid", "tid")
 _RAW_TEXT_COLUMNS = frozenset(c for c, (_, kind, _) in schema.ARG_FIELDS.items() if kind is msgspec.Raw)
+_Batch = tuple[list[schema.Event], int]  # decoded events, and how many malformed ones were dropped
 
 
 def parse_trace(path: Path) -> TraceFile:
-    """Read and parse one trace file."""
-    return parse_trace_bytes(read_trace_bytes(path), path)
+    """Read and parse one trace file, streaming it (the text is never held whole when it can be helped)."""
+    try:
+        return _parse_stream(iter_trace_chunks(path), path, estimated_text_bytes(path))
+    except NotStreamable as reason:
+        log.debug("%s: parsing the whole text (%s)", path, reason)
+    return _parse_whole(read_trace_bytes(path), path)
 
 
-def parse_trace_bytes(data: bytes, path: Path | str = "<bytes>") -> TraceFile:
-    """Parse Chrome-trace JSON (object with `traceEvents`, or a bare event array)."""
+def parse_trace_bytes(data: bytes, path: Path | str = "<bytes>", batch_bytes: int = BATCH_BYTES) -> TraceFile:
+    """Parse Chrome-trace JSON (object with `traceEvents`, or a bare event array) held in memory.
+
+    Goes through the same streaming walk as `parse_trace` (`batch_bytes` sets its batch size)."""
+    if not data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+        try:
+            chunks = (data[i : i + batch_bytes] for i in range(0, len(data), batch_bytes))
+            return _parse_stream(chunks, path, len(data), batch_bytes)
+        except NotStreamable as reason:
+            log.debug("%s: parsing the whole text (%s)", path, reason)
+    return _parse_whole(data, path)
+
+
+def _parse_stream(
+    chunks: Iterable[bytes], path: Path | str, size_hint: int | None, batch_bytes: int = BATCH_BYTES
+) -> TraceFile:
+    stream: EventStream[_Batch] = EventStream(_without_utf8_bom(chunks), _decode_array, batch_bytes)
+    builder = _ColumnBuilder(size_hint)
+    for events, dropped in stream.batches():
+        builder.add(events, dropped, stream.consumed)
+    if builder.filled == 0 and builder.dropped == 0 and stream.consumed == 0:
+        raise NotStreamable("empty")  # let the whole-text path name the problem
+    warnings: list[str] = []
+    table, dropped = builder.finish(warnings)
+    header = _decode_header(stream.header)
+    _check_events(table, path, dropped)
+    _clean_times(table, warnings, path)
+    return TraceFile(str(path), header, table, warnings)
+
+
+def _without_utf8_bom(chunks: Iterable[bytes]) -> Iterator[bytes]:
+    first = True
+    for chunk in chunks:
+        if first and chunk.startswith(codecs.BOM_UTF8):
+            chunk = chunk[len(codecs.BOM_UTF8) :]
+        first = False
+        yield chunk
+
+
+def _decode_array(text: bytes) -> _Batch | None:
+    """A JSON array of events, decoded; None when `text` is not a JSON array (a false cut)."""
+    try:
+        return schema.EVENT_LIST_DECODER.decode(text), 0
+    except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
+        pass
+    try:
+        raw = schema.RAW_LIST_DECODER.decode(text)
+    except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
+        return None
+    return _decode_leniently(raw)
+
+
+def _parse_whole(data: bytes, path: Path | str) -> TraceFile:
+    """Parse a whole text at once: the fallback for text the streaming walk cannot follow."""
     data = _to_utf8(data, path)
     if not data or data.isspace():
         raise TraceFormatError(path, "empty file")
@@ -51,8 +109,11 @@ def parse_trace_bytes(data: bytes, path: Path | str = "<bytes>") -> TraceFile:
     top = _decode_top_level(data, path, warnings)
     header, raw_events = _split_top_level(top, path)
     del top
-    table, dropped = _build_table(raw_events, warnings, path)
+    builder = _ColumnBuilder(None)
+    for events, dropped in _event_batches(raw_events, path):
+        builder.add(events, dropped, 0)
     del raw_events
+    table, dropped = builder.finish(warnings)
     _check_events(table, path, dropped)
     _clean_times(table, warnings, path)
     return TraceFile(str(path), header, table, warnings)
@@ -121,101 +182,104 @@ def _describe_decode_error(exc: Exception, data: bytes) -> str:
     return f"malformed JSON ({text.removeprefix('JSON is malformed: ')})"
 
 
-def _split_top_level(
-    top: Any, path: Path | str
-) -> tuple[dict[str, Any], list[msgspec.Raw] | msgspec.Raw]:
+def _split_top_level(top: Any, path: Path | str) -> tuple[dict[str, Any], list[msgspec.Raw]]:
     if isinstance(top, list):
         return {}, top
     raw = top.pop("traceEvents", None)
     if raw is None:
         raise TraceFormatError(path, "not a Kineto trace: no 'traceEvents' array")
-    events: list[msgspec.Raw] | msgspec.Raw
-    if len(raw) <= DIRECT_DECODE_BYTES and bytes(memoryview(raw)[:1]) == b"[":
-        events = raw  # small enough: decode the array in one go, skipping the batching copy
-    else:
-        try:
-            events = schema.RAW_LIST_DECODER.decode(raw)
-        except msgspec.ValidationError:
-            raise TraceFormatError(path, "not a Kineto trace: 'traceEvents' is not an array") from None
+    try:
+        events = schema.RAW_LIST_DECODER.decode(raw)
+    except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
+        raise TraceFormatError(path, "not a Kineto trace: 'traceEvents' is not an array") from None
+    return _decode_header(top), events
+
+
+def _decode_header(raw_header: dict[str, msgspec.Raw]) -> dict[str, Any]:
     header: dict[str, Any] = {}
-    for key, value in top.items():
+    for key, value in raw_header.items():
         if len(value) > _MAX_HEADER_VALUE_BYTES:
             continue  # never let a foreign, giant header field dominate memory
         try:
             header[key] = msgspec.json.decode(value)
         except (msgspec.DecodeError, RecursionError):
             continue
-    return header, events
+    return header
 
 
-def _event_batches(
-    raw_events: list[msgspec.Raw] | msgspec.Raw, path: Path | str
-) -> Iterator[tuple[list[schema.Event], int]]:
+def _event_batches(raw_events: list[msgspec.Raw], path: Path | str) -> Iterator[_Batch]:
     """Decoded events in batches, with the number of malformed events dropped from each."""
-    if isinstance(raw_events, msgspec.Raw):
-        try:
-            yield schema.EVENT_LIST_DECODER.decode(raw_events), 0
-            return
-        except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
-            try:
-                raw_events = schema.RAW_LIST_DECODER.decode(raw_events)
-            except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
-                raise TraceFormatError(path, "not a Kineto trace: 'traceEvents' is not an array") from None
     for start in range(0, len(raw_events), BATCH_EVENTS):
-        yield _decode_batch(raw_events[start : start + BATCH_EVENTS])
+        batch = raw_events[start : start + BATCH_EVENTS]
+        decoded = _decode_array(b"[" + b",".join(batch) + b"]")
+        yield decoded if decoded is not None else _decode_leniently(batch)
 
 
-def _build_table(
-    raw_events: list[msgspec.Raw] | msgspec.Raw, warnings: list[str], path: Path | str
-) -> tuple[EventTable, int]:
-    """The events as columns, and how many malformed events were dropped.
+class _ColumnBuilder:
+    """Columns filled batch by batch, allocated once from an estimate of the event count.
 
-    Columns are allocated once, for every event, and each batch is written into its slice: no per-batch
-    parts to concatenate (which would hold a second copy of every column at the peak)."""
-    interner = StringInterner()
-    kinds = _KindCache(interner)
-    capacity = None if isinstance(raw_events, msgspec.Raw) else len(raw_events)
-    columns: dict[str, np.ndarray] | None = None
-    filled = dropped = 0
-    for events, batch_dropped in _event_batches(raw_events, path):
-        dropped += batch_dropped
-        if columns is None:
-            columns = _allocate(capacity if capacity is not None else len(events))
-        _fill_columns(events, interner, kinds, columns, filled)
-        filled += len(events)
-        del events
-    if columns is None:
-        columns = _allocate(0)
-    if filled < len(columns["ts_us"]):  # malformed events were dropped: trim the unused tail
-        columns = {name: values[:filled].copy() for name, values in columns.items()}
-    if dropped:
-        warnings.append(f"dropped {dropped} malformed event(s) of {filled + dropped}")
-    return EventTable(columns, interner.strings), dropped
+    The estimate (events per byte so far times the text size) is refined as batches come; when it falls
+    short the columns grow in place (`ndarray.resize`, a realloc, no second copy at the peak), and the
+    unused tail is released at the end."""
+
+    def __init__(self, size_hint: int | None) -> None:
+        self.interner = StringInterner()
+        self.kinds = _KindCache(self.interner)
+        self.size_hint = size_hint
+        self.columns: dict[str, np.ndarray] | None = None
+        self.filled = 0
+        self.dropped = 0
+
+    def add(self, events: list[schema.Event], dropped: int, consumed_bytes: int) -> None:
+        self.dropped += dropped
+        needed = self.filled + len(events)
+        if self.columns is None:
+            self.columns = _allocate(max(needed, self._estimate(needed, consumed_bytes)))
+        elif needed > len(self.columns["ts_us"]):
+            capacity = len(self.columns["ts_us"])
+            _grow(self.columns, max(needed, self._estimate(needed, consumed_bytes), capacity + capacity // 4))
+        _fill_columns(events, self.interner, self.kinds, self.columns, self.filled)
+        self.filled = needed
+
+    def _estimate(self, events: int, consumed_bytes: int) -> int:
+        if not self.size_hint or not consumed_bytes:
+            return events
+        return int(events / consumed_bytes * self.size_hint * 1.02) + 64
+
+    def finish(self, warnings: list[str]) -> tuple[EventTable, int]:
+        columns = self.columns if self.columns is not None else _allocate(0)
+        if self.filled < len(columns["ts_us"]):
+            for values in columns.values():
+                values.resize(self.filled, refcheck=False)  # in place: frees the unused tail
+        if self.dropped:
+            warnings.append(f"dropped {self.dropped} malformed event(s) of {self.filled + self.dropped}")
+        return EventTable(columns, self.interner.strings), self.dropped
+
+
+_DEFAULTS: dict[str, Any] = {
+    **{name: -1 for name in NUMERIC_COLUMNS},
+    **{name: default for name, (_, _, default) in schema.ARG_FIELDS.items() if name in NUMERIC_COLUMNS},
+    **{name: 0 for name in STRING_COLUMNS},
+    "kind": 0,
+}
+_DTYPES: dict[str, Any] = {**NUMERIC_COLUMNS, **{name: np.int32 for name in STRING_COLUMNS}, "kind": np.int8}
 
 
 def _allocate(n: int) -> dict[str, np.ndarray]:
     """Empty columns holding each column's "absent" default."""
-    columns = {name: np.full(n, -1, dtype) for name, dtype in NUMERIC_COLUMNS.items()}
-    for name, (_, _, default) in schema.ARG_FIELDS.items():
-        if name in NUMERIC_COLUMNS:
-            columns[name].fill(default)
-    columns.update({name: np.zeros(n, np.int32) for name in STRING_COLUMNS})
-    columns["kind"] = np.zeros(n, np.int8)
-    return columns
+    return {name: np.full(n, _DEFAULTS[name], dtype) for name, dtype in _DTYPES.items()}
 
 
-def _dtype(column: str) -> Any:
-    if column == "kind":
-        return np.int8
-    return NUMERIC_COLUMNS.get(column, np.int32)
+def _grow(columns: dict[str, np.ndarray], capacity: int) -> None:
+    for name, values in columns.items():
+        old = len(values)
+        values.resize(capacity, refcheck=False)  # realloc in place; only column views are transient
+        values[old:] = _DEFAULTS[name]
 
 
-def _decode_batch(batch: list[msgspec.Raw]) -> tuple[list[schema.Event], int]:
-    try:
-        return schema.EVENT_LIST_DECODER.decode(b"[" + b",".join(batch) + b"]"), 0
-    except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
-        events = [e for e in map(_decode_one_leniently, batch) if e is not None]
-        return events, len(batch) - len(events)
+def _decode_leniently(raws: list[msgspec.Raw]) -> _Batch:
+    events = [e for e in map(_decode_one_leniently, raws) if e is not None]
+    return events, len(raws) - len(events)
 
 
 def _decode_one_leniently(raw: msgspec.Raw) -> schema.Event | None:
@@ -237,8 +301,23 @@ def _decode_one_leniently(raw: msgspec.Raw) -> schema.Event | None:
     except (msgspec.ValidationError, TypeError, RecursionError):
         return None
     if isinstance(args, dict):
-        event.args = msgspec.Raw(msgspec.json.encode(args))
+        event.args = _decode_args_leniently(args)
     return event
+
+
+_LENIENT_ARGS_DECODER = msgspec.json.Decoder(schema.Args, strict=False)
+
+
+def _decode_args_leniently(args: dict[Any, Any]) -> Any:
+    """The args keys whose values can be used (coerced where needed); the others keep their defaults."""
+    usable = {}
+    for key, value in args.items():
+        try:
+            _LENIENT_ARGS_DECODER.decode(msgspec.json.encode({key: value}))
+            usable[key] = value
+        except (msgspec.ValidationError, msgspec.DecodeError, TypeError, RecursionError):
+            continue
+    return _LENIENT_ARGS_DECODER.decode(msgspec.json.encode(usable))
 
 
 class _KindCache:
@@ -286,10 +365,10 @@ def _fill_columns(
         index = np.flatnonzero(kind_mask(kind, group.kinds))
         if index.size == 0:
             continue
-        decoded = _decode_args(list(map(attrgetter("args"), itemgetter_list(events, index))), group)
+        args = list(map(attrgetter("args"), itemgetter_list(events, index)))
         target = offset + index
         for column in group.columns:
-            values: Iterable[Any] = map(attrgetter(column), decoded)
+            values: Iterable[Any] = map(attrgetter(column), args)
             if column == "external_id_lower":
                 external_lower[index] = np.fromiter(values, np.int64, index.size)
             elif column in _RAW_TEXT_COLUMNS:
@@ -306,33 +385,6 @@ def itemgetter_list(items: list[Any], index: np.ndarray) -> list[Any]:
     if index.size == 1:
         return [items[int(index[0])]]
     return list(itemgetter(*index.tolist())(items))
-
-
-def _decode_args(raws: list[msgspec.Raw], group: schema.ArgGroup) -> list[Any]:
-    """Decode one kind group's args; fall back per event (coercing, then defaults) on bad values."""
-    payload = b"[" + b",".join(raws) + b"]"
-    try:
-        return group.decoder.decode(payload)
-    except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
-        return [_decode_args_leniently(r, group) for r in raws]
-
-
-def _decode_args_leniently(raw: msgspec.Raw, group: schema.ArgGroup) -> Any:
-    struct_type = group.decoder.type.__args__[0]
-    try:
-        obj = msgspec.json.decode(raw) if len(raw) else {}
-    except (msgspec.DecodeError, RecursionError):
-        obj = {}
-    if not isinstance(obj, dict):
-        obj = {}
-    usable = {}
-    for key, value in obj.items():
-        try:
-            msgspec.convert({key: value}, struct_type, strict=False)
-            usable[key] = value
-        except (msgspec.ValidationError, TypeError, RecursionError):
-            continue
-    return msgspec.convert(usable, struct_type, strict=False)
 
 
 def _flow_id(value: Any) -> int:

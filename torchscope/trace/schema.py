@@ -1,9 +1,11 @@
 """The one place that declares which Kineto event fields and `args` become table columns.
 
-Events are decoded into a small struct whose `args` stays raw JSON. `args` are then decoded only for
-the event kinds that use them, each kind group into a struct holding just its columns (see
-`ARG_GROUPS`), so a cpu_op never pays for kernel fields and unknown keys are skipped by msgspec.
-Sentinel defaults (-1, NaN, empty) stand for "absent" so columns are built without per-value checks.
+Events are decoded in one pass into small typed structs: the event's own fields, and `args` into one
+struct that declares every args key torchscope reads (`ARG_FIELDS`); msgspec skips every other key
+without allocating anything, and an event without those keys shares one frozen default `Args`. Which
+event kinds a column is read from is declared by `ARG_GROUPS`, so a stray key on another kind of event
+never reaches a column. Sentinel defaults (-1, NaN, empty) stand for "absent" so columns are built
+without per-value checks.
 """
 
 from __future__ import annotations
@@ -17,25 +19,10 @@ import msgspec
 from torchscope.trace.kinds import Kind
 
 _RAW_EMPTY = msgspec.Raw(b"")
-_RAW_NO_ARGS = msgspec.Raw(b"{}")  # lets args of many events be joined into one JSON array as they are
 # Integer args become int64/int32 columns: a value outside the column's range is invalid (and falls back
 # to the default), so filling a column can never overflow.
 Int64 = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
 Int32 = Annotated[int, msgspec.Meta(ge=-(2**31), le=2**31 - 1)]
-
-
-class Event(msgspec.Struct, gc=False):
-    """One Chrome-trace event as Kineto writes it; `args` is decoded later, per kind."""
-
-    ph: str = ""
-    cat: str = ""
-    name: str = ""
-    pid: Union[int, str] = 0
-    tid: Union[int, str] = 0
-    ts: float = math.nan
-    dur: float = math.nan
-    id: Union[int, str, None] = None
-    args: msgspec.Raw = _RAW_NO_ARGS
 
 
 # column -> (JSON key in `args`, type, default). Raw-typed fields keep JSON text (shapes, grid, block).
@@ -71,33 +58,47 @@ _RUNTIME = ("external_id", "external_id_lower", "correlation", "device", "stream
 _MEMORY = ("mem_bytes", "total_allocated", "total_reserved", "device_type", "device_id", "addr")
 
 
+Args = msgspec.defstruct(
+    "Args",
+    [(column, kind, msgspec.field(default=default, name=key)) for column, (key, kind, default) in ARG_FIELDS.items()],
+    gc=False,
+    frozen=True,  # one shared default instance for events without args
+)
+NO_ARGS = Args()
+
+
+class Event(msgspec.Struct, gc=False):
+    """One Chrome-trace event as Kineto writes it, with the `args` torchscope reads."""
+
+    ph: str = ""
+    cat: str = ""
+    name: str = ""
+    pid: Union[int, str] = 0
+    tid: Union[int, str] = 0
+    ts: float = math.nan
+    dur: float = math.nan
+    id: Union[int, str, None] = None
+    args: Args = NO_ARGS  # type: ignore[valid-type]  # a class made by defstruct
+
+
 @dataclass(frozen=True)
 class ArgGroup:
-    """Event kinds whose `args` are decoded into one struct type holding `columns`."""
+    """Event kinds whose `args` fill `columns` (other kinds keep the columns' defaults)."""
 
     kinds: tuple[Kind, ...]
     columns: tuple[str, ...]
-    decoder: msgspec.json.Decoder  # decodes a JSON array of args objects
-
-
-def _group(name: str, kinds: tuple[Kind, ...], columns: tuple[str, ...]) -> ArgGroup:
-    fields = [
-        (column, ARG_FIELDS[column][1], msgspec.field(default=ARG_FIELDS[column][2], name=ARG_FIELDS[column][0]))
-        for column in columns
-    ]
-    struct = msgspec.defstruct(name, fields, gc=False, frozen=True)
-    return ArgGroup(kinds, columns, msgspec.json.Decoder(list[struct]))  # type: ignore[valid-type]
 
 
 ARG_GROUPS: tuple[ArgGroup, ...] = (
-    _group("OpArgs", (Kind.CPU_OP, Kind.USER_ANNOTATION), _OP),
-    _group("DeviceArgs", (Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET, Kind.GPU_USER_ANNOTATION), _DEVICE),
-    _group("RuntimeArgs", (Kind.RUNTIME, Kind.DRIVER, Kind.CUDA_SYNC), _RUNTIME),
-    _group("MemoryArgs", (Kind.MEMORY,), _MEMORY),
-    _group("MetadataArgs", (Kind.METADATA,), ("label",)),
+    ArgGroup((Kind.CPU_OP, Kind.USER_ANNOTATION), _OP),
+    ArgGroup((Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET, Kind.GPU_USER_ANNOTATION), _DEVICE),
+    ArgGroup((Kind.RUNTIME, Kind.DRIVER, Kind.CUDA_SYNC), _RUNTIME),
+    ArgGroup((Kind.MEMORY,), _MEMORY),
+    ArgGroup((Kind.METADATA,), ("label",)),
 )
 
 EVENT_LIST_DECODER = msgspec.json.Decoder(list[Event])
 EVENT_DECODER = msgspec.json.Decoder(Event)
 RAW_LIST_DECODER = msgspec.json.Decoder(list[msgspec.Raw])
+RAW_OBJECT_DECODER = msgspec.json.Decoder(dict[str, msgspec.Raw])
 TOP_LEVEL_DECODER = msgspec.json.Decoder(Union[dict[str, msgspec.Raw], list[msgspec.Raw]])

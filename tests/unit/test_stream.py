@@ -1,0 +1,157 @@
+"""The streaming walk (trace/stream.py): the same tables as parsing the whole text, at any batch size,
+on real traces and on layouts built to trip a boundary search; anything it cannot follow falls back."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import numpy as np
+import pytest
+
+from torchscope.trace import parse as parse_module
+from torchscope.trace.parse import parse_trace, parse_trace_bytes
+from torchscope.trace.read import gunzip, iter_trace_chunks, max_trace_bytes, read_trace_bytes
+from torchscope.trace.stream import EventStream, NotStreamable
+from torchscope.trace.tables import STRING_COLUMNS, TraceFile
+
+
+def _comparable(trace: TraceFile) -> dict[str, Any]:
+    """Columns with string ids replaced by their text (ids depend on the order strings are met)."""
+    strings = np.array(trace.events.strings, dtype=object)
+    columns = {
+        name: (strings[values] if name in STRING_COLUMNS else values)
+        for name, values in trace.events.columns.items()
+    }
+    return {"columns": columns, "header": trace.header, "warnings": trace.warnings}
+
+
+def _assert_same(a: TraceFile, b: TraceFile) -> None:
+    ca, cb = _comparable(a), _comparable(b)
+    assert ca["header"] == cb["header"]
+    assert ca["warnings"] == cb["warnings"]
+    assert ca["columns"].keys() == cb["columns"].keys()
+    for name in ca["columns"]:
+        assert np.array_equal(ca["columns"][name], cb["columns"][name], equal_nan=name not in STRING_COLUMNS), name
+
+
+def _whole(data: bytes) -> TraceFile:
+    return parse_module._parse_whole(data, "<bytes>")
+
+
+def _streamed_only(data: bytes, batch_bytes: int) -> TraceFile:
+    """Parse through the stream, failing (instead of falling back) if the walk gives up."""
+    chunks = (data[i : i + batch_bytes] for i in range(0, len(data), batch_bytes))
+    return parse_module._parse_stream(chunks, "<bytes>", len(data), batch_bytes)
+
+
+def _shared_files(shared_traces: Path) -> list[Path]:
+    return sorted(p for p in shared_traces.rglob("*") if p.name.endswith((".json", ".json.gz")))
+
+
+def test_real_traces_stream_to_the_same_tables(shared_traces: Path) -> None:
+    files = _shared_files(shared_traces)
+    assert files
+    for path in files:
+        data = read_trace_bytes(path)
+        whole = _whole(data)
+        _assert_same(parse_trace(path), whole)  # file chunks (gzip inflated as it goes)
+        _assert_same(_streamed_only(data, 4096), whole)  # many small batches: many cuts
+
+
+def _event(i: int, **extra: Any) -> dict[str, Any]:
+    return {"ph": "X", "cat": "cpu_op", "name": f"op{i}", "pid": 1, "tid": 1, "ts": 10.0 * i, "dur": 5.0,
+            "args": {"External id": i}, **extra}
+
+
+def _tricky_document() -> dict[str, Any]:
+    events = [_event(i) for i in range(200)]
+    # Boundary look-alikes inside strings and inside nested args: a cut there must be rejected.
+    events[7]["name"] = 'weird}, {"name": "x'
+    events[50]["args"]["Call stack"] = "a.py(1): f}, {" * 300
+    events[90]["args"]["nested"] = [{"a": 1}, {"b": [{"c": 2}, {"d": 3}]}] * 50
+    events[120]["name"] = "x" * 20_000  # one event larger than a batch
+    events.append({"ph": "M", "name": "process_name", "pid": 1, "tid": 0, "args": {"name": "python"}})
+    return {
+        "schemaVersion": 1,
+        "note": 'a header string naming "traceEvents": [ and }, { before the real key',
+        "deviceProperties": [{"id": 0, "name": "GPU"}, {"id": 1, "name": "GPU"}],
+        "traceEvents": events,
+        "traceName": "t.json",
+        "baseTimeNanoseconds": 1700000000000000000,
+    }
+
+
+@pytest.mark.parametrize("batch_bytes", [64, 1000, 4096, 1 << 20])
+@pytest.mark.parametrize("indent", [None, 1])
+def test_boundary_look_alikes_are_never_cut(batch_bytes: int, indent: int | None) -> None:
+    data = json.dumps(_tricky_document(), indent=indent).encode()
+    streamed = _streamed_only(data, batch_bytes)
+    _assert_same(streamed, _whole(data))
+    assert len(streamed.events) == 201
+    assert streamed.header["traceName"] == "t.json"  # a key after the events array
+    assert streamed.header["deviceProperties"][1]["id"] == 1  # a key before it
+    assert streamed.events.text(streamed.events.name[7]) == 'weird}, {"name": "x'
+
+
+@pytest.mark.parametrize("batch_bytes", [64, 4096])
+def test_bare_array_and_empty_header(batch_bytes: int) -> None:
+    events = [_event(i) for i in range(100)]
+    for doc in (events, {"traceEvents": events}):
+        data = json.dumps(doc).encode()
+        _assert_same(_streamed_only(data, batch_bytes), _whole(data))
+
+
+def test_malformed_events_are_dropped_the_same_way() -> None:
+    doc = _tricky_document()
+    doc["traceEvents"][30]["ts"] = "not a number"
+    doc["traceEvents"][31] = 5  # not an object
+    doc["traceEvents"][32]["args"] = {"External id": "12"}  # coerced
+    data = json.dumps(doc).encode()
+    streamed = _streamed_only(data, 2048)
+    _assert_same(streamed, _whole(data))
+    assert any("dropped 2 malformed" in w for w in streamed.warnings)
+    assert 12 in streamed.events.external_id.tolist()
+
+
+def test_non_standard_literals_fall_back_to_the_whole_text() -> None:
+    doc = _tricky_document()
+    data = json.dumps(doc).encode().replace(b'"dur": 5.0', b'"dur": NaN', 40)
+    with pytest.raises(NotStreamable):
+        _streamed_only(data, 2048)
+    trace = parse_trace_bytes(data, batch_bytes=2048)
+    assert any("NaN" in w for w in trace.warnings)
+    assert len(trace.events) == 201
+
+
+def test_a_false_cut_is_rejected_by_decoding() -> None:
+    seen: list[bytes] = []
+
+    def decode(text: bytes) -> list[Any] | None:
+        seen.append(text)
+        try:
+            return msgspec.json.decode(text)
+        except msgspec.DecodeError:
+            return None
+
+    more = b"".join(b', {"name": "%d"}' % i for i in range(20))
+    tricky = "b}, {" + "c" * 60
+    text = b'{"traceEvents": [{"name": "a"}, {"name": "%s"}' % tricky.encode() + more + b'], "x": 1}'
+    stream = EventStream([text[i : i + 20] for i in range(0, len(text), 20)], decode, batch_bytes=40)
+    names = [e["name"] for batch in stream.batches() for e in batch]
+    assert names == ["a", tricky, *map(str, range(20))]
+    assert stream.header == {"x": msgspec.Raw(b"1")}
+    assert any(t.endswith(b'{"name": "b}]') for t in seen)  # the false candidate was tried and rejected
+
+
+def test_gzip_is_inflated_chunk_by_chunk(tmp_path: Path) -> None:
+    text = json.dumps(_tricky_document()).encode()
+    path = tmp_path / "two-members.json.gz"
+    path.write_bytes(gzip.compress(text[:5000]) + gzip.compress(text[5000:]) + b"\0\0")
+    chunks = list(iter_trace_chunks(path, chunk_bytes=1024))
+    assert len(chunks) > 10 and max(map(len, chunks)) <= 1024
+    assert b"".join(chunks) == gunzip(path.read_bytes(), path, max_trace_bytes()) == text
+    _assert_same(parse_trace(path), _whole(text))

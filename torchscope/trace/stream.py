@@ -1,0 +1,194 @@
+"""Walk a Chrome-trace JSON text chunk by chunk: the header fields, then the events in batches.
+
+Why: holding a multi-GB JSON text while it is decoded costs as much memory as the text itself, on top
+of the tables. Here the events array is cut at event boundaries and each piece is decoded on its own
+and dropped, so the text held at once is one batch (a few MB) whatever the file size.
+
+How a cut is found: a boundary looks like `}` `,` `{` (a regular expression finds the last one in the
+text read so far), and it is confirmed by decoding `[` + piece + `]`: a cut inside a string or inside a
+nested object never decodes, so a false candidate is rejected and an earlier one tried. The header keys
+before `"traceEvents"` are confirmed the same way (they must decode as an object). At the end of the
+text, the rest is decoded as `{"traceEvents":[` + rest, which yields the last events and the keys that
+follow the array (Kineto writes `traceName`, `displayTimeUnit`, `baseTimeNanoseconds` there).
+
+Anything else (no `traceEvents` key near the top, a boundary that cannot be confirmed, malformed text,
+non-standard literals) raises `NotStreamable`, and the caller parses the whole text instead, which also
+gives the precise error for a damaged file.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Callable, Generic, Iterable, Iterator, TypeVar
+
+import msgspec
+
+from torchscope.trace.schema import RAW_LIST_DECODER, RAW_OBJECT_DECODER
+
+T = TypeVar("T")
+
+BATCH_BYTES = 4 << 20
+# The header before `traceEvents`, and a single event, may be at most this large for streaming.
+MAX_PIECE_BYTES = 64 << 20
+_KEY = b'"traceEvents"'
+_SEPARATOR = re.compile(rb"\}\s*,\s*\{")
+_LEADING_SEPARATOR = re.compile(rb"\s*,?\s*")
+_CUT_ATTEMPTS = 4
+_SEARCH_WINDOW = 1 << 20
+_WHITESPACE = b" \t\r\n"
+
+
+_ERROR_OFFSET = re.compile(r"\(byte (\d+)\)")
+
+
+def _cut_inside_a_value(text: bytes) -> bool:
+    """Whether `text` fails to decode only because it was cut inside a string or nested value (the error
+    is at its very end), rather than because of malformed content earlier on."""
+    try:
+        RAW_LIST_DECODER.decode(text)
+    except msgspec.DecodeError as exc:
+        message = str(exc)
+        offset = _ERROR_OFFSET.search(message)
+        return "truncated" in message or (offset is not None and int(offset.group(1)) >= len(text) - 1)
+    except RecursionError:
+        return False
+    return False  # valid JSON that `decode` refused: not a cut problem
+
+
+class NotStreamable(Exception):
+    """The text does not have the layout the streaming walk relies on: parse it whole instead."""
+
+
+class EventStream(Generic[T]):
+    """Decoded event batches of a Chrome-trace text given in chunks; `header` once they are exhausted.
+
+    `decode(text)` decodes a JSON array of events and returns None when the text is not a valid JSON
+    array (which is how a false cut is rejected)."""
+
+    def __init__(
+        self, chunks: Iterable[bytes], decode: Callable[[bytes], T | None], batch_bytes: int = BATCH_BYTES
+    ) -> None:
+        self._chunks = iter(chunks)
+        self._decode = decode
+        self._batch_bytes = batch_bytes
+        self._eof = False
+        self._object = True  # False for a bare event array
+        self.header: dict[str, msgspec.Raw] = {}
+        self.consumed = 0  # bytes of text decoded so far
+
+    def batches(self) -> Iterator[T]:
+        buffer = self._open()
+        target = self._batch_bytes
+        while True:
+            buffer = self._fill(buffer, target)
+            if self._eof:
+                break
+            decoded, rest = self._cut(buffer)
+            if decoded is None:  # no confirmed boundary yet: the piece holds a large event; read more
+                if len(buffer) > MAX_PIECE_BYTES:
+                    raise NotStreamable("no event boundary")
+                target = len(buffer) * 2
+                continue
+            self.consumed += len(buffer) - len(rest)
+            target = self._batch_bytes
+            buffer = rest
+            yield decoded
+        yield from self._finish(buffer)
+
+    def _read(self) -> bytes:
+        chunk = next(self._chunks, b"")
+        if not chunk:
+            self._eof = True
+        return chunk
+
+    def _fill(self, buffer: bytes, target: int) -> bytes:
+        parts = [buffer]
+        size = len(buffer)
+        while size < target and not self._eof:
+            chunk = self._read()
+            parts.append(chunk)
+            size += len(chunk)
+        return b"".join(parts) if len(parts) > 1 else buffer
+
+    def _open(self) -> bytes:
+        """Read up to the `[` that opens the events array; return the text after it."""
+        buffer = self._fill(b"", min(1 << 16, self._batch_bytes))
+        start = len(buffer) - len(buffer.lstrip(_WHITESPACE))
+        first = buffer[start : start + 1]
+        if first == b"[":
+            self._object = False
+            self.consumed = start + 1
+            return buffer[start + 1 :]
+        if first != b"{":
+            raise NotStreamable("not an object or array")
+        search_from = start
+        while True:
+            position = buffer.find(_KEY, search_from)
+            if position < 0 or (len(buffer) - position < 64 and not self._eof):
+                if self._eof or len(buffer) > MAX_PIECE_BYTES:
+                    raise NotStreamable("no traceEvents key near the top")
+                buffer = self._fill(buffer, len(buffer) * 2)
+                continue
+            header = self._header_before(buffer[start:position])
+            if header is None:
+                search_from = position + 1
+                continue
+            after = buffer[position + len(_KEY) :].lstrip(_WHITESPACE)
+            if after[:1] != b":" or after[1:].lstrip(_WHITESPACE)[:1] != b"[":
+                raise NotStreamable("traceEvents is not an array")
+            self.header = header
+            opened = len(buffer) - len(after[1:].lstrip(_WHITESPACE)) + 1
+            self.consumed = opened
+            return buffer[opened:]
+
+    @staticmethod
+    def _header_before(prefix: bytes) -> dict[str, msgspec.Raw] | None:
+        """The object keys before `"traceEvents"`, or None when the key is not at the top level."""
+        prefix = prefix.rstrip(_WHITESPACE)
+        if prefix == b"{":
+            return {}
+        if not prefix.endswith(b","):
+            return None
+        try:
+            return RAW_OBJECT_DECODER.decode(prefix[:-1] + b"}")
+        except (msgspec.DecodeError, RecursionError):
+            return None
+
+    def _cut(self, buffer: bytes) -> tuple[T | None, bytes]:
+        """Decode the events before the last confirmed boundary; the rest of the text stays buffered."""
+        window = max(0, len(buffer) - _SEARCH_WINDOW)
+        ends = [m.start() for m in _SEPARATOR.finditer(buffer, window)]
+        if not ends and window:
+            ends = [m.start() for m in _SEPARATOR.finditer(buffer)]
+        begin = _LEADING_SEPARATOR.match(buffer).end()  # type: ignore[union-attr]
+        for end in reversed([end for end in ends[-_CUT_ATTEMPTS:] if end >= begin]):
+            text = b"".join((b"[", memoryview(buffer)[begin : end + 1], b"]"))
+            decoded = self._decode(text)
+            if decoded is not None:
+                return decoded, buffer[end + 1 :]
+            if not _cut_inside_a_value(text):
+                raise NotStreamable("malformed events")
+        return None, buffer
+
+    def _finish(self, rest: bytes) -> Iterator[T]:
+        """The last events and the keys after the array, from the text left at the end."""
+        rest = rest[_LEADING_SEPARATOR.match(rest).end() :]  # type: ignore[union-attr]
+        self.consumed += len(rest)
+        if not self._object:
+            decoded = self._decode(b"[" + rest)
+            if decoded is None:
+                raise NotStreamable("malformed end of the events array")
+            yield decoded
+            return
+        try:
+            tail = RAW_OBJECT_DECODER.decode(b'{"traceEvents":[' + rest)
+        except (msgspec.DecodeError, RecursionError):
+            raise NotStreamable("malformed end of the document") from None
+        events = tail.pop("traceEvents")
+        if bytes(memoryview(events)[:1]) != b"[":
+            raise NotStreamable("traceEvents key repeated")
+        decoded = self._decode(bytes(events))
+        if decoded is None:
+            raise NotStreamable("malformed last events")
+        self.header.update(tail)
+        yield decoded
