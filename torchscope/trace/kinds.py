@@ -80,20 +80,13 @@ def kind_of_category(category: str) -> Kind:
     return Kind.OTHER
 
 
-def classify(
-    cat_ids: np.ndarray, ph_ids: np.ndarray, name_ids: np.ndarray, strings: list[str]
-) -> np.ndarray:
-    """Vectorised kind per event from interned category, phase and name ids."""
-    cat_lookup = np.array([kind_of_category(s) for s in strings], dtype=np.int8)
-    kinds = cat_lookup[cat_ids] if len(cat_ids) else np.zeros(0, dtype=np.int8)
-    ph_lookup = np.array([s[:1] if s else "" for s in strings])
-    ph_first = ph_lookup[ph_ids] if len(ph_ids) else np.zeros(0, dtype="<U1")
-    kinds = kinds.copy()
-    kinds[np.isin(ph_first, ("s", "f", "t"))] = Kind.FLOW
-    kinds[ph_first == "M"] = Kind.METADATA
-    instant = np.isin(ph_first, ("i", "I", "n"))
-    memory_name = np.array([s == "[memory]" for s in strings], dtype=bool)
-    is_memory = instant & (memory_name[name_ids] if len(name_ids) else np.zeros(0, bool))
-    kinds[instant & ~is_memory] = Kind.INSTANT
-    kinds[is_memory] = Kind.MEMORY
-    return kinds
+def kind_of_event(category: str, phase: str, memory_name: bool) -> Kind:
+    """The Kind of an event from its `cat`, its `ph` and whether its name is "[memory]"."""
+    first = phase[:1]
+    if first in ("s", "f", "t"):
+        return Kind.FLOW
+    if first == "M":
+        return Kind.METADATA
+    if first in ("i", "I", "n"):
+        return Kind.MEMORY if memory_name else Kind.INSTANT
+    return kind_of_category(category)

@@ -24,7 +24,7 @@ import numpy as np
 
 from torchscope.errors import TraceFormatError
 from torchscope.trace import schema
-from torchscope.trace.kinds import Kind, classify, kind_mask
+from torchscope.trace.kinds import Kind, kind_mask, kind_of_event
 from torchscope.trace.read import estimated_text_bytes, iter_trace_chunks, read_trace_bytes
 from torchscope.trace.stream import BATCH_BYTES, EventStream, NotStreamable
 from torchscope.trace.tables import NUMERIC_COLUMNS, STRING_COLUMNS, EventTable, StringInterner, TraceFile
@@ -321,25 +321,26 @@ def _decode_args_leniently(args: dict[Any, Any]) -> Any:
 
 
 class _KindCache:
-    """Kind per (category id, phase id, name id), computed once per distinct combination."""
+    """Kind per (category, phase, name is "[memory]"), computed once per distinct combination: a batch
+    costs one `np.unique` over integer keys, never a pass over the string table."""
 
     def __init__(self, interner: StringInterner) -> None:
         self.interner = interner
+        self.known: dict[int, int] = {}
 
     def kinds(self, cat: np.ndarray, ph: np.ndarray, name: np.ndarray) -> np.ndarray:
         memory_id = self.interner["[memory]"]
-        # Only the name "[memory]" matters for classification: collapse other names to 0.
-        name_key = np.where(name == memory_id, memory_id, 0)
-        key = (cat.astype(np.int64) << 32) | (ph.astype(np.int64) << 1) | (name_key > 0)
+        key = (cat.astype(np.int64) << 32) | (ph.astype(np.int64) << 1) | (name == memory_id)
         unique, inverse = np.unique(key, return_inverse=True)
         strings = self.interner.strings
-        cats = (unique >> 32).astype(np.int32)
-        phs = ((unique & 0xFFFFFFFF) >> 1).astype(np.int32)
-        names = np.where(unique & 1, memory_id, 0).astype(np.int32)
-        return classify(cats, phs, names, strings)[inverse]
-
-
-_FLOW_KINDS = np.array([Kind.FLOW], dtype=np.int8)
+        lookup = np.empty(len(unique), np.int8)
+        for i, combo in enumerate(unique.tolist()):
+            kind = self.known.get(combo)
+            if kind is None:
+                category, phase = strings[combo >> 32], strings[(combo & 0xFFFFFFFF) >> 1]
+                kind = self.known[combo] = int(kind_of_event(category, phase, bool(combo & 1)))
+            lookup[i] = kind
+        return lookup[inverse]
 
 
 def _fill_columns(
@@ -358,8 +359,12 @@ def _fill_columns(
     columns["kind"][rows] = kind
     flows = np.flatnonzero(kind == Kind.FLOW)  # only flow events carry an `id`
     if flows.size:
-        ids = map(attrgetter("id"), itemgetter_list(events, flows))
-        columns["flow_id"][offset + flows] = np.fromiter(map(_flow_id, ids), np.int64, flows.size)
+        ids = list(map(attrgetter("id"), itemgetter_list(events, flows)))
+        try:  # integer ids (Kineto's): converted at C speed
+            flow_ids = np.fromiter(ids, np.int64, flows.size)
+        except (TypeError, ValueError, OverflowError):  # string, null or huge ids: one by one
+            flow_ids = np.fromiter(map(_flow_id, ids), np.int64, flows.size)
+        columns["flow_id"][offset + flows] = flow_ids
     external_lower = np.full(n, -1, np.int64)
     for group in schema.ARG_GROUPS:
         index = np.flatnonzero(kind_mask(kind, group.kinds))
@@ -403,8 +408,8 @@ def _check_events(table: EventTable, path: Path | str, dropped: int) -> None:
         raise TraceFormatError(path, f"no usable events: all {dropped} event(s) are malformed")
     if len(table) == 0:
         raise TraceFormatError(path, "trace has no events")
-    ph = np.asarray(table.strings, dtype=object)[table.columns["ph"]] if len(table.strings) else None
-    if ph is None or not np.isin(ph, ("X", "B", "E", "i", "I")).any():
+    phases = {table.strings[i] for i in np.unique(table.columns["ph"]).tolist()}
+    if not phases & {"X", "B", "E", "i", "I"}:
         raise TraceFormatError(path, "not a Kineto trace: no duration or instant events")
 
 

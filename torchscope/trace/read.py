@@ -18,7 +18,7 @@ from torchscope.errors import TraceFormatError
 
 GZIP_MAGIC = b"\x1f\x8b"
 INFLATE_CHUNK_BYTES = 16 << 20
-READ_CHUNK_BYTES = 4 << 20
+READ_CHUNK_BYTES = 1 << 20
 # What JSON text may start with (after whitespace): an object, an array, or a UTF-8/UTF-16 byte-order mark.
 _JSON_FIRST_BYTES = frozenset(b"{[\xef\xff\xfe")
 

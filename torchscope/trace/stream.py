@@ -27,14 +27,14 @@ from torchscope.trace.schema import RAW_LIST_DECODER, RAW_OBJECT_DECODER
 
 T = TypeVar("T")
 
-BATCH_BYTES = 4 << 20
+BATCH_BYTES = 2 << 20
 # The header before `traceEvents`, and a single event, may be at most this large for streaming.
 MAX_PIECE_BYTES = 64 << 20
 _KEY = b'"traceEvents"'
 _SEPARATOR = re.compile(rb"\}\s*,\s*\{")
 _LEADING_SEPARATOR = re.compile(rb"\s*,?\s*")
 _CUT_ATTEMPTS = 4
-_SEARCH_WINDOW = 1 << 20
+_SEARCH_WINDOW = 1 << 16
 _WHITESPACE = b" \t\r\n"
 
 
@@ -156,10 +156,13 @@ class EventStream(Generic[T]):
 
     def _cut(self, buffer: bytes) -> tuple[T | None, bytes]:
         """Decode the events before the last confirmed boundary; the rest of the text stays buffered."""
-        window = max(0, len(buffer) - _SEARCH_WINDOW)
-        ends = [m.start() for m in _SEPARATOR.finditer(buffer, window)]
-        if not ends and window:
-            ends = [m.start() for m in _SEPARATOR.finditer(buffer)]
+        window = _SEARCH_WINDOW
+        while True:  # the last few boundaries: search the end of the text first, widening if none is there
+            start = max(0, len(buffer) - window)
+            ends = [m.start() for m in _SEPARATOR.finditer(buffer, start)]
+            if ends or start == 0:
+                break
+            window *= 8
         begin = _LEADING_SEPARATOR.match(buffer).end()  # type: ignore[union-attr]
         for end in reversed([end for end in ends[-_CUT_ATTEMPTS:] if end >= begin]):
             text = b"".join((b"[", memoryview(buffer)[begin : end + 1], b"]"))
