@@ -81,8 +81,11 @@ class RankResult:
         return any(span.has_device for span in self.spans)
 
 
-def analyze_rank(refs: list[TraceFileRef], use_cache: bool = True, rank_fallback: int = 0) -> RankResult:
-    spans = [_span_result(ref.path, use_cache) for ref in refs]
+def analyze_rank(
+    refs: list[TraceFileRef], use_cache: bool = True, rank_fallback: int = 0, parse_jobs: int = 1
+) -> RankResult:
+    """Analyse one rank's trace files (`parse_jobs` processes may parse each large file)."""
+    spans = [_span_result(ref.path, use_cache, parse_jobs) for ref in refs]
     rank = _rank_of(spans, refs, rank_fallback)
     # Spans in capture order; the rank and span index are set here, not cached with the span.
     spans.sort(key=lambda span: span.first_ts_us)
@@ -93,13 +96,13 @@ def analyze_rank(refs: list[TraceFileRef], use_cache: bool = True, rank_fallback
     return RankResult(rank=rank, worker=refs[0].worker, spans=spans)
 
 
-def _span_result(path: Path, use_cache: bool) -> SpanResult:
+def _span_result(path: Path, use_cache: bool, parse_jobs: int = 1) -> SpanResult:
     key = analysis_cache.key_for(path) if use_cache else None
     if key is not None:
         cached = analysis_cache.load(path, key)
         if cached is not None:
             return cached
-    result = analyze_span(load_trace_file(path, use_cache))
+    result = analyze_span(load_trace_file(path, use_cache, parse_jobs))
     if key is not None:
         analysis_cache.store(path, key, result)
     return result

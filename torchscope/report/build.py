@@ -76,8 +76,8 @@ def _analyze_ranks(
     """Results of the ranks that could be analysed, and the input errors of those that could not."""
     total = len(groups)
     progress(0, total)
-    if jobs <= 1 or total <= 1:
-        return _collect(lambda i: analyze_rank(groups[i], use_cache, i), total, progress)
+    if jobs <= 1 or total <= 1:  # one rank: its large files are parsed on `jobs` processes instead
+        return _collect(lambda i: analyze_rank(groups[i], use_cache, i, parse_jobs=jobs), total, progress)
     try:
         with ProcessPoolExecutor(max_workers=min(jobs, total)) as pool:
             futures = [pool.submit(_analyze_rank_quietly, group, use_cache, i) for i, group in enumerate(groups)]

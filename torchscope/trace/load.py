@@ -14,8 +14,10 @@ from torchscope.trace.tables import TraceFile
 log = logging.getLogger(__name__)
 
 
-def load_trace_file(path: Path, use_cache: bool = True) -> TraceFile:
-    """Parse one trace file, or read its tables from the cache when the file is unchanged."""
+def load_trace_file(path: Path, use_cache: bool = True, jobs: int = 1) -> TraceFile:
+    """Parse one trace file, or read its tables from the cache when the file is unchanged.
+
+    `jobs` > 1 parses a large file on that many processes."""
     started = time.perf_counter()
     try:
         key = cache.cache_key(path) if use_cache else ""
@@ -26,7 +28,7 @@ def load_trace_file(path: Path, use_cache: bool = True) -> TraceFile:
         if cached is not None:
             log.debug("%s: cache hit (%.3f s)", path, time.perf_counter() - started)
             return cached
-    trace = parse_trace(path)
+    trace = parse_trace(path, jobs)
     log.debug("%s: parsed %d events (%.3f s)", path, len(trace.events), time.perf_counter() - started)
     if use_cache:
         cache.store(path, key, trace)

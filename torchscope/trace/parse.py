@@ -15,6 +15,7 @@ from __future__ import annotations
 import codecs
 import logging
 import re
+from concurrent.futures.process import BrokenProcessPool
 from operator import attrgetter, itemgetter
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
@@ -25,8 +26,9 @@ import numpy as np
 from torchscope.errors import TraceFormatError
 from torchscope.trace import schema
 from torchscope.trace.kinds import Kind, kind_mask, kind_of_event
-from torchscope.trace.read import estimated_text_bytes, iter_trace_chunks, read_trace_bytes
-from torchscope.trace.stream import BATCH_BYTES, EventStream, NotStreamable
+from torchscope.trace import ranges
+from torchscope.trace.read import GZIP_MAGIC, estimated_text_bytes, iter_trace_chunks, read_trace_bytes
+from torchscope.trace.stream import BATCH_BYTES, EventStream, NotStreamable, locate_events
 from torchscope.trace.tables import NUMERIC_COLUMNS, STRING_COLUMNS, EventTable, StringInterner, TraceFile
 
 log = logging.getLogger(__name__)
@@ -39,13 +41,45 @@ _RAW_TEXT_COLUMNS = frozenset(c for c, (_, kind, _) in schema.ARG_FIELDS.items()
 _Batch = tuple[list[schema.Event], int]  # decoded events, and how many malformed ones were dropped
 
 
-def parse_trace(path: Path) -> TraceFile:
-    """Read and parse one trace file, streaming it (the text is never held whole when it can be helped)."""
+def parse_trace(path: Path, jobs: int = 1) -> TraceFile:
+    """Read and parse one trace file, streaming it (the text is never held whole when it can be helped).
+
+    With `jobs` > 1, a large uncompressed file is parsed in byte ranges on that many processes."""
+    if jobs > 1 and _splittable(path):
+        try:
+            return _parse_parallel(path, jobs)
+        except (NotStreamable, BrokenProcessPool) as reason:
+            log.debug("%s: parsing sequentially (%s)", path, reason or type(reason).__name__)
     try:
         return _parse_stream(iter_trace_chunks(path), path, estimated_text_bytes(path))
     except NotStreamable as reason:
         log.debug("%s: parsing the whole text (%s)", path, reason)
     return _parse_whole(read_trace_bytes(path), path)
+
+
+def _splittable(path: Path) -> bool:
+    try:
+        with path.open("rb") as handle:
+            plain = handle.read(2) != GZIP_MAGIC
+        return plain and path.stat().st_size >= ranges.PARALLEL_MIN_BYTES
+    except OSError:
+        return False  # the sequential path reports the problem
+
+
+def _parse_parallel(path: Path, jobs: int) -> TraceFile:
+    header_before, events_start, object_mode = locate_events(iter_trace_chunks(path))
+    header = decode_header(header_before)
+    builder = ColumnBuilder(path.stat().st_size)
+    for part in ranges.parse_ranges(path, events_start, object_mode, jobs):
+        consumed = (part.next_start or builder.size_hint or 0) - events_start
+        builder.append(part.columns, part.strings, part.dropped, consumed)
+        header.update(part.header)
+        del part
+    warnings: list[str] = []
+    table, dropped = builder.finish(warnings)
+    _check_events(table, path, dropped)
+    _clean_times(table, warnings, path)
+    return TraceFile(str(path), header, table, warnings)
 
 
 def parse_trace_bytes(data: bytes, path: Path | str = "<bytes>", batch_bytes: int = BATCH_BYTES) -> TraceFile:
@@ -64,15 +98,15 @@ def parse_trace_bytes(data: bytes, path: Path | str = "<bytes>", batch_bytes: in
 def _parse_stream(
     chunks: Iterable[bytes], path: Path | str, size_hint: int | None, batch_bytes: int = BATCH_BYTES
 ) -> TraceFile:
-    stream: EventStream[_Batch] = EventStream(_without_utf8_bom(chunks), _decode_array, batch_bytes)
-    builder = _ColumnBuilder(size_hint)
+    stream: EventStream[_Batch] = EventStream(_without_utf8_bom(chunks), decode_array, batch_bytes)
+    builder = ColumnBuilder(size_hint)
     for events, dropped in stream.batches():
         builder.add(events, dropped, stream.consumed)
     if builder.filled == 0 and builder.dropped == 0 and stream.consumed == 0:
         raise NotStreamable("empty")  # let the whole-text path name the problem
     warnings: list[str] = []
     table, dropped = builder.finish(warnings)
-    header = _decode_header(stream.header)
+    header = decode_header(stream.header)
     _check_events(table, path, dropped)
     _clean_times(table, warnings, path)
     return TraceFile(str(path), header, table, warnings)
@@ -87,7 +121,7 @@ def _without_utf8_bom(chunks: Iterable[bytes]) -> Iterator[bytes]:
         yield chunk
 
 
-def _decode_array(text: bytes) -> _Batch | None:
+def decode_array(text: bytes) -> _Batch | None:
     """A JSON array of events, decoded; None when `text` is not a JSON array (a false cut)."""
     try:
         return schema.EVENT_LIST_DECODER.decode(text), 0
@@ -109,7 +143,7 @@ def _parse_whole(data: bytes, path: Path | str) -> TraceFile:
     top = _decode_top_level(data, path, warnings)
     header, raw_events = _split_top_level(top, path)
     del top
-    builder = _ColumnBuilder(None)
+    builder = ColumnBuilder(None)
     for events, dropped in _event_batches(raw_events, path):
         builder.add(events, dropped, 0)
     del raw_events
@@ -192,10 +226,10 @@ def _split_top_level(top: Any, path: Path | str) -> tuple[dict[str, Any], list[m
         events = schema.RAW_LIST_DECODER.decode(raw)
     except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
         raise TraceFormatError(path, "not a Kineto trace: 'traceEvents' is not an array") from None
-    return _decode_header(top), events
+    return decode_header(top), events
 
 
-def _decode_header(raw_header: dict[str, msgspec.Raw]) -> dict[str, Any]:
+def decode_header(raw_header: dict[str, msgspec.Raw]) -> dict[str, Any]:
     header: dict[str, Any] = {}
     for key, value in raw_header.items():
         if len(value) > _MAX_HEADER_VALUE_BYTES:
@@ -211,11 +245,11 @@ def _event_batches(raw_events: list[msgspec.Raw], path: Path | str) -> Iterator[
     """Decoded events in batches, with the number of malformed events dropped from each."""
     for start in range(0, len(raw_events), BATCH_EVENTS):
         batch = raw_events[start : start + BATCH_EVENTS]
-        decoded = _decode_array(b"[" + b",".join(batch) + b"]")
+        decoded = decode_array(b"[" + b",".join(batch) + b"]")
         yield decoded if decoded is not None else _decode_leniently(batch)
 
 
-class _ColumnBuilder:
+class ColumnBuilder:
     """Columns filled batch by batch, allocated once from an estimate of the event count.
 
     The estimate (events per byte so far times the text size) is refined as batches come; when it falls
@@ -231,15 +265,39 @@ class _ColumnBuilder:
         self.dropped = 0
 
     def add(self, events: list[schema.Event], dropped: int, consumed_bytes: int) -> None:
+        """Append decoded events (`consumed_bytes`: text read so far, for the size estimate)."""
         self.dropped += dropped
-        needed = self.filled + len(events)
+        columns = self._reserve(self.filled + len(events), consumed_bytes)
+        _fill_columns(events, self.interner, self.kinds, columns, self.filled)
+        self.filled += len(events)
+
+    def append(
+        self, part: dict[str, np.ndarray], strings: list[str], dropped: int, consumed_bytes: int
+    ) -> None:
+        """Append another builder's columns (`parts()`), mapping its string ids to this table's."""
+        self.dropped += dropped
+        count = len(part["ts_us"])
+        columns = self._reserve(self.filled + count, consumed_bytes)
+        mapping = np.fromiter(map(self.interner.__getitem__, strings), np.int32, len(strings))
+        rows = slice(self.filled, self.filled + count)
+        for name, values in part.items():
+            columns[name][rows] = mapping[values] if name in STRING_COLUMNS else values
+        self.filled += count
+
+    def _reserve(self, needed: int, consumed_bytes: int) -> dict[str, np.ndarray]:
         if self.columns is None:
             self.columns = _allocate(max(needed, self._estimate(needed, consumed_bytes)))
         elif needed > len(self.columns["ts_us"]):
             capacity = len(self.columns["ts_us"])
             _grow(self.columns, max(needed, self._estimate(needed, consumed_bytes), capacity + capacity // 4))
-        _fill_columns(events, self.interner, self.kinds, self.columns, self.filled)
-        self.filled = needed
+        return self.columns
+
+    def parts(self) -> tuple[dict[str, np.ndarray], list[str], int]:
+        """The filled columns, the string table and the dropped count, to `append` elsewhere."""
+        columns = self.columns if self.columns is not None else _allocate(0)
+        for values in columns.values():
+            values.resize(self.filled, refcheck=False)
+        return columns, self.interner.strings, self.dropped
 
     def _estimate(self, events: int, consumed_bytes: int) -> int:
         if not self.size_hint or not consumed_bytes:

@@ -19,7 +19,7 @@ gives the precise error for a damaged file.
 from __future__ import annotations
 
 import re
-from typing import Callable, Generic, Iterable, Iterator, TypeVar
+from typing import Any, Callable, Generic, Iterable, Iterator, TypeVar
 
 import msgspec
 
@@ -34,6 +34,7 @@ _KEY = b'"traceEvents"'
 _SEPARATOR = re.compile(rb"\}\s*,\s*\{")
 _LEADING_SEPARATOR = re.compile(rb"\s*,?\s*")
 _CUT_ATTEMPTS = 4
+_STOP_ATTEMPTS = 64
 _SEARCH_WINDOW = 1 << 16
 _WHITESPACE = b" \t\r\n"
 
@@ -59,41 +60,76 @@ class NotStreamable(Exception):
     """The text does not have the layout the streaming walk relies on: parse it whole instead."""
 
 
+def locate_events(chunks: Iterable[bytes]) -> tuple[dict[str, msgspec.Raw], int, bool]:
+    """The header keys before the events array, the offset just after its `[`, and whether the
+    document is an object (False for a bare array)."""
+    stream: EventStream[Any] = EventStream(chunks, lambda text: None)
+    stream._open()
+    return stream.header, stream.events_start, stream._object
+
+
 class EventStream(Generic[T]):
     """Decoded event batches of a Chrome-trace text given in chunks; `header` once they are exhausted.
 
     `decode(text)` decodes a JSON array of events and returns None when the text is not a valid JSON
-    array (which is how a false cut is rejected)."""
+    array (which is how a false cut is rejected).
+
+    For parsing byte ranges in parallel (`trace/ranges.py`): `inside` says the chunks start inside the
+    events array, at an event (True for an object document, False for a bare array), `origin` is the
+    offset of the first chunk in the whole text, and `stop_at` ends the stream at the first confirmed
+    boundary at or after that offset (`next_start` is then where the next event begins)."""
 
     def __init__(
-        self, chunks: Iterable[bytes], decode: Callable[[bytes], T | None], batch_bytes: int = BATCH_BYTES
+        self,
+        chunks: Iterable[bytes],
+        decode: Callable[[bytes], T | None],
+        batch_bytes: int = BATCH_BYTES,
+        *,
+        inside: bool | None = None,
+        origin: int = 0,
+        stop_at: int | None = None,
     ) -> None:
         self._chunks = iter(chunks)
         self._decode = decode
         self._batch_bytes = batch_bytes
         self._eof = False
-        self._object = True  # False for a bare event array
+        self._inside = inside
+        self._object = True if inside is None else inside  # False for a bare event array
+        self._origin = origin  # offset in the whole text of the buffer's first byte
+        self._stop_at = stop_at
         self.header: dict[str, msgspec.Raw] = {}
+        self.events_start = origin  # offset just after the `[` that opens the events array
+        self.next_start: int | None = None  # set when the stream stopped at `stop_at`
         self.consumed = 0  # bytes of text decoded so far
 
     def batches(self) -> Iterator[T]:
-        buffer = self._open()
+        buffer = self._open() if self._inside is None else b""
         target = self._batch_bytes
         while True:
             buffer = self._fill(buffer, target)
-            if self._eof:
+            stopping = self._stop_at is not None and self._origin + len(buffer) > self._stop_at
+            if self._eof and not stopping:
                 break
-            decoded, rest = self._cut(buffer)
+            decoded, rest = self._cut_at_stop(buffer) if stopping else self._cut(buffer)
+            if decoded is None and self._eof:
+                break  # no boundary after `stop_at`: this range runs to the end of the events
             if decoded is None:  # no confirmed boundary yet: the piece holds a large event; read more
                 if len(buffer) > MAX_PIECE_BYTES:
                     raise NotStreamable("no event boundary")
                 target = len(buffer) * 2
                 continue
-            self.consumed += len(buffer) - len(rest)
+            self._advance(len(buffer) - len(rest))
             target = self._batch_bytes
             buffer = rest
             yield decoded
+            if stopping:
+                self.next_start = self._origin + _LEADING_SEPARATOR.match(rest).end()  # type: ignore[union-attr]
+                return
         yield from self._finish(buffer)
+
+    def _advance(self, nbytes: int) -> None:
+        self._origin += nbytes
+        self.consumed += nbytes
 
     def _read(self) -> bytes:
         chunk = next(self._chunks, b"")
@@ -117,7 +153,8 @@ class EventStream(Generic[T]):
         first = buffer[start : start + 1]
         if first == b"[":
             self._object = False
-            self.consumed = start + 1
+            self._advance(start + 1)
+            self.events_start = self._origin
             return buffer[start + 1 :]
         if first != b"{":
             raise NotStreamable("not an object or array")
@@ -138,7 +175,8 @@ class EventStream(Generic[T]):
                 raise NotStreamable("traceEvents is not an array")
             self.header = header
             opened = len(buffer) - len(after[1:].lstrip(_WHITESPACE)) + 1
-            self.consumed = opened
+            self._advance(opened)
+            self.events_start = self._origin
             return buffer[opened:]
 
     @staticmethod
@@ -173,10 +211,25 @@ class EventStream(Generic[T]):
                 raise NotStreamable("malformed events")
         return None, buffer
 
+    def _cut_at_stop(self, buffer: bytes) -> tuple[T | None, bytes]:
+        """Decode the events up to the first confirmed boundary at or after `stop_at`."""
+        begin = _LEADING_SEPARATOR.match(buffer).end()  # type: ignore[union-attr]
+        first = max(begin, self._stop_at - self._origin)  # type: ignore[operator]
+        for attempt, match in enumerate(_SEPARATOR.finditer(buffer, first)):
+            if attempt == _STOP_ATTEMPTS:  # a long run of look-alikes: let the caller parse sequentially
+                raise NotStreamable("no confirmed boundary after the range end")
+            text = b"".join((b"[", memoryview(buffer)[begin : match.start() + 1], b"]"))
+            decoded = self._decode(text)
+            if decoded is not None:
+                return decoded, buffer[match.start() + 1 :]
+            if not _cut_inside_a_value(text):
+                raise NotStreamable("malformed events")
+        return None, buffer
+
     def _finish(self, rest: bytes) -> Iterator[T]:
         """The last events and the keys after the array, from the text left at the end."""
         rest = rest[_LEADING_SEPARATOR.match(rest).end() :]  # type: ignore[union-attr]
-        self.consumed += len(rest)
+        self._advance(len(rest))
         if not self._object:
             decoded = self._decode(b"[" + rest)
             if decoded is None:

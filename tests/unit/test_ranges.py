@@ -1,0 +1,94 @@
+"""Parsing one file in byte ranges on several processes (trace/ranges.py): the same tables as one
+process, and a sequential parse whenever the ranges do not join up exactly."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from test_stream import _assert_same, _tricky_document
+from torchscope.trace import parse as parse_module
+from torchscope.trace import ranges
+from torchscope.trace.parse import parse_trace
+
+
+@pytest.fixture
+def small_ranges(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Split even small files, into ranges of a few KB (real use splits files of tens of MB)."""
+    monkeypatch.setattr(ranges, "PARALLEL_MIN_BYTES", 1)
+    monkeypatch.setattr(ranges, "MIN_RANGE_BYTES", 2048)
+
+
+def _write(tmp_path: Path, doc: Any, indent: int | None = None) -> Path:
+    path = tmp_path / "trace.json"
+    path.write_text(json.dumps(doc, indent=indent))
+    return path
+
+
+@pytest.mark.usefixtures("small_ranges")
+@pytest.mark.parametrize("indent", [None, 2])
+def test_ranges_give_the_same_tables(tmp_path: Path, indent: int | None, monkeypatch: pytest.MonkeyPatch) -> None:
+    doc = _tricky_document()
+    # Boundary look-alikes at depth > 1 and events larger than a range; no look-alike strings, which
+    # make a range whose start lands in one fall back (tested below).
+    events = [e for e in doc["traceEvents"] if "}, {" not in e["name"] and "Call stack" not in e["args"]]
+    for event in events:
+        if "nested" in event["args"]:
+            event["args"]["nested"] = [{"a": 1}, {"b": [{"c": 2}, {"d": 3}]}]
+    doc["traceEvents"] = events * 5  # about 60 ranges of 2 KB: 16 at 4 jobs (RANGES_PER_JOB)
+    path = _write(tmp_path, doc, indent)
+    sequential = parse_trace(path)
+    parts: list[ranges.RangePart] = []
+    real = ranges.parse_ranges
+
+    def counted(*args: Any) -> Any:
+        for part in real(*args):
+            parts.append(part)
+            yield part
+
+    monkeypatch.setattr(ranges, "parse_ranges", counted)
+    _assert_same(parse_trace(path, jobs=4), sequential)
+    assert len(parts) == 4 * ranges.RANGES_PER_JOB  # it really ran in ranges
+    assert sum(len(p.columns["ts_us"]) > 0 for p in parts) >= 10  # empty only where a 20 KB event spans one
+
+
+@pytest.mark.usefixtures("small_ranges")
+def test_bare_array_in_ranges(tmp_path: Path) -> None:
+    path = _write(tmp_path, _tricky_document()["traceEvents"] * 3)
+    _assert_same(parse_trace(path, jobs=2), parse_trace(path))
+
+
+@pytest.mark.usefixtures("small_ranges")
+def test_a_range_starting_inside_a_look_alike_falls_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    doc = _tricky_document()
+    path = _write(tmp_path, doc)
+    text = path.read_bytes()
+    inside = text.index(b"weird}, {") + 2  # the next `}, {` is inside the string
+    real_plan = ranges.plan_ranges
+    monkeypatch.setattr(ranges, "plan_ranges", lambda size, start, jobs: [real_plan(size, start, jobs)[0], inside])
+    fallbacks: list[str] = []
+    real_stream = parse_module._parse_stream
+    monkeypatch.setattr(parse_module, "_parse_stream", lambda *a, **k: fallbacks.append("seq") or real_stream(*a, **k))
+    trace = parse_trace(path, jobs=2)
+    assert fallbacks == ["seq"]
+    _assert_same(trace, parse_module._parse_whole(text, "<bytes>"))
+    assert len(trace.events) == 201
+
+
+@pytest.mark.usefixtures("small_ranges")
+def test_plain_shared_traces_in_ranges(shared_traces: Path) -> None:
+    plain = sorted(p for p in shared_traces.rglob("*.json"))
+    assert plain, "no uncompressed trace in ../shared/traces"
+    for path in plain:
+        _assert_same(parse_trace(path, jobs=2), parse_trace(path))
+
+
+def test_gzip_and_small_files_are_not_split(tmp_path: Path) -> None:
+    path = _write(tmp_path, _tricky_document())
+    assert not parse_module._splittable(path)  # below PARALLEL_MIN_BYTES
+    step = ((10 << 30) - 100) // 8
+    assert ranges.plan_ranges(10 << 30, 100, 2) == [100 + i * step for i in range(8)]
+    assert ranges.plan_ranges(20 << 20, 100, 2) == [100]  # under two minimal ranges: one

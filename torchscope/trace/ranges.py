@@ -1,0 +1,121 @@
+"""Parse one large, uncompressed trace file in byte ranges on several processes.
+
+Why: turning events into columns is Python work per event (msgspec structs, then numpy columns), so a
+multi-GB file keeps one core busy for tens of seconds while the others idle. Byte ranges of a plain file
+can be parsed independently once each starts at an event boundary.
+
+How: the parent walks the top of the file to the `[` that opens the events array. Range 0 starts there;
+range k starts at the first `}`,`{` boundary at or after its nominal offset, and every range but the last
+stops at the first boundary at or after the next range's nominal offset, confirmed by decoding from its
+own confirmed start (`EventStream(stop_at=...)`). A later range's start is only a guess (a boundary
+look-alike inside a string could fool it), so the parent checks that each range starts exactly where the
+previous one stopped; if any does not, or a worker cannot follow its range, the caller parses the file
+sequentially. The parts come back in order and are appended to growing columns, string ids remapped to
+the parent's string table, so at most a few parts are held besides the result.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import re
+from concurrent.futures import Future, ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+import numpy as np
+
+from torchscope.trace.read import READ_CHUNK_BYTES
+from torchscope.trace.stream import MAX_PIECE_BYTES, EventStream, NotStreamable
+
+# Files at least this large are split; ranges are at least MIN_RANGE_BYTES and about 4 per process, so a
+# slow range does not leave the other processes idle for long.
+PARALLEL_MIN_BYTES = 48 << 20
+MIN_RANGE_BYTES = 16 << 20
+RANGES_PER_JOB = 4
+_FIRST_BOUNDARY = re.compile(rb"\}\s*,\s*\{")
+
+
+@dataclass
+class RangePart:
+    """What one worker returns for its byte range."""
+
+    columns: dict[str, np.ndarray]
+    strings: list[str]
+    dropped: int
+    first_start: int  # offset of the range's first event
+    next_start: int | None  # offset of the event after its last one; None when the range ran to the end
+    header: dict[str, Any]  # the keys after the events array (last range only)
+
+
+def plan_ranges(size: int, events_start: int, jobs: int) -> list[int]:
+    """Nominal start offsets of the ranges (the first is the events array's start)."""
+    count = max(1, min(jobs * RANGES_PER_JOB, (size - events_start) // MIN_RANGE_BYTES))
+    step = (size - events_start) // count
+    return [events_start + i * step for i in range(count)]
+
+
+def parse_ranges(path: Path, events_start: int, object_mode: bool, jobs: int) -> Iterator[RangePart]:
+    """The parts of the file, in order, parsed on `jobs` processes; NotStreamable when the ranges do not
+    join up exactly (the caller then parses sequentially)."""
+    size = path.stat().st_size
+    starts = plan_ranges(size, events_start, jobs)
+    stops: list[int | None] = [*starts[1:], None]
+    context = multiprocessing.get_context("fork") if "fork" in multiprocessing.get_all_start_methods() else None
+    with ProcessPoolExecutor(max_workers=min(jobs, len(starts)), mp_context=context) as pool:
+        futures: list[Future[RangePart]] = [
+            pool.submit(parse_range, str(path), start, stop, object_mode, index == 0)
+            for index, (start, stop) in enumerate(zip(starts, stops))
+        ]
+        try:
+            expected = events_start
+            for future in futures:
+                part = future.result()
+                if part.first_start != expected:
+                    raise NotStreamable("byte ranges do not join up")
+                yield part
+                if part.next_start is None:
+                    if future is not futures[-1]:
+                        raise NotStreamable("a range ran past the end of the events")
+                    return
+                expected = part.next_start
+        finally:
+            for future in futures:
+                future.cancel()
+
+
+def parse_range(path: str, start: int, stop: int | None, object_mode: bool, exact_start: bool) -> RangePart:
+    """Parse the events of one byte range (run in a worker process)."""
+    from torchscope.trace.parse import ColumnBuilder, decode_array, decode_header
+
+    with open(path, "rb") as handle:
+        if exact_start:
+            first_start = start
+        else:
+            boundary, first_start = _first_boundary(handle, start)
+            if stop is not None and boundary >= stop:  # an event spans the whole range: nothing of its own
+                return RangePart(ColumnBuilder(None).parts()[0], [""], 0, first_start, first_start, {})
+        handle.seek(first_start)
+        chunks = iter(lambda: handle.read(READ_CHUNK_BYTES), b"")
+        stream = EventStream(chunks, decode_array, inside=object_mode, origin=first_start, stop_at=stop)
+        builder = ColumnBuilder((stop if stop is not None else Path(path).stat().st_size) - first_start)
+        for events, dropped in stream.batches():
+            builder.add(events, dropped, stream.consumed)
+    columns, strings, dropped = builder.parts()
+    header = decode_header(stream.header) if stop is None else {}
+    return RangePart(columns, strings, dropped, first_start, stream.next_start, header)
+
+
+def _first_boundary(handle: Any, start: int) -> tuple[int, int]:
+    """Offsets of the first event boundary at or after `start` (its `}`) and of the `{` after it."""
+    handle.seek(start)
+    text = b""
+    while len(text) < MAX_PIECE_BYTES:
+        chunk = handle.read(READ_CHUNK_BYTES)
+        if not chunk:
+            break
+        text += chunk
+        match = _FIRST_BOUNDARY.search(text)
+        if match is not None:
+            return start + match.start(), start + match.end() - 1
+    raise NotStreamable("no event boundary in a range")
