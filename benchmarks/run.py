@@ -15,9 +15,9 @@ then measures each of these in a fresh process, one after the other, with a warm
   HTA load             TraceAnalysis(trace_dir=...) in benchmarks/.venv-hta (made by setup.sh on demand)
 
 Wall time is the whole process (interpreter start and imports included); "op" is the operation alone, as
-the process timed it. Peak RSS is sampled over the whole process tree every 50 ms (the sum of the RSS of the
-process and all its descendants, an upper bound where forked workers share pages) and checked against
-wait4's ru_maxrss, the exact peak of the largest single process. Rank sets are loaded file after file by
+the process timed it. Peak memory is sampled over the whole process tree every 50 ms (the sum of the PSS of
+the process and all its descendants: pages that forked workers share with their parent count once) and
+checked against wait4's ru_maxrss, the exact peak RSS of the largest single process; a cell shows the larger. Rank sets are loaded file after file by
 the floor and `torchscope load`; the analysis uses --jobs N workers; HTA uses its own process pool.
 
 Prints a markdown table and the targets of issue 3 with PASS/FAIL, and writes benchmarks/results.md.
@@ -134,7 +134,22 @@ def _children(pid: int) -> list[int]:
     return found
 
 
+def _process_memory_bytes(pid: int) -> int:
+    """PSS (proportional set size: shared pages split between the processes that map them), so forked
+    workers that share their parent's pages are not counted twice; RSS where smaps_rollup is missing."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as handle:
+            for line in handle:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, IndexError, ValueError):
+        pass
+    with open(f"/proc/{pid}/statm") as handle:
+        return int(handle.read().split()[1]) * PAGE
+
+
 def tree_rss_bytes(root: int) -> int:
+    """Memory of a process tree: the sum of its processes' PSS (see `_process_memory_bytes`)."""
     total, stack, seen = 0, [root], set()
     while stack:
         pid = stack.pop()
@@ -142,8 +157,7 @@ def tree_rss_bytes(root: int) -> int:
             continue
         seen.add(pid)
         try:
-            with open(f"/proc/{pid}/statm") as handle:
-                total += int(handle.read().split()[1]) * PAGE
+            total += _process_memory_bytes(pid)
         except (OSError, IndexError, ValueError):
             continue
         stack.extend(_children(pid))
@@ -502,7 +516,8 @@ def render(argv: Sequence[str], infos: list[dict[str, Any]], results: list[Measu
         detail_table(results),
         "",
         "wall s: the whole process, interpreter start and imports included; op s: the operation alone. "
-        "peak RSS (tree): sampled every 50 ms, summed over the process and its children; max process RSS: "
+        "peak RSS (tree): sampled every 50 ms, the PSS summed over the process and its children (shared pages "
+        "count once); max process RSS: "
         "wait4's ru_maxrss (the largest single process). Cells show the larger of the two. "
         "RSS figures are MiB (2^20 bytes); file sizes are MB (10^6 bytes).",
         "",

@@ -89,6 +89,9 @@ def test_plain_shared_traces_in_ranges(shared_traces: Path) -> None:
 def test_gzip_and_small_files_are_not_split(tmp_path: Path) -> None:
     path = _write(tmp_path, _tricky_document())
     assert not parse_module._splittable(path)  # below PARALLEL_MIN_BYTES
-    step = ((10 << 30) - 100) // 8
-    assert ranges.plan_ranges(10 << 30, 100, 2) == [100 + i * step for i in range(8)]
-    assert ranges.plan_ranges(20 << 20, 100, 2) == [100]  # under two minimal ranges: one
+    size = 10 << 30
+    count = (size - 100) // ranges.RANGE_BYTES  # about 32 MB each
+    assert ranges.plan_ranges(size, 100, 2) == [100 + i * ((size - 100) // count) for i in range(count)]
+    assert len(ranges.plan_ranges(100 << 20, 100, 2)) == 8  # at least 4 per process
+    assert len(ranges.plan_ranges(60 << 20, 100, 2)) == 4  # but none under 12 MB
+    assert ranges.plan_ranges(20 << 20, 100, 2) == [100]

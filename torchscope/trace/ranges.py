@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import multiprocessing
 import re
+from collections import deque
 from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,10 +29,12 @@ import numpy as np
 from torchscope.trace.read import READ_CHUNK_BYTES
 from torchscope.trace.stream import MAX_PIECE_BYTES, EventStream, NotStreamable
 
-# Files at least this large are split; ranges are at least MIN_RANGE_BYTES and about 4 per process, so a
-# slow range does not leave the other processes idle for long.
+# Files at least this large are split. Ranges are about RANGE_BYTES (at least MIN_RANGE_BYTES, and at
+# least RANGES_PER_JOB per process so a slow range does not leave the others idle): a small part is a
+# small transfer, and at most `jobs + 1` parts are in flight, which bounds the parent's extra memory.
 PARALLEL_MIN_BYTES = 48 << 20
-MIN_RANGE_BYTES = 16 << 20
+RANGE_BYTES = 32 << 20
+MIN_RANGE_BYTES = 12 << 20
 RANGES_PER_JOB = 4
 _FIRST_BOUNDARY = re.compile(rb"\}\s*,\s*\{")
 
@@ -50,7 +53,9 @@ class RangePart:
 
 def plan_ranges(size: int, events_start: int, jobs: int) -> list[int]:
     """Nominal start offsets of the ranges (the first is the events array's start)."""
-    count = max(1, min(jobs * RANGES_PER_JOB, (size - events_start) // MIN_RANGE_BYTES))
+    events_bytes = size - events_start
+    wanted = max(jobs * RANGES_PER_JOB, events_bytes // RANGE_BYTES)
+    count = max(1, min(wanted, events_bytes // MIN_RANGE_BYTES))
     step = (size - events_start) // count
     return [events_start + i * step for i in range(count)]
 
@@ -62,25 +67,27 @@ def parse_ranges(path: Path, events_start: int, object_mode: bool, jobs: int) ->
     starts = plan_ranges(size, events_start, jobs)
     stops: list[int | None] = [*starts[1:], None]
     context = multiprocessing.get_context("fork") if "fork" in multiprocessing.get_all_start_methods() else None
-    with ProcessPoolExecutor(max_workers=min(jobs, len(starts)), mp_context=context) as pool:
-        futures: list[Future[RangePart]] = [
-            pool.submit(parse_range, str(path), start, stop, object_mode, index == 0)
-            for index, (start, stop) in enumerate(zip(starts, stops))
-        ]
+    tasks = [(str(path), start, stop, object_mode, index == 0) for index, (start, stop) in enumerate(zip(starts, stops))]
+    with ProcessPoolExecutor(max_workers=min(jobs, len(tasks)), mp_context=context) as pool:
+        pending: deque[Future[RangePart]] = deque()
+        submitted = 0
         try:
             expected = events_start
-            for future in futures:
-                part = future.result()
+            for index in range(len(tasks)):
+                while submitted < len(tasks) and len(pending) <= jobs:
+                    pending.append(pool.submit(parse_range, *tasks[submitted]))
+                    submitted += 1
+                part = pending.popleft().result()
                 if part.first_start != expected:
                     raise NotStreamable("byte ranges do not join up")
                 yield part
                 if part.next_start is None:
-                    if future is not futures[-1]:
+                    if index != len(tasks) - 1:
                         raise NotStreamable("a range ran past the end of the events")
                     return
                 expected = part.next_start
         finally:
-            for future in futures:
+            for future in pending:
                 future.cancel()
 
 
