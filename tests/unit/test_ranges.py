@@ -95,3 +95,25 @@ def test_gzip_and_small_files_are_not_split(tmp_path: Path) -> None:
     assert len(ranges.plan_ranges(100 << 20, 100, 2)) == 8  # at least 4 per process
     assert len(ranges.plan_ranges(60 << 20, 100, 2)) == 4  # but none under 12 MB
     assert ranges.plan_ranges(20 << 20, 100, 2) == [100]
+
+
+@pytest.mark.usefixtures("small_ranges")
+def test_reports_are_identical_with_ranges(shared_traces: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The whole analysis of a real GPU trace, parsed in ranges (--jobs 2) or in one process."""
+    import gzip
+
+    import msgspec
+
+    from torchscope.report.build import analyze
+    from torchscope.report.model import encode_report
+
+    monkeypatch.setattr(ranges, "MIN_RANGE_BYTES", 1 << 20)
+    source = next((shared_traces / "gpu" / "resnet50_num_workers_0").glob("*.json.gz"))
+    plain = tmp_path / source.name.removesuffix(".gz")
+    plain.write_bytes(gzip.decompress(source.read_bytes()))
+    assert len(ranges.plan_ranges(plain.stat().st_size, 0, 2)) == 8
+
+    def report(jobs: int) -> Any:
+        return msgspec.json.decode(encode_report(analyze(plain, jobs=jobs, use_cache=False)))
+
+    assert report(2) == report(1)

@@ -24,7 +24,10 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     parser.add_argument("paths", nargs="+", metavar="PATH", help="trace file(s) (.json/.json.gz) or directory")
     parser.add_argument("--format", choices=("terminal", "json"), default="terminal")
     parser.add_argument("-o", "--output", metavar="FILE", help="write the report to FILE instead of stdout")
-    parser.add_argument("--jobs", type=int, default=None, help="ranks analysed in parallel (default: CPU count)")
+    parser.add_argument(
+        "--jobs", type=int, default=None,
+        help="processes: ranks analysed in parallel, or one large trace parsed in byte ranges (default: CPU count)",
+    )
     parser.add_argument("--no-cache", action="store_true", help="do not read or write the parsed-trace cache")
     parser.add_argument("--width", type=int, default=None, help="terminal report width")
     parser.add_argument("--by-shape", action="store_true", help="terminal: group the operator table by input shape")

@@ -48,8 +48,8 @@ def parse_trace(path: Path, jobs: int = 1) -> TraceFile:
     if jobs > 1 and _splittable(path):
         try:
             return _parse_parallel(path, jobs)
-        except (NotStreamable, BrokenProcessPool) as reason:
-            log.debug("%s: parsing sequentially (%s)", path, reason or type(reason).__name__)
+        except (NotStreamable, BrokenProcessPool) as reason:  # ranges that do not join up, a dead worker
+            log.debug("%s: parsing sequentially (%r)", path, reason)
     try:
         return _parse_stream(iter_trace_chunks(path), path, estimated_text_bytes(path))
     except NotStreamable as reason:
@@ -67,11 +67,13 @@ def _splittable(path: Path) -> bool:
 
 
 def _parse_parallel(path: Path, jobs: int) -> TraceFile:
+    """Parse a plain file in byte ranges on `jobs` processes (see `trace/ranges.py`)."""
     header_before, events_start, object_mode = locate_events(iter_trace_chunks(path))
     header = decode_header(header_before)
-    builder = ColumnBuilder(path.stat().st_size)
+    size = path.stat().st_size
+    builder = ColumnBuilder(size)
     for part in ranges.parse_ranges(path, events_start, object_mode, jobs):
-        consumed = (part.next_start or builder.size_hint or 0) - events_start
+        consumed = (part.next_start if part.next_start is not None else size) - events_start
         builder.append(part.columns, part.strings, part.dropped, consumed)
         header.update(part.header)
         del part
