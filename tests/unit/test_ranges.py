@@ -116,4 +116,10 @@ def test_reports_are_identical_with_ranges(shared_traces: Path, tmp_path: Path, 
     def report(jobs: int) -> Any:
         return msgspec.json.decode(encode_report(analyze(plain, jobs=jobs, use_cache=False)))
 
-    assert report(2) == report(1)
+    sequential = report(1)
+
+    def no_fallback(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("the ranges did not join up: parsed sequentially")
+
+    monkeypatch.setattr(parse_module, "_parse_stream", no_fallback)
+    assert report(2) == sequential
