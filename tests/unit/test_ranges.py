@@ -123,3 +123,26 @@ def test_reports_are_identical_with_ranges(shared_traces: Path, tmp_path: Path, 
 
     monkeypatch.setattr(parse_module, "_parse_stream", no_fallback)
     assert report(2) == sequential
+
+
+@pytest.mark.usefixtures("small_ranges")
+def test_progress_follows_the_bytes_parsed(shared_traces: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The progress bar's callback: bytes of text, rising as batches and ranges are parsed, ending at
+    the total; for rank sets in the pool, rank by rank."""
+    import gzip
+
+    from torchscope.report.build import analyze
+
+    monkeypatch.setattr(ranges, "MIN_RANGE_BYTES", 1 << 20)
+    source = next((shared_traces / "gpu" / "resnet50_num_workers_0").glob("*.json.gz"))
+    plain = tmp_path / source.name.removesuffix(".gz")
+    plain.write_bytes(gzip.decompress(source.read_bytes()))
+    cases = [(plain, 2), (source, 1), (shared_traces / "gpu" / "hta_two_ranks_nccl", 2)]
+    for path, jobs in cases:
+        calls: list[tuple[int, int]] = []
+        analyze(path, jobs=jobs, use_cache=False, progress=lambda done, total: calls.append((done, total)))
+        done = [d for d, _ in calls]
+        totals = {t for _, t in calls}
+        assert len(totals) == 1 and done == sorted(done) and done[0] == 0, (path, calls)
+        assert done[-1] == totals.pop() > 0, (path, calls)
+        assert len(set(done)) >= 3, (path, calls)  # intermediate steps, not only start and end

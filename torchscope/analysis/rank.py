@@ -41,6 +41,7 @@ from torchscope.report.model import (
 from torchscope.trace.discover import TraceFileRef
 from torchscope.trace.kinds import DEVICE_KINDS, Kind, kind_mask
 from torchscope.trace.load import load_trace_file
+from torchscope.trace.parse import BytesDone
 from torchscope.trace.tables import TraceFile
 
 
@@ -82,10 +83,12 @@ class RankResult:
 
 
 def analyze_rank(
-    refs: list[TraceFileRef], use_cache: bool = True, rank_fallback: int = 0, parse_jobs: int = 1
+    refs: list[TraceFileRef], use_cache: bool = True, rank_fallback: int = 0, parse_jobs: int = 1,
+    on_bytes: BytesDone | None = None,
 ) -> RankResult:
-    """Analyse one rank's trace files (`parse_jobs` processes may parse each large file)."""
-    spans = [_span_result(ref.path, use_cache, parse_jobs) for ref in refs]
+    """Analyse one rank's trace files (`parse_jobs` processes may parse each large file; `on_bytes`
+    follows the parsing, see `parse_trace`)."""
+    spans = [_span_result(ref.path, use_cache, parse_jobs, on_bytes) for ref in refs]
     rank = _rank_of(spans, refs, rank_fallback)
     # Spans in capture order; the rank and span index are set here, not cached with the span.
     spans.sort(key=lambda span: span.first_ts_us)
@@ -96,13 +99,13 @@ def analyze_rank(
     return RankResult(rank=rank, worker=refs[0].worker, spans=spans)
 
 
-def _span_result(path: Path, use_cache: bool, parse_jobs: int = 1) -> SpanResult:
+def _span_result(path: Path, use_cache: bool, parse_jobs: int = 1, on_bytes: BytesDone | None = None) -> SpanResult:
     key = analysis_cache.key_for(path) if use_cache else None
     if key is not None:
         cached = analysis_cache.load(path, key)
         if cached is not None:
             return cached
-    result = analyze_span(load_trace_file(path, use_cache, parse_jobs))
+    result = analyze_span(load_trace_file(path, use_cache, parse_jobs, on_bytes))
     if key is not None:
         analysis_cache.store(path, key, result)
     return result

@@ -12,17 +12,17 @@ SHOW_AFTER_S = 1.0  # short analyses print nothing at all
 
 @contextmanager
 def load_progress(enabled: bool) -> Iterator[Callable[[int, int], None] | None]:
-    """Yields a `progress(done, total)` callback (None when disabled). The bar appears once the load has
-    taken SHOW_AFTER_S (a timer, so one long file shows it too), shows workers done / total with the
-    elapsed time, and is cleared at the end."""
+    """Yields a `progress(done, total)` callback (None when disabled), in bytes of trace text. The bar
+    appears once the load has taken SHOW_AFTER_S (a timer, so one long file shows it too), shows MB done
+    / MB in all with the elapsed time, and is cleared at the end."""
     if not enabled:
         yield None
         return
     from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+    from rich.progress import BarColumn, DownloadColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
     bar = Progress(
-        SpinnerColumn(), TextColumn("analysing traces"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+        SpinnerColumn(), TextColumn("analysing traces"), BarColumn(), DownloadColumn(), TimeElapsedColumn(),
         console=Console(file=sys.stderr), transient=True, redirect_stdout=False, redirect_stderr=False,
     )
     task = bar.add_task("load", total=None)

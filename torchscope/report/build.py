@@ -25,6 +25,7 @@ from torchscope.report.model import CategoryTime, Report, RunInfo
 from torchscope.trace.discover import discover
 from torchscope.trace.load import group_by_worker
 from torchscope.trace.manifest import read_manifests
+from torchscope.trace.read import estimated_text_bytes
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +37,7 @@ def default_jobs() -> int:
         return max(os.cpu_count() or 1, 1)
 
 
-Progress = Callable[[int, int], None]  # (workers done, workers in all)
+Progress = Callable[[int, int], None]  # (bytes of trace text analysed, bytes in all)
 
 
 def analyze(
@@ -47,7 +48,8 @@ def analyze(
 ) -> Report:
     """Load, analyse and diagnose the traces at `path` (file, trace directory or run directory).
 
-    `progress`, if given, is called with (done, total) as each worker's traces are analysed."""
+    `progress`, if given, is called with (done, total) in bytes of trace text: as each batch of a trace
+    is parsed in this process, and as each rank finishes in the process pool."""
     started = time.perf_counter()
     paths = [Path(p) for p in ([path] if isinstance(path, (str, Path)) else path)]
     refs = [ref for p in paths for ref in discover(p)]
@@ -70,20 +72,54 @@ def _no_progress(done: int, total: int) -> None:
     return None
 
 
+def _no_rank_done(index: int) -> None:
+    return None
+
+
+class _ByteProgress:
+    """Bytes of trace text done, reported to a `Progress`: within a rank as its files are parsed, and
+    exactly at each rank's end (a cached or failed file counts as done)."""
+
+    def __init__(self, progress: Progress, groups: list[list[Any]]) -> None:
+        self.progress = progress
+        self.rank_bytes = [sum(_text_bytes(ref.path) for ref in group) for group in groups]
+        self.total = sum(self.rank_bytes)
+        self.finished = 0  # bytes of the ranks that are done
+        self.current = 0  # bytes parsed in the rank under way
+        progress(0, self.total)
+
+    def parsed(self, nbytes: int) -> None:
+        self.current += nbytes
+        self.progress(self.finished + self.current, self.total)
+
+    def rank_done(self, index: int) -> None:
+        self.finished += self.rank_bytes[index]
+        self.current = 0
+        self.progress(self.finished, self.total)
+
+
+def _text_bytes(path: Path) -> int:
+    return estimated_text_bytes(path) or 0
+
+
 def _analyze_ranks(
     groups: list[list[Any]], jobs: int, use_cache: bool, progress: Progress
 ) -> tuple[list[RankResult], list[InputError]]:
     """Results of the ranks that could be analysed, and the input errors of those that could not."""
     total = len(groups)
-    progress(0, total)
+    done = _ByteProgress(progress, groups)
     if jobs <= 1 or total <= 1:  # one rank: its large files are parsed on `jobs` processes instead
-        return _collect(lambda i: analyze_rank(groups[i], use_cache, i, parse_jobs=jobs), total, progress)
+        def serial(i: int) -> RankResult:
+            return analyze_rank(groups[i], use_cache, i, parse_jobs=jobs, on_bytes=done.parsed)
+
+        return _collect(serial, total, done.rank_done)
     try:
         with ProcessPoolExecutor(max_workers=min(jobs, total)) as pool:
             futures = [pool.submit(_analyze_rank_quietly, group, use_cache, i) for i, group in enumerate(groups)]
-            for done, _ in enumerate(as_completed(futures), 1):
-                progress(done, total)
-            return _collect(lambda i: futures[i].result(), total, _no_progress)
+            index_of = {future: i for i, future in enumerate(futures)}
+            for future in as_completed(futures):
+                done.rank_done(index_of[future])
+            return _collect(lambda i: futures[i].result(), total, _no_rank_done)
     except BrokenProcessPool:
         raise TorchscopeError(
             "a worker process died while analysing the ranks (out of memory?); retry with --jobs 1"
@@ -105,7 +141,7 @@ def _analyze_rank_quietly(refs: list[Any], use_cache: bool, rank_fallback: int) 
 
 
 def _collect(
-    result_of: Callable[[int], RankResult], count: int, progress: Progress
+    result_of: Callable[[int], RankResult], count: int, rank_done: Callable[[int], None]
 ) -> tuple[list[RankResult], list[InputError]]:
     results: list[RankResult] = []
     failures: list[InputError] = []
@@ -114,7 +150,7 @@ def _collect(
             results.append(result_of(index))
         except InputError as exc:
             failures.append(exc)
-        progress(index + 1, count)
+        rank_done(index)
     if failures and not results:
         raise failures[0]
     return results, failures

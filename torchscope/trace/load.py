@@ -8,16 +8,18 @@ from pathlib import Path
 
 from torchscope.trace import cache
 from torchscope.trace.discover import TraceFileRef, discover
-from torchscope.trace.parse import parse_trace
+from torchscope.trace.parse import BytesDone, parse_trace
 from torchscope.trace.tables import TraceFile
 
 log = logging.getLogger(__name__)
 
 
-def load_trace_file(path: Path, use_cache: bool = True, jobs: int = 1) -> TraceFile:
+def load_trace_file(
+    path: Path, use_cache: bool = True, jobs: int = 1, on_bytes: BytesDone | None = None
+) -> TraceFile:
     """Parse one trace file, or read its tables from the cache when the file is unchanged.
 
-    `jobs` > 1 parses a large file on that many processes."""
+    `jobs` > 1 parses a large file on that many processes; `on_bytes` follows the parse (see parse_trace)."""
     started = time.perf_counter()
     try:
         key = cache.cache_key(path) if use_cache else ""
@@ -28,7 +30,7 @@ def load_trace_file(path: Path, use_cache: bool = True, jobs: int = 1) -> TraceF
         if cached is not None:
             log.debug("%s: cache hit (%.3f s)", path, time.perf_counter() - started)
             return cached
-    trace = parse_trace(path, jobs)
+    trace = parse_trace(path, jobs, on_bytes)
     log.debug("%s: parsed %d events (%.3f s)", path, len(trace.events), time.perf_counter() - started)
     if use_cache:
         cache.store(path, key, trace)

@@ -41,17 +41,26 @@ _RAW_TEXT_COLUMNS = frozenset(c for c, (_, kind, _) in schema.ARG_FIELDS.items()
 _Batch = tuple[list[schema.Event], int]  # decoded events, and how many malformed ones were dropped
 
 
-def parse_trace(path: Path, jobs: int = 1) -> TraceFile:
+BytesDone = Callable[[int], None]  # called with the bytes of text parsed since the last call
+
+
+def _ignore_bytes(nbytes: int) -> None:
+    return None
+
+
+def parse_trace(path: Path, jobs: int = 1, on_bytes: BytesDone | None = None) -> TraceFile:
     """Read and parse one trace file, streaming it (the text is never held whole when it can be helped).
 
-    With `jobs` > 1, a large uncompressed file is parsed in byte ranges on that many processes."""
+    With `jobs` > 1, a large uncompressed file is parsed in byte ranges on that many processes.
+    `on_bytes`, if given, is told how much text has been parsed as the parse goes (for a progress bar)."""
+    report = on_bytes or _ignore_bytes
     if jobs > 1 and _splittable(path):
         try:
-            return _parse_parallel(path, jobs)
+            return _parse_parallel(path, jobs, report)
         except (NotStreamable, BrokenProcessPool) as reason:  # ranges that do not join up, a dead worker
             log.debug("%s: parsing sequentially (%r)", path, reason)
     try:
-        return _parse_stream(iter_trace_chunks(path), path, estimated_text_bytes(path))
+        return _parse_stream(iter_trace_chunks(path), path, estimated_text_bytes(path), on_bytes=report)
     except NotStreamable as reason:
         log.debug("%s: parsing the whole text (%s)", path, reason)
     return _parse_whole(read_trace_bytes(path), path)
@@ -66,14 +75,17 @@ def _splittable(path: Path) -> bool:
         return False  # the sequential path reports the problem
 
 
-def _parse_parallel(path: Path, jobs: int) -> TraceFile:
+def _parse_parallel(path: Path, jobs: int, on_bytes: BytesDone) -> TraceFile:
     """Parse a plain file in byte ranges on `jobs` processes (see `trace/ranges.py`)."""
     header_before, events_start, object_mode = locate_events(iter_trace_chunks(path))
     header = decode_header(header_before)
     size = path.stat().st_size
     builder = ColumnBuilder(size)
+    consumed = 0
     for part in ranges.parse_ranges(path, events_start, object_mode, jobs):
-        consumed = (part.next_start if part.next_start is not None else size) - events_start
+        done = (part.next_start if part.next_start is not None else size) - events_start
+        on_bytes(done - consumed)
+        consumed = done
         builder.append(part.columns, part.strings, part.dropped, consumed)
         header.update(part.header)
         del part
@@ -98,12 +110,16 @@ def parse_trace_bytes(data: bytes, path: Path | str = "<bytes>", batch_bytes: in
 
 
 def _parse_stream(
-    chunks: Iterable[bytes], path: Path | str, size_hint: int | None, batch_bytes: int = BATCH_BYTES
+    chunks: Iterable[bytes], path: Path | str, size_hint: int | None, batch_bytes: int = BATCH_BYTES,
+    on_bytes: BytesDone = _ignore_bytes,
 ) -> TraceFile:
     stream: EventStream[_Batch] = EventStream(_without_utf8_bom(chunks), decode_array, batch_bytes)
     builder = ColumnBuilder(size_hint)
+    reported = 0
     for events, dropped in stream.batches():
         builder.add(events, dropped, stream.consumed)
+        on_bytes(stream.consumed - reported)
+        reported = stream.consumed
     if builder.filled == 0 and builder.dropped == 0 and stream.consumed == 0:
         raise NotStreamable("empty")  # let the whole-text path name the problem
     warnings: list[str] = []
