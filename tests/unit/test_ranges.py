@@ -56,6 +56,17 @@ def test_ranges_give_the_same_tables(tmp_path: Path, indent: int | None, monkeyp
 
 
 @pytest.mark.usefixtures("small_ranges")
+def test_ranges_keep_int_and_string_pids_apart(tmp_path: Path) -> None:
+    """Real traces mix `"tid": 1` and `"tid": "1"`; one process gives them two ids, so must ranges."""
+    events = [{"ph": "X", "cat": "cpu_op", "name": "op", "pid": 1 if i % 2 else "1", "tid": i % 3, "ts": i,
+               "dur": 1, "args": {"Input Dims": [[i % 2]]}} for i in range(3000)]
+    path = _write(tmp_path, events)
+    sequential, ranged = parse_trace(path), parse_trace(path, jobs=2)
+    _assert_same(ranged, sequential)
+    assert len(set(ranged.events.pid.tolist())) == 2
+
+
+@pytest.mark.usefixtures("small_ranges")
 def test_bare_array_in_ranges(tmp_path: Path) -> None:
     path = _write(tmp_path, _tricky_document()["traceEvents"] * 3)
     _assert_same(parse_trace(path, jobs=2), parse_trace(path))

@@ -29,6 +29,15 @@ def _comparable(trace: TraceFile) -> dict[str, Any]:
     return {"columns": columns, "header": trace.header, "warnings": trace.warnings}
 
 
+def _id_pattern(ids: np.ndarray) -> np.ndarray:
+    """String ids renumbered by first appearance: equal when two tables tell the same values apart
+    (pid 1 and pid "1" have the same text but are different ids)."""
+    _, first, inverse = np.unique(ids, return_index=True, return_inverse=True)
+    rank = np.empty(first.size, np.int64)
+    rank[np.argsort(first)] = np.arange(first.size)
+    return rank[inverse]
+
+
 def _assert_same(a: TraceFile, b: TraceFile) -> None:
     ca, cb = _comparable(a), _comparable(b)
     assert ca["header"] == cb["header"]
@@ -36,6 +45,8 @@ def _assert_same(a: TraceFile, b: TraceFile) -> None:
     assert ca["columns"].keys() == cb["columns"].keys()
     for name in ca["columns"]:
         assert np.array_equal(ca["columns"][name], cb["columns"][name], equal_nan=name not in STRING_COLUMNS), name
+    for name in STRING_COLUMNS:
+        assert np.array_equal(_id_pattern(a.events.columns[name]), _id_pattern(b.events.columns[name])), name
 
 
 def _whole(data: bytes) -> TraceFile:
@@ -155,3 +166,49 @@ def test_gzip_is_inflated_chunk_by_chunk(tmp_path: Path) -> None:
     assert len(chunks) > 10 and max(map(len, chunks)) <= 1024
     assert b"".join(chunks) == gunzip(path.read_bytes(), path, max_trace_bytes()) == text
     _assert_same(parse_trace(path), _whole(text))
+
+
+def _doc(events: list[Any], **keys: Any) -> bytes:
+    return json.dumps({"traceEvents": events, **keys}).encode()
+
+
+@pytest.mark.parametrize("batch_bytes", [16, 40, 4096])
+def test_a_repeated_events_key_keeps_the_last_array_as_json_does(batch_bytes: int) -> None:
+    first = json.dumps([_event(i) for i in range(30)])
+    data = ('{"traceEvents": %s, "traceEvents": [%s]}' % (first, json.dumps(_event(99)))).encode()
+    trace = parse_trace_bytes(data, batch_bytes=batch_bytes)
+    _assert_same(trace, _whole(data))
+    assert trace.events.ts_us.tolist() == [990.0]
+
+
+@pytest.mark.parametrize("bad", [b"[, ", b"[\x0c"])
+def test_json_errors_between_events_are_errors_at_any_batch_size(bad: bytes) -> None:
+    from torchscope.errors import TraceFormatError
+
+    good = _doc([_event(i) for i in range(40)])
+    broken = [good.replace(b"[", bad, 1), good.replace(b"}, {", b"}\x0c, {", 1), good.replace(b"}, {", b"} {", 1)]
+    for data in broken:
+        for batch_bytes in (4, 64, 4096):
+            with pytest.raises(TraceFormatError, match="malformed JSON"):
+                parse_trace_bytes(data, batch_bytes=batch_bytes)
+
+
+def test_flow_ids_do_not_depend_on_their_neighbours() -> None:
+    flows = [{"ph": "s", "cat": "ac2g", "name": "f", "pid": 1, "tid": 1, "ts": 1.0, "id": value}
+             for value in ("012", 7, "0x10", "abc", "9223372036854775808", 2**70)]
+    data = _doc(flows + [_event(i) for i in range(40)] + flows[:2])
+    whole = _whole(data)
+    for batch_bytes in (64, 300, 4096):
+        _assert_same(parse_trace_bytes(data, batch_bytes=batch_bytes), whole)
+    ids = whole.events.flow_id.tolist()
+    assert ids[1:3] == [7, 16] and ids[4:6] == [-1, -1]  # out of int64: absent, not a crash
+    assert ids[0] == ids[-2] != 12  # "012" is not a number in JSON's sense: digested, and stably so
+
+
+def test_objects_after_the_events_array_do_not_stop_streaming() -> None:
+    samples = [{"cpu": i, "ts": i} for i in range(3000)]  # Chrome's `samples`: `}, {` after the events
+    data = _doc([_event(i) for i in range(300)], samples=samples, traceName="a}, {b")
+    for batch_bytes in (997, 4096, 1 << 16):
+        streamed = _streamed_only(data, batch_bytes)  # no fallback to the whole text
+        _assert_same(streamed, _whole(data))
+        assert len(streamed.events) == 300 and len(streamed.header["samples"]) == 3000

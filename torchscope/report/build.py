@@ -86,14 +86,19 @@ class _ByteProgress:
         self.total = sum(self.rank_bytes)
         self.finished = 0  # bytes of the ranks that are done
         self.current = 0  # bytes parsed in the rank under way
+        self.ranks_done = 0
         progress(0, self.total)
 
     def parsed(self, nbytes: int) -> None:
-        self.current += nbytes
+        """Bytes parsed in the rank under way (ranks run in order here). Capped at the rank's size: a
+        parse that falls back and starts over reports its bytes twice."""
+        limit = self.rank_bytes[self.ranks_done] if self.ranks_done < len(self.rank_bytes) else 0
+        self.current = min(self.current + nbytes, limit)
         self.progress(self.finished + self.current, self.total)
 
     def rank_done(self, index: int) -> None:
         self.finished += self.rank_bytes[index]
+        self.ranks_done += 1
         self.current = 0
         self.progress(self.finished, self.total)
 

@@ -13,6 +13,7 @@ also gives the precise error for a damaged file.
 from __future__ import annotations
 
 import codecs
+import hashlib
 import logging
 import re
 from concurrent.futures.process import BrokenProcessPool
@@ -86,9 +87,8 @@ def _parse_parallel(path: Path, jobs: int, on_bytes: BytesDone) -> TraceFile:
         done = (part.next_start if part.next_start is not None else size) - events_start
         on_bytes(done - consumed)
         consumed = done
-        builder.append(part.columns, part.strings, part.dropped, consumed)
+        builder.append(part.columns, part.keys, part.dropped, consumed)
         header.update(part.header)
-        del part
     warnings: list[str] = []
     table, dropped = builder.finish(warnings)
     _check_events(table, path, dropped)
@@ -289,14 +289,13 @@ class ColumnBuilder:
         _fill_columns(events, self.interner, self.kinds, columns, self.filled)
         self.filled += len(events)
 
-    def append(
-        self, part: dict[str, np.ndarray], strings: list[str], dropped: int, consumed_bytes: int
-    ) -> None:
+    def append(self, part: dict[str, np.ndarray], keys: list[Any], dropped: int, consumed_bytes: int) -> None:
         """Append another builder's columns (`parts()`), mapping its string ids to this table's."""
         self.dropped += dropped
         count = len(part["ts_us"])
         columns = self._reserve(self.filled + count, consumed_bytes)
-        mapping = np.fromiter(map(self.interner.__getitem__, strings), np.int32, len(strings))
+        # Keys, not their text: as in one process, pid 1 and pid "1" stay distinct ids.
+        mapping = np.fromiter(map(self.interner.__getitem__, keys), np.int32, len(keys))
         rows = slice(self.filled, self.filled + count)
         for name, values in part.items():
             columns[name][rows] = mapping[values] if name in STRING_COLUMNS else values
@@ -310,12 +309,13 @@ class ColumnBuilder:
             _grow(self.columns, max(needed, self._estimate(needed, consumed_bytes), capacity + capacity // 4))
         return self.columns
 
-    def parts(self) -> tuple[dict[str, np.ndarray], list[str], int]:
-        """The filled columns, the string table and the dropped count, to `append` elsewhere."""
+    def parts(self) -> tuple[dict[str, np.ndarray], list[Any], int]:
+        """The filled columns, the interned values in id order and the dropped count, to `append`
+        elsewhere (the interner gives ids in insertion order)."""
         columns = self.columns if self.columns is not None else _allocate(0)
         for values in columns.values():
             values.resize(self.filled, refcheck=False)
-        return columns, self.interner.strings, self.dropped
+        return columns, list(self.interner), self.dropped
 
     def _estimate(self, events: int, consumed_bytes: int) -> int:
         if not self.size_hint or not consumed_bytes:
@@ -436,9 +436,13 @@ def _fill_columns(
     flows = np.flatnonzero(kind == Kind.FLOW)  # only flow events carry an `id`
     if flows.size:
         ids = list(map(attrgetter("id"), itemgetter_list(events, flows)))
-        try:  # integer ids (Kineto's): converted at C speed
-            flow_ids = np.fromiter(ids, np.int64, flows.size)
-        except (TypeError, ValueError, OverflowError):  # string, null or huge ids: one by one
+        flow_ids = None
+        if set(map(type, ids)) == {int}:  # Kineto's integer ids: converted at C speed
+            try:
+                flow_ids = np.fromiter(ids, np.int64, flows.size)
+            except OverflowError:
+                pass
+        if flow_ids is None:  # strings, nulls, huge values: one by one
             flow_ids = np.fromiter(map(_flow_id, ids), np.int64, flows.size)
         columns["flow_id"][offset + flows] = flow_ids
     external_lower = np.full(n, -1, np.int64)
@@ -474,9 +478,11 @@ def _flow_id(value: Any) -> int:
     if isinstance(value, int):
         return value if -(2**63) <= value < 2**63 else -1
     try:
-        return int(str(value), 0)
-    except ValueError:
-        return hash(value) & 0x7FFFFFFFFFFFFFFF
+        number = int(str(value), 0)
+    except ValueError:  # a non-numeric id: a stable 63-bit digest (str hashes change between processes)
+        digest = hashlib.blake2b(str(value).encode("utf-8", "surrogatepass"), digest_size=8).digest()
+        return int.from_bytes(digest, "little") & 0x7FFFFFFFFFFFFFFF
+    return number if -(2**63) <= number < 2**63 else -1
 
 
 def _check_events(table: EventTable, path: Path | str, dropped: int) -> None:

@@ -17,7 +17,6 @@ the parent's string table, so at most a few parts are held besides the result.
 from __future__ import annotations
 
 import multiprocessing
-import re
 from collections import deque
 from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass
@@ -27,7 +26,7 @@ from typing import Any, Iterator
 import numpy as np
 
 from torchscope.trace.read import READ_CHUNK_BYTES
-from torchscope.trace.stream import MAX_PIECE_BYTES, EventStream, NotStreamable
+from torchscope.trace.stream import EVENT_SEPARATOR, MAX_PIECE_BYTES, EventStream, NotStreamable
 
 # Files at least this large are split. Ranges are about RANGE_BYTES (at least MIN_RANGE_BYTES, and at
 # least RANGES_PER_JOB per process so a slow range does not leave the others idle): a small part is a
@@ -36,7 +35,6 @@ PARALLEL_MIN_BYTES = 48 << 20
 RANGE_BYTES = 32 << 20
 MIN_RANGE_BYTES = 12 << 20
 RANGES_PER_JOB = 4
-_FIRST_BOUNDARY = re.compile(rb"\}\s*,\s*\{")
 
 
 @dataclass
@@ -44,7 +42,7 @@ class RangePart:
     """What one worker returns for its byte range."""
 
     columns: dict[str, np.ndarray]
-    strings: list[str]
+    keys: list[Any]  # the values behind the part's string ids, in id order (see ColumnBuilder.parts)
     dropped: int
     first_start: int  # offset of the range's first event
     next_start: int | None  # offset of the event after its last one; None when the range ran to the end
@@ -101,16 +99,17 @@ def parse_range(path: str, start: int, stop: int | None, object_mode: bool, exac
         else:
             boundary, first_start = _first_boundary(handle, start)
             if stop is not None and boundary >= stop:  # an event spans the whole range: nothing of its own
-                return RangePart(ColumnBuilder(None).parts()[0], [""], 0, first_start, first_start, {})
+                columns, keys, _ = ColumnBuilder(None).parts()
+                return RangePart(columns, keys, 0, first_start, first_start, {})
         handle.seek(first_start)
         chunks = iter(lambda: handle.read(READ_CHUNK_BYTES), b"")
         stream = EventStream(chunks, decode_array, inside=object_mode, origin=first_start, stop_at=stop)
         builder = ColumnBuilder((stop if stop is not None else Path(path).stat().st_size) - first_start)
         for events, dropped in stream.batches():
             builder.add(events, dropped, stream.consumed)
-    columns, strings, dropped = builder.parts()
+    columns, keys, dropped = builder.parts()
     header = decode_header(stream.header) if stop is None else {}
-    return RangePart(columns, strings, dropped, first_start, stream.next_start, header)
+    return RangePart(columns, keys, dropped, first_start, stream.next_start, header)
 
 
 def _first_boundary(handle: Any, start: int) -> tuple[int, int]:
@@ -122,7 +121,7 @@ def _first_boundary(handle: Any, start: int) -> tuple[int, int]:
         if not chunk:
             break
         text += chunk
-        match = _FIRST_BOUNDARY.search(text)
+        match = EVENT_SEPARATOR.search(text)
         if match is not None:
             return start + match.start(), start + match.end() - 1
     raise NotStreamable("no event boundary in a range")

@@ -31,8 +31,11 @@ BATCH_BYTES = 2 << 20
 # The header before `traceEvents`, and a single event, may be at most this large for streaming.
 MAX_PIECE_BYTES = 64 << 20
 _KEY = b'"traceEvents"'
-_SEPARATOR = re.compile(rb"\}\s*,\s*\{")
-_LEADING_SEPARATOR = re.compile(rb"\s*,?\s*")
+# JSON whitespace is exactly these four characters (not `\s`, which also matches \x0b and \x0c).
+EVENT_SEPARATOR = re.compile(rb"\}[ \t\r\n]*,[ \t\r\n]*\{")
+_AFTER_CUT = re.compile(rb"[ \t\r\n]*,[ \t\r\n]*")  # what follows a cut, before the next event
+_WHITESPACE_RUN = re.compile(rb"[ \t\r\n]*")
+_EVENTS_KEY = "\x00torchscope-events"  # stands for "traceEvents" when the end of the text is decoded
 _CUT_ATTEMPTS = 4
 _STOP_ATTEMPTS = 64
 _SEARCH_WINDOW = 1 << 16
@@ -42,18 +45,28 @@ _WHITESPACE = b" \t\r\n"
 _ERROR_OFFSET = re.compile(r"\(byte (\d+)\)")
 
 
-def _cut_inside_a_value(text: bytes) -> bool:
-    """Whether `text` fails to decode only because it was cut inside a string or nested value (the error
-    is at its very end), rather than because of malformed content earlier on."""
+_CUT_INSIDE = "cut inside a value"
+_PAST_THE_END = "cut past the end of the events array"
+_MALFORMED = "malformed"
+
+
+def _why_undecodable(text: bytes) -> str:
+    """Why `[` + piece + `]` did not decode: the cut fell inside a string or nested value (the error is at
+    the very end), past the `]` that closes the events array (trailing characters), or the text is
+    malformed earlier on."""
     try:
         RAW_LIST_DECODER.decode(text)
     except msgspec.DecodeError as exc:
         message = str(exc)
+        if "trailing characters" in message:
+            return _PAST_THE_END
         offset = _ERROR_OFFSET.search(message)
-        return "truncated" in message or (offset is not None and int(offset.group(1)) >= len(text) - 1)
+        if "truncated" in message or (offset is not None and int(offset.group(1)) >= len(text) - 1):
+            return _CUT_INSIDE
+        return _MALFORMED
     except RecursionError:
-        return False
-    return False  # valid JSON that `decode` refused: not a cut problem
+        return _MALFORMED
+    return _MALFORMED  # valid JSON that `decode` refused: not a cut problem
 
 
 class NotStreamable(Exception):
@@ -101,6 +114,7 @@ class EventStream(Generic[T]):
         self.events_start = origin  # offset just after the `[` that opens the events array
         self.next_start: int | None = None  # set when the stream stopped at `stop_at`
         self.consumed = 0  # bytes of text decoded so far
+        self._at_start = True  # no event decoded yet: only whitespace may precede the first one
 
     def batches(self) -> Iterator[T]:
         buffer = self._open() if self._inside is None else b""
@@ -119,13 +133,22 @@ class EventStream(Generic[T]):
                 target = len(buffer) * 2
                 continue
             self._advance(len(buffer) - len(rest))
+            self._at_start = False
             target = self._batch_bytes
             buffer = rest
             yield decoded
             if stopping:
-                self.next_start = self._origin + _LEADING_SEPARATOR.match(rest).end()  # type: ignore[union-attr]
+                self.next_start = self._origin + self._begin(rest)
                 return
         yield from self._finish(buffer)
+
+    def _begin(self, buffer: bytes) -> int:
+        """Where the next event starts in `buffer`: after whitespace at the start of the array, after
+        the `,` that follows the previous event otherwise."""
+        match = (_WHITESPACE_RUN if self._at_start else _AFTER_CUT).match(buffer)
+        if match is None:
+            raise NotStreamable("malformed events (no comma between events)")
+        return match.end()
 
     def _advance(self, nbytes: int) -> None:
         self._origin += nbytes
@@ -197,38 +220,43 @@ class EventStream(Generic[T]):
         window = _SEARCH_WINDOW
         while True:  # the last few boundaries: search the end of the text first, widening if none is there
             start = max(0, len(buffer) - window)
-            ends = [m.start() for m in _SEPARATOR.finditer(buffer, start)]
+            ends = [m.start() for m in EVENT_SEPARATOR.finditer(buffer, start)]
             if ends or start == 0:
                 break
             window *= 8
-        begin = _LEADING_SEPARATOR.match(buffer).end()  # type: ignore[union-attr]
+        begin = self._begin(buffer)
         for end in reversed([end for end in ends[-_CUT_ATTEMPTS:] if end >= begin]):
             text = b"".join((b"[", memoryview(buffer)[begin : end + 1], b"]"))
             decoded = self._decode(text)
             if decoded is not None:
                 return decoded, buffer[end + 1 :]
-            if not _cut_inside_a_value(text):
+            if _why_undecodable(text) == _MALFORMED:
                 raise NotStreamable("malformed events")
+            # Cut inside a value, or past the array's end (a look-alike in what follows it): try an
+            # earlier boundary, or read on.
         return None, buffer
 
     def _cut_at_stop(self, buffer: bytes) -> tuple[T | None, bytes]:
         """Decode the events up to the first confirmed boundary at or after `stop_at`."""
-        begin = _LEADING_SEPARATOR.match(buffer).end()  # type: ignore[union-attr]
+        begin = self._begin(buffer)
         first = max(begin, self._stop_at - self._origin)  # type: ignore[operator]
-        for attempt, match in enumerate(_SEPARATOR.finditer(buffer, first)):
+        for attempt, match in enumerate(EVENT_SEPARATOR.finditer(buffer, first)):
             if attempt == _STOP_ATTEMPTS:  # a long run of look-alikes: let the caller parse sequentially
                 raise NotStreamable("no confirmed boundary after the range end")
             text = b"".join((b"[", memoryview(buffer)[begin : match.start() + 1], b"]"))
             decoded = self._decode(text)
             if decoded is not None:
                 return decoded, buffer[match.start() + 1 :]
-            if not _cut_inside_a_value(text):
+            reason = _why_undecodable(text)
+            if reason == _MALFORMED:
                 raise NotStreamable("malformed events")
+            if reason == _PAST_THE_END:
+                break  # the events end before `stop_at`: this range runs to their end
         return None, buffer
 
     def _finish(self, rest: bytes) -> Iterator[T]:
         """The last events and the keys after the array, from the text left at the end."""
-        rest = rest[_LEADING_SEPARATOR.match(rest).end() :]  # type: ignore[union-attr]
+        rest = rest[self._begin(rest) :]
         self._advance(len(rest))
         if not self._object:
             decoded = self._decode(b"[" + rest)
@@ -237,11 +265,11 @@ class EventStream(Generic[T]):
             yield decoded
             return
         try:
-            tail = RAW_OBJECT_DECODER.decode(b'{"traceEvents":[' + rest)
+            tail = RAW_OBJECT_DECODER.decode(b'{"\\u0000torchscope-events":[' + rest)
         except (msgspec.DecodeError, RecursionError):
             raise NotStreamable("malformed end of the document") from None
-        events = tail.pop("traceEvents")
-        if bytes(memoryview(events)[:1]) != b"[":
+        events = tail.pop(_EVENTS_KEY, None)
+        if events is None or "traceEvents" in tail:  # a repeated key: the whole-text parse keeps the last
             raise NotStreamable("traceEvents key repeated")
         decoded = self._decode(bytes(events))
         if decoded is None:
