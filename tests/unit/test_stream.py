@@ -212,3 +212,15 @@ def test_objects_after_the_events_array_do_not_stop_streaming() -> None:
         streamed = _streamed_only(data, batch_bytes)  # no fallback to the whole text
         _assert_same(streamed, _whole(data))
         assert len(streamed.events) == 300 and len(streamed.header["samples"]) == 3000
+
+
+def test_an_event_with_a_bad_arg_keeps_its_shapes_text() -> None:
+    events = [_event(i) for i in range(20)]
+    for event in events:
+        event["args"]["Input Dims"] = [[1, 2], []]
+    events[5]["args"]["External id"] = "not a number"  # this event takes the lenient path
+    events[6]["args"]["External id"] = "17"  # coerced
+    trace = parse_trace_bytes(_doc(events))
+    dims = trace.events.input_dims
+    assert len(set(dims.tolist())) == 1 and trace.events.text(dims[0]) == "[[1, 2], []]"
+    assert trace.events.external_id[5] == -1 and trace.events.external_id[6] == 17

@@ -365,18 +365,19 @@ def _decode_one_leniently(raw: msgspec.Raw) -> schema.Event | None:
     except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
         pass
     try:
-        obj = msgspec.json.decode(raw)
-    except (msgspec.DecodeError, RecursionError):
+        fields = schema.RAW_OBJECT_DECODER.decode(raw)
+        args = fields.pop("args", None)
+        obj = {key: msgspec.json.decode(value) for key, value in fields.items()}
+    except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
         return None
-    if not isinstance(obj, dict) or not isinstance(obj.get("ph"), str):
+    if not isinstance(obj.get("ph"), str):
         return None
     obj = {key: value for key, value in obj.items() if value is not None}  # null = absent: use the default
-    args = obj.pop("args", None)
     try:
         event = msgspec.convert(obj, schema.Event, strict=False)
     except (msgspec.ValidationError, TypeError, RecursionError):
         return None
-    if isinstance(args, dict):
+    if args is not None:
         event.args = _decode_args_leniently(args)
     return event
 
@@ -384,16 +385,24 @@ def _decode_one_leniently(raw: msgspec.Raw) -> schema.Event | None:
 _LENIENT_ARGS_DECODER = msgspec.json.Decoder(schema.Args, strict=False)
 
 
-def _decode_args_leniently(args: dict[Any, Any]) -> Any:
-    """The args keys whose values can be used (coerced where needed); the others keep their defaults."""
-    usable = {}
-    for key, value in args.items():
+def _decode_args_leniently(raw_args: msgspec.Raw) -> Any:
+    """The args keys whose values can be used (coerced where needed); the others keep their defaults.
+
+    Works on each value's own JSON text, so raw-text columns (shapes, grid, block) keep exactly the text
+    their neighbours in the same trace have, and group with them."""
+    try:
+        items = schema.RAW_OBJECT_DECODER.decode(raw_args)
+    except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
+        return schema.NO_ARGS  # not an object: no usable args
+    usable = []
+    for key, value in items.items():
+        member = msgspec.json.encode(key) + b":" + bytes(value)
         try:
-            _LENIENT_ARGS_DECODER.decode(msgspec.json.encode({key: value}))
-            usable[key] = value
-        except (msgspec.ValidationError, msgspec.DecodeError, TypeError, RecursionError):
+            _LENIENT_ARGS_DECODER.decode(b"{" + member + b"}")
+        except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
             continue
-    return _LENIENT_ARGS_DECODER.decode(msgspec.json.encode(usable))
+        usable.append(member)
+    return _LENIENT_ARGS_DECODER.decode(b"{" + b",".join(usable) + b"}")
 
 
 class _KindCache:
