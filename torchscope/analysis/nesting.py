@@ -35,12 +35,25 @@ class HostTree:
         )
         return np.maximum(dur_us - children_time, 0.0)
 
+    def levels(self) -> list[np.ndarray]:
+        """Event indices per depth (index d: the events at depth d), from one sort instead of a full
+        scan per level; computed once per tree."""
+        cached = self.__dict__.get("_levels")
+        if cached is None:
+            order = np.argsort(self.depth, kind="stable")
+            sorted_depth = self.depth[order]
+            top = int(sorted_depth[-1]) if sorted_depth.size else -1
+            bounds = np.searchsorted(sorted_depth, np.arange(top + 2))
+            cached = [order[bounds[d] : bounds[d + 1]] for d in range(top + 1)]
+            object.__setattr__(self, "_levels", cached)
+        return cached
+
     def inherit(self, own: np.ndarray, missing: int = -1) -> np.ndarray:
         """Propagate a per-event label down the tree: events without their own label take the
         nearest ancestor's (processed level by level, each level vectorised)."""
         labels = own.copy()
-        for level in range(1, int(self.depth.max(initial=0)) + 1):
-            at_level = np.flatnonzero((self.depth == level) & (labels == missing))
+        for at_level in self.levels()[1:]:
+            at_level = at_level[labels[at_level] == missing]
             parents = self.parent[at_level]
             valid = parents >= 0
             labels[at_level[valid]] = labels[parents[valid]]
@@ -104,9 +117,10 @@ def _thread_tree(ts: np.ndarray, dur: np.ndarray) -> tuple[np.ndarray, np.ndarra
 def accumulate_up(tree: HostTree, values: np.ndarray) -> np.ndarray:
     """Inclusive totals: each event's value plus all its descendants' (deepest level first)."""
     totals = values.astype(np.float64).copy()
-    for level in range(int(tree.depth.max(initial=0)), 0, -1):
-        at_level = np.flatnonzero((tree.depth == level) & (tree.parent >= 0))
-        np.add.at(totals, tree.parent[at_level], totals[at_level])
+    for at_level in reversed(tree.levels()[1:]):
+        at_level = at_level[tree.parent[at_level] >= 0]
+        parents, slot = np.unique(tree.parent[at_level], return_inverse=True)  # O(level), not O(events)
+        totals[parents] += np.bincount(slot, weights=totals[at_level], minlength=parents.size)
     return totals
 
 
