@@ -12,7 +12,7 @@ import io
 import os
 import zlib
 from pathlib import Path
-from typing import Iterator
+from typing import BinaryIO, Iterator
 
 from torchscope.errors import TraceFormatError
 
@@ -39,15 +39,19 @@ def read_trace_bytes(path: Path) -> bytes:
         if path.stat().st_size > limit:
             raise TraceFormatError(path, f"file is larger than {_size(limit)} (half of this machine's memory)")
         data = path.read_bytes()
-    except FileNotFoundError:
-        raise TraceFormatError(path, "no such file") from None
-    except IsADirectoryError:
-        raise TraceFormatError(path, "is a directory, not a trace file") from None
     except OSError as exc:
-        raise TraceFormatError(path, f"cannot read file ({exc.strerror or exc})") from None
+        raise _read_error(path, exc) from None
     if data[:2] == GZIP_MAGIC:
         return gunzip(data, path, limit)
     return data
+
+
+def _read_error(path: Path, exc: OSError) -> TraceFormatError:
+    if isinstance(exc, FileNotFoundError):
+        return TraceFormatError(path, "no such file")
+    if isinstance(exc, IsADirectoryError):
+        return TraceFormatError(path, "is a directory, not a trace file")
+    return TraceFormatError(path, f"cannot read file ({exc.strerror or exc})")
 
 
 def estimated_text_bytes(path: Path) -> int | None:
@@ -73,21 +77,15 @@ def iter_trace_chunks(path: Path, chunk_bytes: int = READ_CHUNK_BYTES) -> Iterat
     limit = max_trace_bytes()
     try:
         handle = open(path, "rb")
-    except FileNotFoundError:
-        raise TraceFormatError(path, "no such file") from None
-    except IsADirectoryError:
-        raise TraceFormatError(path, "is a directory, not a trace file") from None
     except OSError as exc:
-        raise TraceFormatError(path, f"cannot read file ({exc.strerror or exc})") from None
+        raise _read_error(path, exc) from None
     with handle:
         try:
             if os.fstat(handle.fileno()).st_size > limit:
                 raise TraceFormatError(path, f"file is larger than {_size(limit)} (half of this machine's memory)")
             first = handle.read(chunk_bytes)
-        except IsADirectoryError:
-            raise TraceFormatError(path, "is a directory, not a trace file") from None
         except OSError as exc:
-            raise TraceFormatError(path, f"cannot read file ({exc.strerror or exc})") from None
+            raise _read_error(path, exc) from None
         if first[:2] == GZIP_MAGIC:
             yield from _inflate_chunks(first, handle, path, limit, chunk_bytes)
             return
@@ -97,9 +95,11 @@ def iter_trace_chunks(path: Path, chunk_bytes: int = READ_CHUNK_BYTES) -> Iterat
 
 
 def _inflate_chunks(
-    first: bytes, handle: io.BufferedReader, path: Path | str, limit: int, chunk_bytes: int
+    first: bytes, handle: BinaryIO, path: Path | str, limit: int, chunk_bytes: int
 ) -> Iterator[bytes]:
-    """Inflate every gzip member of a stream, chunk by chunk (see `gunzip` for the rules)."""
+    """Inflate every gzip member of `first` + the rest of `handle`, chunk by chunk. Content that does not
+    start like JSON is refused after the first chunk, more than `limit` bytes as soon as it is passed;
+    trailing zero padding is accepted, as gzip(1) does."""
     pending = first
     produced = 0
     eof = False
@@ -138,32 +138,9 @@ def _inflate_chunks(
 
 
 def gunzip(data: bytes, path: Path | str, limit: int) -> bytes:
-    """Inflate all gzip members of `data`, refusing non-JSON content and more than `limit` bytes."""
-    out = io.BytesIO()
-    pending = data
-    while pending:
-        inflater = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)  # one gzip member
-        try:
-            while not inflater.eof:
-                chunk = inflater.decompress(pending, INFLATE_CHUNK_BYTES)
-                pending = inflater.unconsumed_tail
-                if not chunk and not pending:
-                    raise TraceFormatError(path, "damaged gzip data (truncated: the stream ends early)")
-                if out.tell() == 0:
-                    _check_json_start(chunk, path)
-                if out.tell() + len(chunk) > limit:
-                    raise TraceFormatError(
-                        path, f"gzip data inflates to more than {_size(limit)} (half of this machine's memory)"
-                    )
-                out.write(chunk)
-        except zlib.error as exc:
-            raise TraceFormatError(path, f"damaged gzip data ({exc})") from None
-        pending = inflater.unused_data
-        if pending[:2] != GZIP_MAGIC:
-            if pending.strip(b"\0"):
-                raise TraceFormatError(path, "damaged gzip data (unexpected bytes after the end of the stream)")
-            break  # trailing zero padding, as gzip(1) accepts
-    return out.getvalue()
+    """Inflate all gzip members of `data`, refusing non-JSON content and more than `limit` bytes
+    (the rules of `_inflate_chunks`)."""
+    return b"".join(_inflate_chunks(data, io.BytesIO(), path, limit, INFLATE_CHUNK_BYTES))
 
 
 def _check_json_start(chunk: bytes, path: Path | str) -> None:
