@@ -2,8 +2,9 @@
 
 How: the text is read in chunks and its events array is cut into batches of a few MB at event
 boundaries (`stream.EventStream`); each batch is decoded with msgspec into small typed structs
-(`schema.Event`, with the args torchscope reads) and written into preallocated numpy columns, then
-dropped. Peak memory is the columns plus one batch, whatever the file size: the JSON text is never held
+(`schema.Event`, with the args torchscope reads) and written into preallocated numpy columns
+(`columns.ColumnBuilder`), then dropped. One large plain file can be parsed in byte ranges on several
+processes (`ranges.py`). Peak memory is the columns plus one batch, whatever the file size: the JSON text is never held
 whole. Strings are interned as they are seen. A batch whose events do not all fit the strict shape is
 decoded event by event with type coercion; events that still do not fit are dropped and counted. Text
 that the streaming walk cannot follow (non-standard NaN literals, UTF-16, damage) is parsed whole, which
@@ -13,11 +14,9 @@ also gives the precise error for a damaged file.
 from __future__ import annotations
 
 import codecs
-import hashlib
 import logging
 import re
 from concurrent.futures.process import BrokenProcessPool
-from operator import attrgetter, itemgetter
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
@@ -25,20 +24,18 @@ import msgspec
 import numpy as np
 
 from torchscope.errors import TraceFormatError
-from torchscope.trace import schema
-from torchscope.trace.kinds import Kind, kind_mask, kind_of_event
-from torchscope.trace import ranges
+from torchscope.trace import ranges, schema
+from torchscope.trace.columns import ColumnBuilder
+from torchscope.trace.kinds import Kind
 from torchscope.trace.read import GZIP_MAGIC, estimated_text_bytes, iter_trace_chunks, read_trace_bytes
 from torchscope.trace.stream import BATCH_BYTES, EventStream, NotStreamable, locate_events
-from torchscope.trace.tables import NUMERIC_COLUMNS, STRING_COLUMNS, EventTable, StringInterner, TraceFile
+from torchscope.trace.tables import EventTable, TraceFile
 
 log = logging.getLogger(__name__)
 
 BATCH_EVENTS = 100_000  # events per batch when a whole text is parsed (the fallback path)
 _MAX_HEADER_VALUE_BYTES = 64 << 20
 
-_BASE_STRING_SOURCES = ("ph", "cat", "name", "pid", "tid")
-_RAW_TEXT_COLUMNS = frozenset(c for c, (_, kind, _) in schema.ARG_FIELDS.items() if kind is msgspec.Raw)
 _Batch = tuple[list[schema.Event], int]  # decoded events, and how many malformed ones were dropped
 
 
@@ -267,92 +264,6 @@ def _event_batches(raw_events: list[msgspec.Raw], path: Path | str) -> Iterator[
         yield decoded if decoded is not None else _decode_leniently(batch)
 
 
-class ColumnBuilder:
-    """Columns filled batch by batch, allocated once from an estimate of the event count.
-
-    The estimate (events per byte so far times the text size) is refined as batches come; when it falls
-    short the columns grow in place (`ndarray.resize`, a realloc, no second copy at the peak), and the
-    unused tail is released at the end."""
-
-    def __init__(self, size_hint: int | None) -> None:
-        self.interner = StringInterner()
-        self.kinds = _KindCache(self.interner)
-        self.size_hint = size_hint
-        self.columns: dict[str, np.ndarray] | None = None
-        self.filled = 0
-        self.dropped = 0
-
-    def add(self, events: list[schema.Event], dropped: int, consumed_bytes: int) -> None:
-        """Append decoded events (`consumed_bytes`: text read so far, for the size estimate)."""
-        self.dropped += dropped
-        columns = self._reserve(self.filled + len(events), consumed_bytes)
-        _fill_columns(events, self.interner, self.kinds, columns, self.filled)
-        self.filled += len(events)
-
-    def append(self, part: dict[str, np.ndarray], keys: list[Any], dropped: int, consumed_bytes: int) -> None:
-        """Append another builder's columns (`parts()`), mapping its string ids to this table's."""
-        self.dropped += dropped
-        count = len(part["ts_us"])
-        columns = self._reserve(self.filled + count, consumed_bytes)
-        # Keys, not their text: as in one process, pid 1 and pid "1" stay distinct ids.
-        mapping = np.fromiter(map(self.interner.__getitem__, keys), np.int32, len(keys))
-        rows = slice(self.filled, self.filled + count)
-        for name, values in part.items():
-            columns[name][rows] = mapping[values] if name in STRING_COLUMNS else values
-        self.filled += count
-
-    def _reserve(self, needed: int, consumed_bytes: int) -> dict[str, np.ndarray]:
-        if self.columns is None:
-            self.columns = _allocate(max(needed, self._estimate(needed, consumed_bytes)))
-        elif needed > len(self.columns["ts_us"]):
-            capacity = len(self.columns["ts_us"])
-            _grow(self.columns, max(needed, self._estimate(needed, consumed_bytes), capacity + capacity // 4))
-        return self.columns
-
-    def parts(self) -> tuple[dict[str, np.ndarray], list[Any], int]:
-        """The filled columns, the interned values in id order and the dropped count, to `append`
-        elsewhere (the interner gives ids in insertion order)."""
-        columns = self.columns if self.columns is not None else _allocate(0)
-        for values in columns.values():
-            values.resize(self.filled, refcheck=False)
-        return columns, list(self.interner), self.dropped
-
-    def _estimate(self, events: int, consumed_bytes: int) -> int:
-        if not self.size_hint or not consumed_bytes:
-            return events
-        return int(events / consumed_bytes * self.size_hint * 1.02) + 64
-
-    def finish(self, warnings: list[str]) -> tuple[EventTable, int]:
-        columns = self.columns if self.columns is not None else _allocate(0)
-        if self.filled < len(columns["ts_us"]):
-            for values in columns.values():
-                values.resize(self.filled, refcheck=False)  # in place: frees the unused tail
-        if self.dropped:
-            warnings.append(f"dropped {self.dropped} malformed event(s) of {self.filled + self.dropped}")
-        return EventTable(columns, self.interner.strings), self.dropped
-
-
-_DEFAULTS: dict[str, Any] = {
-    **{name: -1 for name in NUMERIC_COLUMNS},
-    **{name: default for name, (_, _, default) in schema.ARG_FIELDS.items() if name in NUMERIC_COLUMNS},
-    **{name: 0 for name in STRING_COLUMNS},
-    "kind": 0,
-}
-_DTYPES: dict[str, Any] = {**NUMERIC_COLUMNS, **{name: np.int32 for name in STRING_COLUMNS}, "kind": np.int8}
-
-
-def _allocate(n: int) -> dict[str, np.ndarray]:
-    """Empty columns holding each column's "absent" default."""
-    return {name: np.full(n, _DEFAULTS[name], dtype) for name, dtype in _DTYPES.items()}
-
-
-def _grow(columns: dict[str, np.ndarray], capacity: int) -> None:
-    for name, values in columns.items():
-        old = len(values)
-        values.resize(capacity, refcheck=False)  # realloc in place; only column views are transient
-        values[old:] = _DEFAULTS[name]
-
-
 def _decode_leniently(raws: list[msgspec.Raw]) -> _Batch:
     events = [e for e in map(_decode_one_leniently, raws) if e is not None]
     return events, len(raws) - len(events)
@@ -403,95 +314,6 @@ def _decode_args_leniently(raw_args: msgspec.Raw) -> Any:
             continue
         usable.append(member)
     return _LENIENT_ARGS_DECODER.decode(b"{" + b",".join(usable) + b"}")
-
-
-class _KindCache:
-    """Kind per (category, phase, name is "[memory]"), computed once per distinct combination: a batch
-    costs one `np.unique` over integer keys, never a pass over the string table."""
-
-    def __init__(self, interner: StringInterner) -> None:
-        self.interner = interner
-        self.known: dict[int, int] = {}
-
-    def kinds(self, cat: np.ndarray, ph: np.ndarray, name: np.ndarray) -> np.ndarray:
-        memory_id = self.interner["[memory]"]
-        key = (cat.astype(np.int64) << 32) | (ph.astype(np.int64) << 1) | (name == memory_id)
-        unique, inverse = np.unique(key, return_inverse=True)
-        strings = self.interner.strings
-        lookup = np.empty(len(unique), np.int8)
-        for i, combo in enumerate(unique.tolist()):
-            kind = self.known.get(combo)
-            if kind is None:
-                category, phase = strings[combo >> 32], strings[(combo & 0xFFFFFFFF) >> 1]
-                kind = self.known[combo] = int(kind_of_event(category, phase, bool(combo & 1)))
-            lookup[i] = kind
-        return lookup[inverse]
-
-
-def _fill_columns(
-    events: list[schema.Event], interner: StringInterner, kind_cache: _KindCache,
-    columns: dict[str, np.ndarray], offset: int,
-) -> None:
-    """Write one batch of decoded events into rows [offset, offset + len(events)) of the columns."""
-    n = len(events)
-    rows = slice(offset, offset + n)
-    lookup: Callable[[Any], int] = interner.__getitem__
-    columns["ts_us"][rows] = np.fromiter(map(attrgetter("ts"), events), np.float64, n)
-    columns["dur_us"][rows] = np.fromiter(map(attrgetter("dur"), events), np.float64, n)
-    for column in _BASE_STRING_SOURCES:
-        columns[column][rows] = np.fromiter(map(lookup, map(attrgetter(column), events)), np.int32, n)
-    kind = kind_cache.kinds(columns["cat"][rows], columns["ph"][rows], columns["name"][rows])
-    columns["kind"][rows] = kind
-    flows = np.flatnonzero(kind == Kind.FLOW)  # only flow events carry an `id`
-    if flows.size:
-        ids = list(map(attrgetter("id"), itemgetter_list(events, flows)))
-        flow_ids = None
-        if set(map(type, ids)) == {int}:  # Kineto's integer ids: converted at C speed
-            try:
-                flow_ids = np.fromiter(ids, np.int64, flows.size)
-            except OverflowError:
-                pass
-        if flow_ids is None:  # strings, nulls, huge values: one by one
-            flow_ids = np.fromiter(map(_flow_id, ids), np.int64, flows.size)
-        columns["flow_id"][offset + flows] = flow_ids
-    external_lower = np.full(n, -1, np.int64)
-    for group in schema.ARG_GROUPS:
-        index = np.flatnonzero(kind_mask(kind, group.kinds))
-        if index.size == 0:
-            continue
-        args = list(map(attrgetter("args"), itemgetter_list(events, index)))
-        target = offset + index
-        for column in group.columns:
-            values: Iterable[Any] = map(attrgetter(column), args)
-            if column == "external_id_lower":
-                external_lower[index] = np.fromiter(values, np.int64, index.size)
-            elif column in _RAW_TEXT_COLUMNS:
-                columns[column][target] = np.fromiter(map(lookup, map(bytes, values)), np.int32, index.size)
-            elif column in NUMERIC_COLUMNS:
-                columns[column][target] = np.fromiter(values, NUMERIC_COLUMNS[column], index.size)
-            else:
-                columns[column][target] = np.fromiter(map(lookup, values), np.int32, index.size)
-    np.maximum(columns["external_id"][rows], external_lower, out=columns["external_id"][rows])
-
-
-def itemgetter_list(items: list[Any], index: np.ndarray) -> list[Any]:
-    """`[items[i] for i in index]` at C speed."""
-    if index.size == 1:
-        return [items[int(index[0])]]
-    return list(itemgetter(*index.tolist())(items))
-
-
-def _flow_id(value: Any) -> int:
-    if value is None:
-        return -1
-    if isinstance(value, int):
-        return value if -(2**63) <= value < 2**63 else -1
-    try:
-        number = int(str(value), 0)
-    except ValueError:  # a non-numeric id: a stable 63-bit digest (str hashes change between processes)
-        digest = hashlib.blake2b(str(value).encode("utf-8", "surrogatepass"), digest_size=8).digest()
-        return int.from_bytes(digest, "little") & 0x7FFFFFFFFFFFFFFF
-    return number if -(2**63) <= number < 2**63 else -1
 
 
 def _check_events(table: EventTable, path: Path | str, dropped: int) -> None:

@@ -91,7 +91,8 @@ def parse_ranges(path: Path, events_start: int, object_mode: bool, jobs: int) ->
 
 def parse_range(path: str, start: int, stop: int | None, object_mode: bool, exact_start: bool) -> RangePart:
     """Parse the events of one byte range (run in a worker process)."""
-    from torchscope.trace.parse import ColumnBuilder, decode_array, decode_header
+    from torchscope.trace.columns import ColumnBuilder
+    from torchscope.trace.parse import decode_array, decode_header
 
     with open(path, "rb") as handle:
         if exact_start:
