@@ -157,3 +157,26 @@ def test_progress_follows_the_bytes_parsed(shared_traces: Path, tmp_path: Path, 
         assert len(totals) == 1 and done == sorted(done) and done[0] == 0, (path, calls)
         assert done[-1] == totals.pop() > 0, (path, calls)
         assert len(set(done)) >= 3, (path, calls)  # intermediate steps, not only start and end
+
+
+def _sigint_disposition() -> Any:
+    import signal
+
+    return signal.getsignal(signal.SIGINT)
+
+
+def test_pool_workers_leave_ctrl_c_to_the_main_process() -> None:
+    """Ctrl-C reaches the whole process group; workers ignore it so only the main process reports it
+    (one line, exit 130) instead of a KeyboardInterrupt traceback per worker."""
+    import signal
+
+    from torchscope.workers import process_pool
+
+    before = signal.getsignal(signal.SIGINT)
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal, whatever pytest inherited
+    try:
+        with process_pool(2) as pool:
+            assert pool.submit(_sigint_disposition).result() == signal.SIG_IGN
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the main process keeps its own
+    finally:
+        signal.signal(signal.SIGINT, before)

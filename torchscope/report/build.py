@@ -7,7 +7,7 @@ import os
 import time
 import warnings
 from contextlib import contextmanager
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import as_completed
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
@@ -26,6 +26,7 @@ from torchscope.trace.discover import discover
 from torchscope.trace.load import group_by_worker
 from torchscope.trace.manifest import read_manifests
 from torchscope.trace.read import estimated_text_bytes
+from torchscope.workers import process_pool
 
 log = logging.getLogger(__name__)
 
@@ -119,7 +120,7 @@ def _analyze_ranks(
 
         return _collect(serial, total, done.rank_done)
     try:
-        with ProcessPoolExecutor(max_workers=min(jobs, total)) as pool:
+        with process_pool(min(jobs, total)) as pool:
             futures = [pool.submit(_analyze_rank_quietly, group, use_cache, i) for i, group in enumerate(groups)]
             index_of = {future: i for i, future in enumerate(futures)}
             for future in as_completed(futures):

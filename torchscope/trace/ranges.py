@@ -16,9 +16,8 @@ the parent's string table, so at most a few parts are held besides the result.
 
 from __future__ import annotations
 
-import multiprocessing
 from collections import deque
-from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
@@ -27,6 +26,7 @@ import numpy as np
 
 from torchscope.trace.read import READ_CHUNK_BYTES
 from torchscope.trace.stream import EVENT_SEPARATOR, MAX_PIECE_BYTES, EventStream, NotStreamable
+from torchscope.workers import process_pool
 
 # Files at least this large are split. Ranges are about RANGE_BYTES (at least MIN_RANGE_BYTES, and at
 # least RANGES_PER_JOB per process so a slow range does not leave the others idle): a small part is a
@@ -64,9 +64,8 @@ def parse_ranges(path: Path, events_start: int, object_mode: bool, jobs: int) ->
     size = path.stat().st_size
     starts = plan_ranges(size, events_start, jobs)
     stops: list[int | None] = [*starts[1:], None]
-    context = multiprocessing.get_context("fork") if "fork" in multiprocessing.get_all_start_methods() else None
     tasks = [(str(path), start, stop, object_mode, index == 0) for index, (start, stop) in enumerate(zip(starts, stops))]
-    with ProcessPoolExecutor(max_workers=min(jobs, len(tasks)), mp_context=context) as pool:
+    with process_pool(min(jobs, len(tasks))) as pool:
         pending: deque[Future[RangePart]] = deque()
         submitted = 0
         try:
