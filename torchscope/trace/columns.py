@@ -15,6 +15,7 @@ import msgspec
 import numpy as np
 
 from torchscope.trace import schema
+from torchscope.trace.fastscan import ScannedBatch
 from torchscope.trace.kinds import Kind, kind_mask, kind_of_event
 from torchscope.trace.tables import NUMERIC_COLUMNS, STRING_COLUMNS, EventTable, StringInterner
 
@@ -43,6 +44,30 @@ class ColumnBuilder:
         columns = self._reserve(self.filled + len(events), consumed_bytes)
         _fill_columns(events, self.interner, self.kinds, columns, self.filled)
         self.filled += len(events)
+
+    def add_scanned(self, batch: ScannedBatch, consumed_bytes: int) -> None:
+        """Append a batch from the compiled scanner, which read every field from every event: each args
+        column is kept only for the event kinds that carry it (`ARG_GROUPS`), as `add` does."""
+        columns = self._reserve(self.filled + batch.count, consumed_bytes)
+        rows = slice(self.filled, self.filled + batch.count)
+        values = batch.columns
+        kind = self.kinds.kinds(values["cat"], values["ph"], values["name"])
+        columns["kind"][rows] = kind
+        for name, column in values.items():
+            kinds = _COLUMN_KINDS.get(name)
+            if kinds is not None:
+                column[~kind_mask(kind, kinds)] = _DEFAULTS.get(name, -1)
+            if name != "external_id_lower":
+                columns[name][rows] = column
+        np.maximum(columns["external_id"][rows], values["external_id_lower"], out=columns["external_id"][rows])
+        self.filled += batch.count
+
+    def add_batch(self, batch: ScannedBatch | tuple[list[schema.Event], int], consumed_bytes: int) -> None:
+        """Append a batch as either decoder gave it (see parse.batch_decoder)."""
+        if isinstance(batch, ScannedBatch):
+            self.add_scanned(batch, consumed_bytes)
+        else:
+            self.add(batch[0], batch[1], consumed_bytes)
 
     def append(self, part: dict[str, np.ndarray], keys: list[Any], dropped: int, consumed_bytes: int) -> None:
         """Append another builder's columns (`parts()`), mapping its string ids to this table's."""
@@ -93,6 +118,11 @@ _DEFAULTS: dict[str, Any] = {
     **{name: 0 for name in STRING_COLUMNS},
     "kind": 0,
 }
+# Column -> the event kinds it is read from (columns of every kind are absent here).
+_COLUMN_KINDS: dict[str, tuple[Kind, ...]] = {"flow_id": (Kind.FLOW,)}
+for _group in schema.ARG_GROUPS:
+    for _column in _group.columns:
+        _COLUMN_KINDS[_column] = (*_COLUMN_KINDS.get(_column, ()), *_group.kinds)
 _DTYPES: dict[str, Any] = {**NUMERIC_COLUMNS, **{name: np.int32 for name in STRING_COLUMNS}, "kind": np.int8}
 
 

@@ -18,13 +18,13 @@ import logging
 import re
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator, Union
 
 import msgspec
 import numpy as np
 
 from torchscope.errors import TraceFormatError
-from torchscope.trace import ranges, schema
+from torchscope.trace import fastscan, ranges, schema
 from torchscope.trace.columns import ColumnBuilder
 from torchscope.trace.kinds import Kind
 from torchscope.trace.read import GZIP_MAGIC, estimated_text_bytes, iter_trace_chunks, read_trace_bytes
@@ -37,6 +37,7 @@ BATCH_EVENTS = 100_000  # events per batch when a whole text is parsed (the fall
 _MAX_HEADER_VALUE_BYTES = 64 << 20
 
 _Batch = tuple[list[schema.Event], int]  # decoded events, and how many malformed ones were dropped
+Batch = Union[fastscan.ScannedBatch, _Batch]  # what `batch_decoder` gives: columns, or decoded events
 
 
 BytesDone = Callable[[int], None]  # called with the bytes of text parsed since the last call
@@ -110,11 +111,11 @@ def _parse_stream(
     chunks: Iterable[bytes], path: Path | str, size_hint: int | None, batch_bytes: int = BATCH_BYTES,
     on_bytes: BytesDone = _ignore_bytes,
 ) -> TraceFile:
-    stream: EventStream[_Batch] = EventStream(_without_utf8_bom(chunks), decode_array, batch_bytes)
     builder = ColumnBuilder(size_hint)
+    stream: EventStream[Batch] = EventStream(_without_utf8_bom(chunks), batch_decoder(builder), batch_bytes)
     reported = 0
-    for events, dropped in stream.batches():
-        builder.add(events, dropped, stream.consumed)
+    for batch in stream.batches():
+        builder.add_batch(batch, stream.consumed)
         on_bytes(stream.consumed - reported)
         reported = stream.consumed
     if builder.filled == 0 and builder.dropped == 0 and stream.consumed == 0:
@@ -134,6 +135,21 @@ def _without_utf8_bom(chunks: Iterable[bytes]) -> Iterator[bytes]:
             chunk = chunk[len(codecs.BOM_UTF8) :]
         first = False
         yield chunk
+
+
+def batch_decoder(builder: ColumnBuilder) -> Callable[[bytes], Batch | None]:
+    """Decode a JSON array of events for `builder`: with the compiled scanner when it is built and the
+    batch has the strict shape it decodes exactly, with msgspec otherwise (`decode_array`). None when the
+    text is not a JSON array (a false cut: only msgspec decides that)."""
+    if not fastscan.available():
+        return decode_array
+    scanner = fastscan.BatchScanner(builder.interner)
+
+    def decode(text: bytes) -> Batch | None:
+        scanned = scanner.scan(text)
+        return scanned if scanned is not None else decode_array(text)
+
+    return decode
 
 
 def decode_array(text: bytes) -> _Batch | None:

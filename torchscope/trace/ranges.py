@@ -91,7 +91,7 @@ def parse_ranges(path: Path, events_start: int, object_mode: bool, jobs: int) ->
 def parse_range(path: str, start: int, stop: int | None, object_mode: bool, exact_start: bool) -> RangePart:
     """Parse the events of one byte range (run in a worker process)."""
     from torchscope.trace.columns import ColumnBuilder
-    from torchscope.trace.parse import decode_array, decode_header
+    from torchscope.trace.parse import Batch, batch_decoder, decode_header
 
     with open(path, "rb") as handle:
         if exact_start:
@@ -103,10 +103,12 @@ def parse_range(path: str, start: int, stop: int | None, object_mode: bool, exac
                 return RangePart(columns, keys, 0, first_start, first_start, {})
         handle.seek(first_start)
         chunks = iter(lambda: handle.read(READ_CHUNK_BYTES), b"")
-        stream = EventStream(chunks, decode_array, inside=object_mode, origin=first_start, stop_at=stop)
         builder = ColumnBuilder((stop if stop is not None else Path(path).stat().st_size) - first_start)
-        for events, dropped in stream.batches():
-            builder.add(events, dropped, stream.consumed)
+        stream: EventStream[Batch] = EventStream(
+            chunks, batch_decoder(builder), inside=object_mode, origin=first_start, stop_at=stop
+        )
+        for batch in stream.batches():
+            builder.add_batch(batch, stream.consumed)
     columns, keys, dropped = builder.parts()
     header = decode_header(stream.header) if stop is None else {}
     return RangePart(columns, keys, dropped, first_start, stream.next_start, header)

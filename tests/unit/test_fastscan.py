@@ -1,0 +1,291 @@
+"""The compiled batch scanner (trace/_fastscan.c) against the msgspec path it stands in for.
+
+Its contract: for any text, it either declines (None) or gives exactly the columns the msgspec path gives,
+and it never accepts text msgspec rejects (a false cut in the stream must stay rejected). Checked on every
+shared trace, on generated events with every JSON type in every declared field, on tricky number
+literals, and on randomly damaged batches."""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from torchscope.trace import fastscan
+from torchscope.trace import parse as parse_module
+from torchscope.trace.columns import ColumnBuilder
+from torchscope.trace.parse import parse_trace
+from torchscope.trace.read import read_trace_bytes
+from torchscope.trace.stream import EventStream
+from torchscope.trace.tables import STRING_COLUMNS, EventTable
+
+pytestmark = pytest.mark.skipif(
+    fastscan._fastscan is None, reason="torchscope.trace._fastscan was not built (no C compiler at install time)"
+)
+PROPERTY = settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def test_the_extension_is_built_where_ci_runs() -> None:
+    if os.environ.get("CI"):
+        assert fastscan._fastscan is not None
+
+
+# ------------------------------------------------------------------------------------------- helpers
+
+
+def _via_scanner(text: bytes) -> EventTable | None:
+    builder = ColumnBuilder(None)
+    batch = fastscan.BatchScanner(builder.interner).scan(text)
+    if batch is None:
+        return None
+    builder.add_scanned(batch, 0)
+    return builder.finish([])[0]
+
+
+def _via_msgspec(text: bytes) -> tuple[EventTable, int] | None:
+    decoded = parse_module.decode_array(text)
+    if decoded is None:
+        return None
+    builder = ColumnBuilder(None)
+    builder.add(decoded[0], decoded[1], 0)
+    return builder.finish([])
+
+
+def _id_pattern(ids: np.ndarray) -> np.ndarray:
+    _, first, inverse = np.unique(ids, return_index=True, return_inverse=True)
+    rank = np.empty(first.size, np.int64)
+    rank[np.argsort(first)] = np.arange(first.size)
+    return rank[inverse]
+
+
+def _assert_same_table(a: EventTable, b: EventTable) -> None:
+    assert a.columns.keys() == b.columns.keys()
+    for name in a.columns:
+        x, y = a.columns[name], b.columns[name]
+        assert x.dtype == y.dtype, name
+        if name in STRING_COLUMNS:
+            assert [a.strings[i] for i in x.tolist()] == [b.strings[i] for i in y.tolist()], name
+            assert np.array_equal(_id_pattern(x), _id_pattern(y)), name  # pid 1 and "1" stay apart
+        else:  # bit for bit: -0.0 and 0.0, NaN payloads, float32 rounding
+            assert x.tobytes() == y.tobytes(), name
+
+
+def _check(text: bytes) -> bool:
+    """The contract on one text; True when the scanner accepted it."""
+    scanned = _via_scanner(text)
+    reference = _via_msgspec(text)
+    if scanned is None:
+        return False
+    assert reference is not None, "the scanner accepted text msgspec rejects"
+    table, dropped = reference
+    assert dropped == 0
+    _assert_same_table(scanned, table)
+    return True
+
+
+# ------------------------------------------------------------------------------------------- real traces
+
+
+def _all_traces(root: Path) -> list[Path]:
+    return sorted(p for p in root.rglob("*") if p.is_file() and p.name.endswith((".json", ".json.gz")))
+
+
+def test_same_tables_as_msgspec_on_every_shared_trace(shared_traces: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    accepted = 0
+    for path in _all_traces(shared_traces):
+        monkeypatch.setenv(fastscan.DISABLE_ENV, "1")
+        try:
+            reference = parse_trace(path)
+        except Exception as exc:  # not a loadable trace (a fixture of bad input): both paths must agree
+            monkeypatch.delenv(fastscan.DISABLE_ENV)
+            with pytest.raises(type(exc)):
+                parse_trace(path)
+            continue
+        monkeypatch.delenv(fastscan.DISABLE_ENV)
+        fast = parse_trace(path)
+        _assert_same_table(fast.events, reference.events)
+        assert fast.header == reference.header and fast.warnings == reference.warnings, path
+        data = read_trace_bytes(path)
+        start = data.find(b"[", data.find(b'"traceEvents"'))
+        accepted += _check(b"[" + data[start + 1 : data.rfind(b"]")] + b"]") if start > 0 else 0
+    assert accepted >= 5, "the scanner declined almost every real trace: it is not doing the work"
+
+
+def test_the_scanner_takes_every_batch_of_a_real_resnet_trace(shared_traces: Path) -> None:
+    path = next(p for p in _all_traces(shared_traces) if p.name.startswith("worker0.") and "resnet" in str(p).lower())
+    data = read_trace_bytes(path)
+    scanner = fastscan.BatchScanner(ColumnBuilder(None).interner)
+    chunks = [data[i : i + (256 << 10)] for i in range(0, len(data), 256 << 10)]
+    stream = EventStream(iter(chunks), scanner.scan, 256 << 10)
+    batches = list(stream.batches())
+    assert batches and all(b is not None for b in batches)
+    assert scanner.declined == 0 and scanner.scanned == len(batches) > 10
+
+
+# ------------------------------------------------------------------------------------------- generated events
+
+
+class Literal(str):
+    """JSON text written as is (number literals json.dumps would never produce)."""
+
+
+class Obj:
+    """A JSON object as a member list, so that keys may repeat."""
+
+    def __init__(self, members: list[tuple[str, Any]]) -> None:
+        self.members = members
+
+    def __repr__(self) -> str:
+        return f"Obj({self.members!r})"
+
+
+def _encode(value: Any, ascii_only: bool, space: str) -> str:
+    if isinstance(value, Literal):
+        return str(value)
+    if isinstance(value, Obj):
+        return "{" + ("," + space).join(
+            json.dumps(k, ensure_ascii=ascii_only) + space + ":" + space + _encode(v, ascii_only, space)
+            for k, v in value.members
+        ) + "}"
+    if isinstance(value, list):
+        return "[" + ("," + space).join(_encode(v, ascii_only, space) for v in value) + "]"
+    return json.dumps(value, ensure_ascii=ascii_only)
+
+
+_INT_EDGES = [0, -1, 1, 2**31 - 1, 2**31, -(2**31), -(2**31) - 1, 2**32 - 1, 2**53, 2**53 + 1, 2**63 - 1,
+              2**63, -(2**63), -(2**63) - 1, 10**18 - 1, 10**18, 10**19, 10**25]
+_NUMBER_LITERALS = ["0", "-0", "0.0", "-0.0", "1e3", "1E+3", "2.5e-3", "0.1", "1e23", "9007199254740993",
+                    "9007199254740993.0", "123456789012345678901234567890e-10", "2.2250738585072011e-308",
+                    "1.7976931348623157e308", "4.9e-324", "1e400", "-1e400", "0.30000000000000004",
+                    "5000082416.480", "1700000000123.4567", "00", "01", "1.", ".5", "-", "1e", "+1", "0x10"]
+_TEXT = st.text(st.characters(codec="utf-8", exclude_categories=["Cs"]), max_size=12) | st.sampled_from(
+    ["", "X", "i", "f", "s", "M", "cpu_op", "kernel", "ac2g", "[memory]", "a\"b", "back\\slash", "tab\there",
+     "\u00e9t\u00e9", "\U0001f600", "1", "0x1f", "ProfilerStep#3", "\x00", "\u2028"])
+_SCALAR = (
+    st.integers(min_value=-(2**70), max_value=2**70) | st.sampled_from(_INT_EDGES)
+    | st.floats(allow_nan=False, allow_infinity=False) | st.sampled_from(_NUMBER_LITERALS).map(Literal)
+    | _TEXT | st.booleans() | st.none()
+)
+_VALUE = st.recursive(_SCALAR, lambda inner: st.lists(inner, max_size=3)
+                      | st.lists(st.tuples(_TEXT, inner), max_size=3).map(Obj), max_leaves=6)
+_TOP_KEYS = ["ph", "cat", "name", "pid", "tid", "ts", "dur", "id", "s", "bp", "tts"]
+_ARG_KEYS = [key for key, _, _ in fastscan.schema.ARG_FIELDS.values()] + ["Ev Idx", "Record function id", "cbid"]
+
+
+def _typical(key: str) -> st.SearchStrategy[Any]:
+    """Mostly the type Kineto writes for a key, sometimes anything."""
+    if key in ("ph", "cat", "name", "Call stack"):
+        return _TEXT
+    if key in ("pid", "tid"):
+        return st.integers(min_value=-(2**40), max_value=2**40) | _TEXT
+    if key in ("ts", "dur", "memory bandwidth (GB/s)", "blocks per SM", "est. achieved occupancy %"):
+        return st.floats(allow_nan=False, allow_infinity=False) | st.integers(-(2**60), 2**60) | (
+            st.sampled_from(_NUMBER_LITERALS).map(Literal))
+    if key in ("Input Dims", "Input type", "grid", "block"):
+        return _VALUE
+    return st.integers(min_value=-(2**63), max_value=2**63 - 1) | st.sampled_from(_INT_EDGES)
+
+
+def _members(keys: list[str]) -> st.SearchStrategy[list[tuple[str, Any]]]:
+    key = st.sampled_from(keys) | _TEXT
+    typical = key.flatmap(lambda k: st.tuples(st.just(k), _typical(k)))
+    anything = st.tuples(key, _VALUE)
+    # mostly well-typed members with distinct keys (what the scanner takes), sometimes anything at all
+    return st.lists(typical, max_size=8, unique_by=lambda m: m[0]) | st.lists(typical | anything, max_size=8)
+
+
+_ARGS = st.none() | _members(_ARG_KEYS).map(Obj) | _VALUE.filter(lambda v: not isinstance(v, Obj))
+_EVENT = st.tuples(_members(_TOP_KEYS), _ARGS).map(
+    lambda parts: Obj(parts[0] + ([] if parts[1] is None else [("args", parts[1])]))
+)
+
+
+@PROPERTY
+@given(st.lists(_EVENT, max_size=6), st.booleans(), st.sampled_from(["", " ", "\n  ", "\t"]))
+def test_generated_events_decode_as_msgspec_decodes_them(events: list[Any], ascii_only: bool, space: str) -> None:
+    _check(("[" + space + ("," + space).join(_encode(e, ascii_only, space) for e in events) + "]").encode("utf-8",
+                                                                                                        "surrogatepass"))
+
+
+@PROPERTY
+@given(st.lists(st.tuples(st.sampled_from(["ph", "cat", "name", "pid", "tid", "ts", "dur", "id"]), _SCALAR),
+                min_size=1, max_size=8))
+def test_well_typed_events_are_accepted(members: list[tuple[str, Any]]) -> None:
+    """Kineto's own shapes must take the fast path (or the scanner would be dead weight)."""
+    event = {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 2, "ts": 5.5, "dur": 1.25, "id": 7,
+             "args": {"External id": 3, "Input Dims": [[2, 3]], "stream": 7, "bytes": 10, "grid": [1, 1, 1],
+                      "est. achieved occupancy %": 50, "Total Allocated": 1 << 40, "name": "thread"}}
+    assert _check(json.dumps([event]).encode())
+    for key, value in members:  # then any scalar in a declared field: accepted or not, never different
+        event[key] = value
+    _check(json.dumps([event]).encode())
+
+
+@pytest.mark.parametrize("literal", _NUMBER_LITERALS)
+def test_number_literals_round_exactly(literal: str) -> None:
+    text = f'[{{"ph": "X", "ts": {literal}, "dur": {literal}, "args": {{"blocks per SM": {literal}}}}}]'.encode()
+    accepted = _check(text)
+    if accepted:
+        is_integer = literal.lstrip("-").isdigit()
+        value = float(int(literal)) if is_integer else float(literal)  # as msgspec: an integer, then a float
+        table = _via_scanner(text)
+        assert table is not None
+        assert struct.pack("<d", table.columns["ts_us"][0]) == struct.pack("<d", value)
+
+
+def test_out_of_range_int32_arg_takes_the_default_as_the_lenient_path_does() -> None:
+    text = b'[{"ph": "X", "cat": "cuda_sync", "name": "Context Sync", "pid": 0, "tid": -1, "ts": 1, "dur": 9,' \
+           b' "args": {"stream": 4294967295, "correlation": 225, "device": 0}}]'
+    assert _check(text)
+    table = _via_scanner(text)
+    assert table is not None and table.columns["stream"][0] == -1 and table.columns["correlation"][0] == 225
+
+
+# ------------------------------------------------------------------------------------------- damaged text
+
+
+def _sample_batch(shared: Path) -> bytes:
+    path = next(p for p in _all_traces(shared) if p.name.startswith("worker0."))
+    data = read_trace_bytes(path)
+    start = data.find(b"[", data.find(b'"traceEvents"')) + 1
+    end = start
+    for _ in range(40):
+        end = data.index(b"}, {", end + 1) if b"}, {" in data[end + 1 : end + 200_000] else end
+    return b"[" + data[start : end + 1] + b"]"
+
+
+@settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.data())
+def test_damaged_batches_are_declined_or_decoded_exactly(shared_traces: Path, data: st.DataObject) -> None:
+    text = bytearray(_sample_batch(shared_traces))
+    for _ in range(data.draw(st.integers(1, 3))):
+        at = data.draw(st.integers(0, len(text) - 1))
+        action = data.draw(st.sampled_from(["replace", "delete", "insert", "truncate"]))
+        byte = data.draw(st.sampled_from(list(b'{}[],:"\\ 0123456789-.eE\x00\x1f\x80\xc3\xff') + [text[at] ^ 0x20]))
+        if action == "replace":
+            text[at] = byte
+        elif action == "delete":
+            del text[at]
+        elif action == "insert":
+            text.insert(at, byte)
+        else:
+            del text[at:]
+        assume(len(text) > 0)
+    _check(bytes(text))
+
+
+def test_a_false_cut_is_never_accepted() -> None:
+    """The stream confirms a cut by decoding `[` + piece + `]`: a piece cut inside a string or a nested
+    object must be rejected by the scanner too."""
+    event = b'{"ph": "X", "name": "a}, {b", "ts": 1, "args": {"Input Dims": [[1], {"x": {}}, {"y": 2}]}}'
+    for cut in range(1, len(event)):
+        piece = b"[" + event[:cut] + b"]"
+        if parse_module.decode_array(piece) is None:
+            assert _via_scanner(piece) is None, piece

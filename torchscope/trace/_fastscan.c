@@ -1,0 +1,829 @@
+/*
+ * torchscope.trace._fastscan: a batch of Kineto events, JSON text straight into columns.
+ *
+ * Why: turning events into columns through msgspec structs and numpy.fromiter costs a Python object per
+ * event and ~100 ns per value; this scanner reads the text once and writes each declared field into a
+ * growable C array, interning strings through the caller's interner only the first time a given text is
+ * seen (a C hash table keeps text -> id after that).
+ *
+ * Contract: `Scanner.scan(text)` accepts a JSON array of event objects only when every event has exactly
+ * the strict shape the msgspec path decodes without coercion (strings where strings are declared,
+ * integers in range where integers are, no duplicate declared keys, no escapes in keys, valid UTF-8 and
+ * JSON everywhere). It is deliberately stricter than JSON decoders: anything else returns None and the
+ * caller decodes the batch with msgspec, which also decides whether the text is JSON at all. So what
+ * this scanner accepts, it decodes exactly as the msgspec path would (numbers are rounded correctly).
+ *
+ * Fields are declared by the caller (schema.scan_fields()): (key, in_args, type, default, default_key).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+enum { T_F8 = 0, T_F4, T_I8, T_I4, T_STR, T_RAW, T_KEY, T_FLOW, T_ARGS };
+enum { TAG_STR = 1, TAG_INT = 2, TAG_RAW = 3 };
+
+#define MAX_FIELDS 64
+#define MAX_DEPTH 256
+#define OK 1
+#define BAIL 0
+#define ERR (-1)
+
+typedef struct {
+    char *key;
+    Py_ssize_t key_len;
+    int type;
+    int in_args;
+    double fdefault;
+    int64_t idefault;
+    PyObject *default_key; /* T_STR/T_RAW/T_KEY: the interner key of the default value */
+    int32_t default_id;
+    int default_known;
+    char *data; /* output column */
+    int width;
+} Field;
+
+typedef struct {
+    uint64_t hash;
+    char *bytes;
+    Py_ssize_t len;
+    int tag;
+    int32_t id;
+} Entry;
+
+typedef struct {
+    PyObject_HEAD PyObject *interner;
+    Field fields[MAX_FIELDS];
+    int nfields;
+    int top[MAX_FIELDS];
+    int ntop;
+    int args[MAX_FIELDS];
+    int nargs;
+    Entry *table;
+    size_t tcap, tcount;
+    size_t rows_cap;
+    char *scratch;
+    size_t scratch_cap;
+    int lenient; /* the event being read took a value the way msgspec's lenient path would */
+    int ph_field; /* index of the `ph` field, -1 if not declared */
+} Scanner;
+
+/* ---------------------------------------------------------------- JSON lexing */
+
+static inline const char *skip_ws(const char *p, const char *end) {
+    while (p < end && (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t')) p++;
+    return p;
+}
+
+static inline int hexval(unsigned char c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+}
+
+/* Length of the valid UTF-8 sequence at p (lead byte >= 0x80), 0 when invalid (overlong, surrogate,
+ * beyond U+10FFFF, truncated). */
+static inline int utf8_sequence(const unsigned char *p, const unsigned char *end) {
+    unsigned char c = p[0];
+    if (c >= 0xC2 && c <= 0xDF) {
+        return (end - p >= 2 && (p[1] & 0xC0) == 0x80) ? 2 : 0;
+    }
+    if (c >= 0xE0 && c <= 0xEF) {
+        if (end - p < 3 || (p[1] & 0xC0) != 0x80 || (p[2] & 0xC0) != 0x80) return 0;
+        if (c == 0xE0 && p[1] < 0xA0) return 0;
+        if (c == 0xED && p[1] > 0x9F) return 0;
+        return 3;
+    }
+    if (c >= 0xF0 && c <= 0xF4) {
+        if (end - p < 4 || (p[1] & 0xC0) != 0x80 || (p[2] & 0xC0) != 0x80 || (p[3] & 0xC0) != 0x80) return 0;
+        if (c == 0xF0 && p[1] < 0x90) return 0;
+        if (c == 0xF4 && p[1] > 0x8F) return 0;
+        return 4;
+    }
+    return 0;
+}
+
+/* p at the opening quote; returns the pointer after the closing quote, NULL when invalid. */
+static const char *scan_string(const char *p, const char *end, int *escaped) {
+    const unsigned char *q = (const unsigned char *)p + 1;
+    const unsigned char *e = (const unsigned char *)end;
+    *escaped = 0;
+    while (q < e) {
+        unsigned char c = *q;
+        if (c == '"') return (const char *)(q + 1);
+        if (c == '\\') {
+            *escaped = 1;
+            if (q + 1 >= e) return NULL;
+            c = q[1];
+            if (c == 'u') {
+                if (e - q < 6) return NULL;
+                for (int i = 2; i < 6; i++)
+                    if (hexval(q[i]) < 0) return NULL;
+                q += 6;
+            } else if (c == '"' || c == '\\' || c == '/' || c == 'b' || c == 'f' || c == 'n' || c == 'r' ||
+                       c == 't') {
+                q += 2;
+            } else {
+                return NULL;
+            }
+            continue;
+        }
+        if (c < 0x20) return NULL;
+        if (c < 0x80) {
+            q++;
+            continue;
+        }
+        int n = utf8_sequence(q, e);
+        if (n == 0) return NULL;
+        q += n;
+    }
+    return NULL;
+}
+
+typedef struct {
+    int is_int;    /* no fraction, no exponent */
+    int int_ok;    /* is_int and fits int64 (at most 18 digits) */
+    int64_t ival;
+    int double_ok; /* dval holds the correctly rounded value */
+    double dval;
+} Number;
+
+static const double POW10[] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,  1e8,  1e9,  1e10, 1e11,
+                               1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
+
+static inline int is_digit(char c) { return c >= '0' && c <= '9'; }
+
+/* Strict JSON number grammar. `need_double` asks for dval (slow path through Python's correctly rounded
+ * string-to-double when the exact fast path does not apply). */
+static const char *scan_number(Scanner *s, const char *p, const char *end, Number *out, int need_double) {
+    const char *start = p;
+    int negative = 0, digits = 0, inexact = 0, frac = 0;
+    long exp10 = 0;
+    uint64_t mant = 0;
+    out->is_int = 1;
+    out->int_ok = 0;
+    out->double_ok = 0;
+    if (p < end && *p == '-') {
+        negative = 1;
+        p++;
+    }
+    if (p >= end) return NULL;
+    if (*p == '0') {
+        p++;
+    } else if (*p >= '1' && *p <= '9') {
+        while (p < end && is_digit(*p)) {
+            if (digits < 19) {
+                mant = mant * 10 + (uint64_t)(*p - '0');
+                digits++;
+            } else {
+                inexact = 1;
+            }
+            p++;
+        }
+    } else {
+        return NULL;
+    }
+    if (p < end && *p == '.') {
+        out->is_int = 0;
+        p++;
+        if (p >= end || !is_digit(*p)) return NULL;
+        while (p < end && is_digit(*p)) {
+            int d = *p - '0';
+            if (mant == 0 && d == 0) {
+                frac++; /* leading zeros of the fraction are not significant digits */
+            } else if (digits < 19) {
+                mant = mant * 10 + (uint64_t)d;
+                digits++;
+                frac++;
+            } else {
+                inexact = 1;
+            }
+            p++;
+        }
+    }
+    if (p < end && (*p == 'e' || *p == 'E')) {
+        int exp_negative = 0;
+        long e = 0;
+        out->is_int = 0;
+        p++;
+        if (p < end && (*p == '+' || *p == '-')) {
+            exp_negative = *p == '-';
+            p++;
+        }
+        if (p >= end || !is_digit(*p)) return NULL;
+        while (p < end && is_digit(*p)) {
+            if (e < 100000) e = e * 10 + (*p - '0');
+            p++;
+        }
+        exp10 = exp_negative ? -e : e;
+    }
+    if (out->is_int && !inexact && digits <= 18) {
+        out->int_ok = 1;
+        out->ival = negative ? -(int64_t)mant : (int64_t)mant;
+    }
+    if (!need_double) return p;
+    exp10 -= frac;
+    if (!inexact && mant <= (1ULL << 53) && exp10 >= -22 && exp10 <= 22) {
+        /* Exact operands, one IEEE operation: correctly rounded (Clinger's fast path). */
+        double d = (double)mant;
+        d = exp10 < 0 ? d / POW10[-exp10] : d * POW10[exp10];
+        out->dval = negative ? -d : d;
+        out->double_ok = 1;
+        return p;
+    }
+    size_t len = (size_t)(p - start);
+    if (len + 1 > s->scratch_cap) {
+        char *grown = PyMem_Realloc(s->scratch, len + 1);
+        if (grown == NULL) return p; /* double_ok stays 0: the caller bails */
+        s->scratch = grown;
+        s->scratch_cap = len + 1;
+    }
+    memcpy(s->scratch, start, len);
+    s->scratch[len] = '\0';
+    char *stop = NULL;
+    double d = PyOS_string_to_double(s->scratch, &stop, NULL);
+    if (d == -1.0 && PyErr_Occurred()) {
+        PyErr_Clear();
+        return p;
+    }
+    if (stop == s->scratch + len && isfinite(d)) {
+        out->dval = d;
+        out->double_ok = 1;
+    }
+    return p;
+}
+
+/* Any JSON value; returns the pointer after it, NULL when invalid or nested deeper than MAX_DEPTH. */
+static const char *skip_value(Scanner *s, const char *p, const char *end) {
+    char closers[MAX_DEPTH];
+    int depth = 0, escaped;
+    Number number;
+    for (;;) {
+        /* one value */
+        p = skip_ws(p, end);
+        if (p >= end) return NULL;
+        char c = *p;
+        if (c == '{' || c == '[') {
+            if (depth == MAX_DEPTH) return NULL;
+            closers[depth++] = c == '{' ? '}' : ']';
+            p = skip_ws(p + 1, end);
+            if (p < end && *p == closers[depth - 1]) {
+                p++;
+                depth--;
+            } else {
+                if (c == '{') {
+                    if (p >= end || *p != '"' || (p = scan_string(p, end, &escaped)) == NULL) return NULL;
+                    p = skip_ws(p, end);
+                    if (p >= end || *p != ':') return NULL;
+                    p++;
+                }
+                continue;
+            }
+        } else if (c == '"') {
+            if ((p = scan_string(p, end, &escaped)) == NULL) return NULL;
+        } else if (c == '-' || is_digit(c)) {
+            if ((p = scan_number(s, p, end, &number, 0)) == NULL) return NULL;
+        } else if (end - p >= 4 && (memcmp(p, "true", 4) == 0 || memcmp(p, "null", 4) == 0)) {
+            p += 4;
+        } else if (end - p >= 5 && memcmp(p, "false", 5) == 0) {
+            p += 5;
+        } else {
+            return NULL;
+        }
+        /* after a value: close containers, or move to the next member */
+        for (;;) {
+            if (depth == 0) return p;
+            p = skip_ws(p, end);
+            if (p >= end) return NULL;
+            if (*p == closers[depth - 1]) {
+                p++;
+                depth--;
+                continue;
+            }
+            if (*p != ',') return NULL;
+            p++;
+            if (closers[depth - 1] == '}') {
+                p = skip_ws(p, end);
+                if (p >= end || *p != '"' || (p = scan_string(p, end, &escaped)) == NULL) return NULL;
+                p = skip_ws(p, end);
+                if (p >= end || *p != ':') return NULL;
+                p++;
+            }
+            break;
+        }
+    }
+}
+
+/* ---------------------------------------------------------------- interning */
+
+static inline uint64_t hash_bytes(int tag, const char *p, Py_ssize_t n) {
+    uint64_t h = 1469598103934665603ULL ^ (uint64_t)tag;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        h ^= (unsigned char)p[i];
+        h *= 1099511628211ULL;
+    }
+    return h ^ (h >> 29);
+}
+
+static int grow_table(Scanner *s) {
+    size_t cap = s->tcap ? s->tcap * 2 : 1024;
+    Entry *table = PyMem_Calloc(cap, sizeof(Entry));
+    if (table == NULL) {
+        PyErr_NoMemory();
+        return ERR;
+    }
+    for (size_t i = 0; i < s->tcap; i++) {
+        Entry *old = &s->table[i];
+        if (old->bytes == NULL) continue;
+        size_t j = old->hash & (cap - 1);
+        while (table[j].bytes != NULL) j = (j + 1) & (cap - 1);
+        table[j] = *old;
+    }
+    PyMem_Free(s->table);
+    s->table = table;
+    s->tcap = cap;
+    return OK;
+}
+
+/* JSON string content (between the quotes) as a str; NULL with no exception set when it cannot be
+ * decoded exactly (a lone surrogate escape). */
+static PyObject *string_value(Scanner *s, const char *p, Py_ssize_t n, int escaped) {
+    if (!escaped) return PyUnicode_DecodeUTF8(p, n, NULL);
+    if ((size_t)n + 1 > s->scratch_cap) {
+        char *grown = PyMem_Realloc(s->scratch, (size_t)n + 1);
+        if (grown == NULL) return PyErr_NoMemory();
+        s->scratch = grown;
+        s->scratch_cap = (size_t)n + 1;
+    }
+    char *out = s->scratch; /* unescaped UTF-8 is never longer than its escaped form */
+    const char *end = p + n;
+    while (p < end) {
+        if (*p != '\\') {
+            *out++ = *p++;
+            continue;
+        }
+        char c = p[1];
+        p += 2;
+        switch (c) {
+        case '"': *out++ = '"'; break;
+        case '\\': *out++ = '\\'; break;
+        case '/': *out++ = '/'; break;
+        case 'b': *out++ = '\b'; break;
+        case 'f': *out++ = '\f'; break;
+        case 'n': *out++ = '\n'; break;
+        case 'r': *out++ = '\r'; break;
+        case 't': *out++ = '\t'; break;
+        default: { /* 'u', validated by scan_string */
+            uint32_t cp = (uint32_t)(hexval(p[0]) << 12 | hexval(p[1]) << 8 | hexval(p[2]) << 4 | hexval(p[3]));
+            p += 4;
+            if (cp >= 0xDC00 && cp <= 0xDFFF) return NULL;
+            if (cp >= 0xD800 && cp <= 0xDBFF) {
+                if (end - p < 6 || p[0] != '\\' || p[1] != 'u') return NULL;
+                uint32_t low =
+                    (uint32_t)(hexval(p[2]) << 12 | hexval(p[3]) << 8 | hexval(p[4]) << 4 | hexval(p[5]));
+                if (low < 0xDC00 || low > 0xDFFF) return NULL;
+                p += 6;
+                cp = 0x10000 + ((cp - 0xD800) << 10) + (low - 0xDC00);
+            }
+            if (cp < 0x80) {
+                *out++ = (char)cp;
+            } else if (cp < 0x800) {
+                *out++ = (char)(0xC0 | (cp >> 6));
+                *out++ = (char)(0x80 | (cp & 0x3F));
+            } else if (cp < 0x10000) {
+                *out++ = (char)(0xE0 | (cp >> 12));
+                *out++ = (char)(0x80 | ((cp >> 6) & 0x3F));
+                *out++ = (char)(0x80 | (cp & 0x3F));
+            } else {
+                *out++ = (char)(0xF0 | (cp >> 18));
+                *out++ = (char)(0x80 | ((cp >> 12) & 0x3F));
+                *out++ = (char)(0x80 | ((cp >> 6) & 0x3F));
+                *out++ = (char)(0x80 | (cp & 0x3F));
+            }
+        }
+        }
+    }
+    return PyUnicode_DecodeUTF8(s->scratch, out - s->scratch, NULL);
+}
+
+static int id_of_key(Scanner *s, PyObject *key, int32_t *id) {
+    PyObject *value = PyObject_GetItem(s->interner, key);
+    if (value == NULL) return ERR;
+    long v = PyLong_AsLong(value);
+    Py_DECREF(value);
+    if (v == -1 && PyErr_Occurred()) return ERR;
+    if (v < 0 || v > INT32_MAX) {
+        PyErr_SetString(PyExc_OverflowError, "interner id out of int32 range");
+        return ERR;
+    }
+    *id = (int32_t)v;
+    return OK;
+}
+
+/* The interned id of a text: TAG_STR (string content), TAG_INT (integer literal), TAG_RAW (JSON text). */
+static int intern(Scanner *s, int tag, const char *p, Py_ssize_t n, int escaped, int64_t ival, int32_t *id) {
+    uint64_t h = hash_bytes(tag, p, n);
+    if (s->tcap) {
+        size_t j = h & (s->tcap - 1);
+        while (s->table[j].bytes != NULL) {
+            Entry *e = &s->table[j];
+            if (e->hash == h && e->len == n && e->tag == tag && memcmp(e->bytes, p, (size_t)n) == 0) {
+                *id = e->id;
+                return OK;
+            }
+            j = (j + 1) & (s->tcap - 1);
+        }
+    }
+    PyObject *key;
+    if (tag == TAG_STR) {
+        key = string_value(s, p, n, escaped);
+        if (key == NULL) {
+            if (!PyErr_Occurred()) return BAIL;
+            if (PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) {
+                PyErr_Clear();
+                return BAIL;
+            }
+            return ERR;
+        }
+    } else if (tag == TAG_INT) {
+        key = PyLong_FromLongLong(ival);
+    } else {
+        key = PyBytes_FromStringAndSize(p, n);
+    }
+    if (key == NULL) return ERR;
+    int status = id_of_key(s, key, id);
+    Py_DECREF(key);
+    if (status != OK) return status;
+    if ((s->tcount + 1) * 2 > s->tcap && grow_table(s) != OK) return ERR;
+    char *copy = PyMem_Malloc(n ? (size_t)n : 1);
+    if (copy == NULL) {
+        PyErr_NoMemory();
+        return ERR;
+    }
+    memcpy(copy, p, (size_t)n);
+    size_t j = h & (s->tcap - 1);
+    while (s->table[j].bytes != NULL) j = (j + 1) & (s->tcap - 1);
+    s->table[j] = (Entry){h, copy, n, tag, *id};
+    s->tcount++;
+    return OK;
+}
+
+/* ---------------------------------------------------------------- events */
+
+static int ensure_rows(Scanner *s, size_t rows) {
+    if (rows <= s->rows_cap) return OK;
+    size_t cap = s->rows_cap ? s->rows_cap * 2 : 4096;
+    while (cap < rows) cap *= 2;
+    for (int i = 0; i < s->nfields; i++) {
+        Field *f = &s->fields[i];
+        if (f->type == T_ARGS) continue;
+        char *data = PyMem_Realloc(f->data, cap * (size_t)f->width);
+        if (data == NULL) {
+            PyErr_NoMemory();
+            return ERR;
+        }
+        f->data = data;
+    }
+    s->rows_cap = cap;
+    return OK;
+}
+
+static inline void put_f8(Field *f, size_t row, double v) { ((double *)f->data)[row] = v; }
+static inline void put_f4(Field *f, size_t row, double v) { ((float *)f->data)[row] = (float)v; }
+static inline void put_i8(Field *f, size_t row, int64_t v) { ((int64_t *)f->data)[row] = v; }
+static inline void put_i4(Field *f, size_t row, int32_t v) { ((int32_t *)f->data)[row] = v; }
+
+static int write_default(Scanner *s, Field *f, size_t row) {
+    switch (f->type) {
+    case T_F8: put_f8(f, row, f->fdefault); break;
+    case T_F4: put_f4(f, row, f->fdefault); break;
+    case T_I8:
+    case T_FLOW: put_i8(f, row, f->idefault); break;
+    case T_I4: put_i4(f, row, (int32_t)f->idefault); break;
+    case T_STR:
+    case T_RAW:
+    case T_KEY:
+        if (!f->default_known) {
+            if (id_of_key(s, f->default_key, &f->default_id) != OK) return ERR;
+            f->default_known = 1;
+        }
+        put_i4(f, row, f->default_id);
+        break;
+    default: break;
+    }
+    return OK;
+}
+
+/* One declared field's value at *pp (already past whitespace). */
+static int read_field(Scanner *s, Field *f, const char **pp, const char *end, size_t row) {
+    const char *p = *pp;
+    Number number;
+    int escaped, status;
+    int32_t id;
+    if (p >= end) return BAIL;
+    char c = *p;
+    switch (f->type) {
+    case T_F8:
+    case T_F4:
+        if (!(c == '-' || is_digit(c))) return BAIL;
+        if ((p = scan_number(s, p, end, &number, 1)) == NULL || !number.double_ok) return BAIL;
+        if (number.is_int) { /* an integer becomes a float as msgspec converts it: -0 is 0.0 */
+            if (!number.int_ok) return BAIL; /* huge integer literal: let msgspec decide */
+            number.dval = (double)number.ival;
+        }
+        if (f->type == T_F8) put_f8(f, row, number.dval);
+        else put_f4(f, row, number.dval);
+        break;
+    case T_I8:
+    case T_I4:
+        if (!(c == '-' || is_digit(c))) return BAIL;
+        if ((p = scan_number(s, p, end, &number, 0)) == NULL || !number.int_ok) return BAIL;
+        if (f->type == T_I8) {
+            put_i8(f, row, number.ival);
+        } else {
+            if (number.ival < INT32_MIN || number.ival > INT32_MAX) {
+                /* msgspec's lenient path leaves an out-of-range args value at its default (CUDA sync
+                 * events carry stream 4294967295), provided the event has a string `ph`. */
+                if (!f->in_args) return BAIL;
+                put_i4(f, row, (int32_t)f->idefault);
+                s->lenient = 1;
+            } else {
+                put_i4(f, row, (int32_t)number.ival);
+            }
+        }
+        break;
+    case T_FLOW:
+        if (end - p >= 4 && memcmp(p, "null", 4) == 0) {
+            put_i8(f, row, -1);
+            p += 4;
+            break;
+        }
+        if (!(c == '-' || is_digit(c))) return BAIL;
+        if ((p = scan_number(s, p, end, &number, 0)) == NULL || !number.int_ok) return BAIL;
+        put_i8(f, row, number.ival);
+        break;
+    case T_STR:
+    case T_KEY:
+        if (c == '"') {
+            const char *close = scan_string(p, end, &escaped);
+            if (close == NULL) return BAIL;
+            status = intern(s, TAG_STR, p + 1, close - p - 2, escaped, 0, &id);
+            p = close;
+        } else if (f->type == T_KEY && (c == '-' || is_digit(c))) {
+            const char *stop = scan_number(s, p, end, &number, 0);
+            if (stop == NULL || !number.int_ok) return BAIL;
+            status = intern(s, TAG_INT, p, stop - p, 0, number.ival, &id);
+            p = stop;
+        } else {
+            return BAIL;
+        }
+        if (status != OK) return status;
+        put_i4(f, row, id);
+        break;
+    case T_RAW: {
+        const char *stop = skip_value(s, p, end);
+        if (stop == NULL) return BAIL;
+        if ((status = intern(s, TAG_RAW, p, stop - p, 0, 0, &id)) != OK) return status;
+        put_i4(f, row, id);
+        p = stop;
+        break;
+    }
+    default: return BAIL;
+    }
+    *pp = p;
+    return OK;
+}
+
+/* The members of an object at *pp ('{'), matched against the fields listed in `which`. */
+static int read_object(Scanner *s, const int *which, int count, const char **pp, const char *end, size_t row,
+                       uint64_t *seen) {
+    const char *p = skip_ws(*pp + 1, end);
+    int escaped, status;
+    if (p < end && *p == '}') {
+        *pp = p + 1;
+        return OK;
+    }
+    for (;;) {
+        if (p >= end || *p != '"') return BAIL;
+        const char *close = scan_string(p, end, &escaped);
+        if (close == NULL || escaped) return BAIL; /* an escaped key could spell a declared one */
+        const char *key = p + 1;
+        Py_ssize_t key_len = close - p - 2;
+        p = skip_ws(close, end);
+        if (p >= end || *p != ':') return BAIL;
+        p = skip_ws(p + 1, end);
+        int match = -1;
+        for (int i = 0; i < count; i++) {
+            Field *f = &s->fields[which[i]];
+            if (f->key_len == key_len && memcmp(f->key, key, (size_t)key_len) == 0) {
+                match = which[i];
+                break;
+            }
+        }
+        if (match < 0) {
+            if ((p = skip_value(s, p, end)) == NULL) return BAIL;
+        } else {
+            if (*seen & (1ULL << match)) return BAIL; /* a repeated declared key */
+            *seen |= 1ULL << match;
+            Field *f = &s->fields[match];
+            if (f->type == T_ARGS) {
+                if (p >= end || *p != '{') return BAIL;
+                if ((status = read_object(s, s->args, s->nargs, &p, end, row, seen)) != OK) return status;
+            } else if ((status = read_field(s, f, &p, end, row)) != OK) {
+                return status;
+            }
+        }
+        p = skip_ws(p, end);
+        if (p >= end) return BAIL;
+        if (*p == '}') {
+            *pp = p + 1;
+            return OK;
+        }
+        if (*p != ',') return BAIL;
+        p = skip_ws(p + 1, end);
+    }
+}
+
+static int read_event(Scanner *s, const char **pp, const char *end, size_t row) {
+    uint64_t seen = 0;
+    s->lenient = 0;
+    int status = read_object(s, s->top, s->ntop, pp, end, row, &seen);
+    if (status != OK) return status;
+    /* the lenient path drops an event without a string `ph` */
+    if (s->lenient && (s->ph_field < 0 || !(seen & (1ULL << s->ph_field)))) return BAIL;
+    for (int i = 0; i < s->nfields; i++) {
+        if (!(seen & (1ULL << i)) && s->fields[i].type != T_ARGS && write_default(s, &s->fields[i], row) != OK)
+            return ERR;
+    }
+    return OK;
+}
+
+/* ---------------------------------------------------------------- the Scanner type */
+
+static void Scanner_clear_fields(Scanner *s) {
+    for (int i = 0; i < s->nfields; i++) {
+        PyMem_Free(s->fields[i].key);
+        PyMem_Free(s->fields[i].data);
+        Py_CLEAR(s->fields[i].default_key);
+    }
+    s->nfields = 0;
+}
+
+static void Scanner_dealloc(Scanner *s) {
+    Scanner_clear_fields(s);
+    for (size_t i = 0; i < s->tcap; i++) PyMem_Free(s->table[i].bytes);
+    PyMem_Free(s->table);
+    PyMem_Free(s->scratch);
+    Py_CLEAR(s->interner);
+    Py_TYPE(s)->tp_free((PyObject *)s);
+}
+
+static int Scanner_init(Scanner *s, PyObject *args, PyObject *kwargs) {
+    static char *names[] = {"interner", "fields", NULL};
+    PyObject *interner, *fields;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO", names, &interner, &fields)) return -1;
+    PyObject *seq = PySequence_Fast(fields, "fields must be a sequence");
+    if (seq == NULL) return -1;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    if (n > MAX_FIELDS) {
+        Py_DECREF(seq);
+        PyErr_SetString(PyExc_ValueError, "too many fields");
+        return -1;
+    }
+    Scanner_clear_fields(s);
+    Py_XSETREF(s->interner, Py_NewRef(interner));
+    s->ntop = s->nargs = 0;
+    s->ph_field = -1;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        const char *key;
+        Py_ssize_t key_len;
+        int in_args, type;
+        double fdefault;
+        PyObject *default_key;
+        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, i), "s#pidO", &key, &key_len, &in_args, &type,
+                              &fdefault, &default_key)) {
+            Py_DECREF(seq);
+            return -1;
+        }
+        if (type < T_F8 || type > T_ARGS) {
+            Py_DECREF(seq);
+            PyErr_SetString(PyExc_ValueError, "unknown field type");
+            return -1;
+        }
+        Field *f = &s->fields[i];
+        memset(f, 0, sizeof(*f));
+        f->key = PyMem_Malloc((size_t)key_len + 1);
+        if (f->key == NULL) {
+            Py_DECREF(seq);
+            PyErr_NoMemory();
+            return -1;
+        }
+        memcpy(f->key, key, (size_t)key_len + 1);
+        f->key_len = key_len;
+        f->type = type;
+        f->in_args = in_args;
+        f->fdefault = fdefault;
+        f->idefault = isfinite(fdefault) ? (int64_t)fdefault : 0; /* float fields keep fdefault (NaN) */
+        f->default_key = Py_NewRef(default_key);
+        f->width = (type == T_F8 || type == T_I8 || type == T_FLOW) ? 8 : 4;
+        s->nfields = (int)i + 1;
+        if (!in_args && type == T_STR && key_len == 2 && memcmp(key, "ph", 2) == 0) s->ph_field = (int)i;
+        if (in_args) s->args[s->nargs++] = (int)i;
+        else s->top[s->ntop++] = (int)i;
+    }
+    Py_DECREF(seq);
+    s->rows_cap = 0;
+    return 0;
+}
+
+PyDoc_STRVAR(scan_doc,
+             "scan(text) -> (count, [bytearray per field]) | None\n\n"
+             "Columns of a JSON array of events, or None when the text is not in the strict shape this scanner "
+             "decodes exactly (the caller then decodes it with msgspec).");
+
+static PyObject *Scanner_scan(Scanner *s, PyObject *arg) {
+    Py_buffer view;
+    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) != 0) return NULL;
+    const char *p = view.buf, *end = (const char *)view.buf + view.len;
+    size_t rows = 0;
+    int status = BAIL;
+    p = skip_ws(p, end);
+    if (p >= end || *p != '[') goto done;
+    p = skip_ws(p + 1, end);
+    if (p < end && *p == ']') {
+        p++;
+    } else {
+        for (;;) {
+            if (p >= end || *p != '{') goto done;
+            if ((status = ensure_rows(s, rows + 1)) != OK) goto done;
+            if ((status = read_event(s, &p, end, rows)) != OK) goto done;
+            rows++;
+            status = BAIL;
+            p = skip_ws(p, end);
+            if (p >= end) goto done;
+            if (*p == ']') {
+                p++;
+                break;
+            }
+            if (*p != ',') goto done;
+            p = skip_ws(p + 1, end);
+        }
+    }
+    status = skip_ws(p, end) == end ? OK : BAIL;
+done:
+    PyBuffer_Release(&view);
+    if (status == ERR) return NULL;
+    if (status == BAIL) Py_RETURN_NONE;
+    PyObject *columns = PyList_New(0);
+    if (columns == NULL) return NULL;
+    for (int i = 0; i < s->nfields; i++) {
+        Field *f = &s->fields[i];
+        PyObject *column = f->type == T_ARGS ? Py_NewRef(Py_None)
+                                             : PyByteArray_FromStringAndSize(f->data, (Py_ssize_t)(rows * f->width));
+        if (column == NULL || PyList_Append(columns, column) != 0) {
+            Py_XDECREF(column);
+            Py_DECREF(columns);
+            return NULL;
+        }
+        Py_DECREF(column);
+    }
+    return Py_BuildValue("(nN)", (Py_ssize_t)rows, columns);
+}
+
+static PyMethodDef Scanner_methods[] = {
+    {"scan", (PyCFunction)Scanner_scan, METH_O, scan_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject ScannerType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "torchscope.trace._fastscan.Scanner",
+    .tp_basicsize = sizeof(Scanner),
+    .tp_dealloc = (destructor)Scanner_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Scanner(interner, fields): decodes event batches into columns, interning through `interner`.",
+    .tp_methods = Scanner_methods,
+    .tp_init = (initproc)Scanner_init,
+    .tp_new = PyType_GenericNew,
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_fastscan", "Kineto event batches from JSON text straight into columns.", -1, NULL,
+};
+
+PyMODINIT_FUNC PyInit__fastscan(void) {
+    if (PyType_Ready(&ScannerType) < 0) return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL) return NULL;
+    if (PyModule_AddObjectRef(m, "Scanner", (PyObject *)&ScannerType) < 0 ||
+        PyModule_AddIntConstant(m, "T_F8", T_F8) < 0 || PyModule_AddIntConstant(m, "T_F4", T_F4) < 0 ||
+        PyModule_AddIntConstant(m, "T_I8", T_I8) < 0 || PyModule_AddIntConstant(m, "T_I4", T_I4) < 0 ||
+        PyModule_AddIntConstant(m, "T_STR", T_STR) < 0 || PyModule_AddIntConstant(m, "T_RAW", T_RAW) < 0 ||
+        PyModule_AddIntConstant(m, "T_KEY", T_KEY) < 0 || PyModule_AddIntConstant(m, "T_FLOW", T_FLOW) < 0 ||
+        PyModule_AddIntConstant(m, "T_ARGS", T_ARGS) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}
