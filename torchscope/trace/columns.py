@@ -53,10 +53,13 @@ class ColumnBuilder:
         values = batch.columns
         kind = self.kinds.kinds(values["cat"], values["ph"], values["name"])
         columns["kind"][rows] = kind
+        elsewhere: dict[tuple[Kind, ...], np.ndarray] = {}  # one mask per distinct kind set, not per column
         for name, column in values.items():
             kinds = _COLUMN_KINDS.get(name)
             if kinds is not None:
-                column[~kind_mask(kind, kinds)] = _DEFAULTS.get(name, -1)
+                if kinds not in elsewhere:
+                    elsewhere[kinds] = np.flatnonzero(~kind_mask(kind, kinds))
+                column[elsewhere[kinds]] = _DEFAULTS.get(name, -1)
             if name != "external_id_lower":
                 columns[name][rows] = column
         np.maximum(columns["external_id"][rows], values["external_id_lower"], out=columns["external_id"][rows])
