@@ -1,5 +1,6 @@
-"""Parsing one file in byte ranges on several processes (trace/ranges.py): the same tables as one
-process, and a sequential parse whenever the ranges do not join up exactly."""
+"""Parsing one file in byte ranges on several threads or processes (trace/ranges.py): the same tables
+as one sequential parse, and a sequential parse whenever the ranges do not join up exactly. Every test
+that splits runs twice: on threads (the compiled scanner) and on processes (msgspec)."""
 
 from __future__ import annotations
 
@@ -10,16 +11,28 @@ from typing import Any
 import pytest
 
 from test_stream import _assert_same, _tricky_document
+from torchscope.trace import fastscan, ranges
 from torchscope.trace import parse as parse_module
-from torchscope.trace import ranges
 from torchscope.trace.parse import parse_trace
 
 
-@pytest.fixture
-def small_ranges(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.fixture(params=["threads", "processes"])
+def small_ranges(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """Split even small files, into ranges of a few KB (real use splits files of tens of MB)."""
-    monkeypatch.setattr(ranges, "PARALLEL_MIN_BYTES", 1)
-    monkeypatch.setattr(ranges, "MIN_RANGE_BYTES", 2048)
+    if request.param == "processes":
+        monkeypatch.setenv(fastscan.DISABLE_ENV, "1")
+    elif not fastscan.available():
+        pytest.skip("the compiled scanner is not built: ranges only run on processes")
+    assert ranges.on_threads() == (request.param == "threads")
+    for name in ("PARALLEL_MIN_BYTES", "THREAD_PARALLEL_MIN_BYTES"):
+        monkeypatch.setattr(ranges, name, 1)
+    _min_range_bytes(monkeypatch, 2048)
+    return str(request.param)
+
+
+def _min_range_bytes(monkeypatch: pytest.MonkeyPatch, size: int) -> None:
+    for name in ("MIN_RANGE_BYTES", "THREAD_MIN_RANGE_BYTES"):
+        monkeypatch.setattr(ranges, name, size)
 
 
 def _write(tmp_path: Path, doc: Any, indent: int | None = None) -> Path:
@@ -97,7 +110,8 @@ def test_plain_shared_traces_in_ranges(shared_traces: Path) -> None:
         _assert_same(parse_trace(path, jobs=2), parse_trace(path))
 
 
-def test_gzip_and_small_files_are_not_split(tmp_path: Path) -> None:
+def test_gzip_and_small_files_are_not_split(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(fastscan.DISABLE_ENV, "1")  # the process thresholds
     path = _write(tmp_path, _tricky_document())
     assert not parse_module._splittable(path)  # below PARALLEL_MIN_BYTES
     size = 10 << 30
@@ -118,7 +132,7 @@ def test_reports_are_identical_with_ranges(shared_traces: Path, tmp_path: Path, 
     from torchscope.report.build import analyze
     from torchscope.report.model import encode_report
 
-    monkeypatch.setattr(ranges, "MIN_RANGE_BYTES", 1 << 20)
+    _min_range_bytes(monkeypatch, 1 << 20)
     source = next((shared_traces / "gpu" / "resnet50_num_workers_0").glob("*.json.gz"))
     plain = tmp_path / source.name.removesuffix(".gz")
     plain.write_bytes(gzip.decompress(source.read_bytes()))
@@ -144,7 +158,7 @@ def test_progress_follows_the_bytes_parsed(shared_traces: Path, tmp_path: Path, 
 
     from torchscope.report.build import analyze
 
-    monkeypatch.setattr(ranges, "MIN_RANGE_BYTES", 1 << 20)
+    _min_range_bytes(monkeypatch, 1 << 20)
     source = next((shared_traces / "gpu" / "resnet50_num_workers_0").glob("*.json.gz"))
     plain = tmp_path / source.name.removesuffix(".gz")
     plain.write_bytes(gzip.decompress(source.read_bytes()))
@@ -180,3 +194,23 @@ def test_pool_workers_leave_ctrl_c_to_the_main_process() -> None:
         assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the main process keeps its own
     finally:
         signal.signal(signal.SIGINT, before)
+
+
+def test_ranges_run_on_threads_with_the_scanner_and_on_processes_without(
+    small_ranges: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The scanner releases the GIL, so its ranges share the process (no start-up, no pickling);
+    msgspec holds the GIL, so its ranges need processes."""
+    path = _write(tmp_path, _tricky_document(), indent=2)
+    pools: list[str] = []
+    real = ranges._pool
+
+    def recorded(workers: int) -> Any:
+        pool = real(workers)
+        pools.append(type(pool).__name__)
+        return pool
+
+    monkeypatch.setattr(ranges, "_pool", recorded)
+    _assert_same(parse_trace(path, jobs=2), parse_trace(path))
+    expected = "ThreadPoolExecutor" if small_ranges == "threads" else "ProcessPoolExecutor"
+    assert pools == [expected]

@@ -9,7 +9,6 @@ analyses invalidates it. A damaged entry is ignored and rewritten.
 from __future__ import annotations
 
 import functools
-import hashlib
 import logging
 import os
 import tempfile
@@ -33,6 +32,7 @@ _SUFFIX = ".analysis.msgpack"
 def code_fingerprint() -> str:
     """Hash of the source of every module whose output ends up in a SpanResult."""
     package = Path(__file__).resolve().parents[1]
+    import hashlib  # on use: it maps OpenSSL (~4 MB), which uncached runs do not need
     digest = hashlib.sha256(__version__.encode())
     for folder in ("trace", "analysis", "report"):
         for source in sorted((package / folder).glob("*.py")):
@@ -43,6 +43,7 @@ def code_fingerprint() -> str:
 
 def key_for(path: Path) -> str | None:
     try:
+        import hashlib  # on use: it maps OpenSSL (~4 MB), which uncached runs do not need
         return hashlib.sha256((table_cache.cache_key(path) + code_fingerprint()).encode()).hexdigest()
     except OSError:
         return None

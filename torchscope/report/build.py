@@ -7,8 +7,6 @@ import os
 import time
 import warnings
 from contextlib import contextmanager
-from concurrent.futures import as_completed
-from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
@@ -119,6 +117,9 @@ def _analyze_ranks(
             return analyze_rank(groups[i], use_cache, i, parse_jobs=jobs, on_bytes=done.parsed)
 
         return _collect(serial, total, done.rank_done)
+    from concurrent.futures import as_completed
+    from concurrent.futures.process import BrokenProcessPool
+
     try:
         with process_pool(min(jobs, total)) as pool:
             futures = [pool.submit(_analyze_rank_quietly, group, use_cache, i) for i, group in enumerate(groups)]

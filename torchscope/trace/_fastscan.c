@@ -39,7 +39,6 @@ typedef struct {
     int64_t idefault;
     PyObject *default_key; /* T_STR/T_RAW/T_KEY: the interner key of the default value */
     int32_t default_id;
-    int default_known;
     char *data; /* output column */
     int width;
 } Field;
@@ -49,8 +48,21 @@ typedef struct {
     char *bytes;
     Py_ssize_t len;
     int tag;
-    int32_t id;
+    int32_t id;       /* the interner's id; -1 until resolved */
+    int32_t pending;  /* index in the current scan's pending list, valid when epoch matches */
+    uint32_t epoch;
 } Entry;
+
+/* A text first seen during the current scan: turned into a Python key and interned after the scan,
+ * when the GIL is held again. */
+typedef struct {
+    uint64_t hash;
+    const char *bytes; /* the entry's own copy */
+    Py_ssize_t len;
+    int tag;
+    int escaped;
+    int64_t ival;
+} Pending;
 
 typedef struct {
     PyObject_HEAD PyObject *interner;
@@ -67,7 +79,19 @@ typedef struct {
     size_t scratch_cap;
     int lenient; /* the event being read took a value the way msgspec's lenient path would */
     int ph_field; /* index of the `ph` field, -1 if not declared */
+    Pending *pending;
+    int32_t *resolved; /* interner id of each pending text */
+    size_t npending, pending_cap;
+    uint32_t epoch;
+    PyThreadState *released; /* set while the scan runs without the GIL */
+    int nomem; /* an allocation failed without the GIL: raise MemoryError once it is held */
+    int busy;
 } Scanner;
+
+static int out_of_memory(Scanner *s) {
+    s->nomem = 1;
+    return ERR;
+}
 
 /* ---------------------------------------------------------------- JSON lexing */
 
@@ -249,7 +273,7 @@ static const char *scan_number(Scanner *s, const char *p, const char *end, Numbe
     }
     size_t len = (size_t)(p - start);
     if (len + 1 > s->scratch_cap) {
-        char *grown = PyMem_Realloc(s->scratch, len + 1);
+        char *grown = PyMem_RawRealloc(s->scratch, len + 1);
         if (grown == NULL) return p; /* double_ok stays 0: the caller bails */
         s->scratch = grown;
         s->scratch_cap = len + 1;
@@ -257,11 +281,12 @@ static const char *scan_number(Scanner *s, const char *p, const char *end, Numbe
     memcpy(s->scratch, start, len);
     s->scratch[len] = '\0';
     char *stop = NULL;
+    if (s->released != NULL) PyEval_RestoreThread(s->released); /* a rare literal: >19 digits or a large exponent */
     double d = PyOS_string_to_double(s->scratch, &stop, NULL);
-    if (d == -1.0 && PyErr_Occurred()) {
-        PyErr_Clear();
-        return p;
-    }
+    int failed = d == -1.0 && PyErr_Occurred();
+    if (failed) PyErr_Clear();
+    if (s->released != NULL) s->released = PyEval_SaveThread();
+    if (failed) return p;
     if (stop == s->scratch + len && isfinite(d)) {
         out->dval = d;
         out->double_ok = 1;
@@ -354,11 +379,8 @@ static inline uint64_t hash_bytes(int tag, const char *p, Py_ssize_t n) {
 
 static int grow_table(Scanner *s) {
     size_t cap = s->tcap ? s->tcap * 2 : 1024;
-    Entry *table = PyMem_Calloc(cap, sizeof(Entry));
-    if (table == NULL) {
-        PyErr_NoMemory();
-        return ERR;
-    }
+    Entry *table = PyMem_RawCalloc(cap, sizeof(Entry));
+    if (table == NULL) return out_of_memory(s);
     for (size_t i = 0; i < s->tcap; i++) {
         Entry *old = &s->table[i];
         if (old->bytes == NULL) continue;
@@ -366,7 +388,7 @@ static int grow_table(Scanner *s) {
         while (table[j].bytes != NULL) j = (j + 1) & (cap - 1);
         table[j] = *old;
     }
-    PyMem_Free(s->table);
+    PyMem_RawFree(s->table);
     s->table = table;
     s->tcap = cap;
     return OK;
@@ -377,7 +399,7 @@ static int grow_table(Scanner *s) {
 static PyObject *string_value(Scanner *s, const char *p, Py_ssize_t n, int escaped) {
     if (!escaped) return PyUnicode_DecodeUTF8(p, n, NULL);
     if ((size_t)n + 1 > s->scratch_cap) {
-        char *grown = PyMem_Realloc(s->scratch, (size_t)n + 1);
+        char *grown = PyMem_RawRealloc(s->scratch, (size_t)n + 1);
         if (grown == NULL) return PyErr_NoMemory();
         s->scratch = grown;
         s->scratch_cap = (size_t)n + 1;
@@ -447,51 +469,85 @@ static int id_of_key(Scanner *s, PyObject *key, int32_t *id) {
     return OK;
 }
 
-/* The interned id of a text: TAG_STR (string content), TAG_INT (integer literal), TAG_RAW (JSON text). */
+static Entry *find_entry(Scanner *s, uint64_t h, int tag, const char *p, Py_ssize_t n) {
+    if (s->tcap == 0) return NULL;
+    size_t j = h & (s->tcap - 1);
+    while (s->table[j].bytes != NULL) {
+        Entry *e = &s->table[j];
+        if (e->hash == h && e->len == n && e->tag == tag && memcmp(e->bytes, p, (size_t)n) == 0) return e;
+        j = (j + 1) & (s->tcap - 1);
+    }
+    return NULL;
+}
+
+/* The id of a text: TAG_STR (string content), TAG_INT (integer literal), TAG_RAW (JSON text). Runs
+ * without the GIL: a text not interned yet gets a provisional id -(k + 1), k its index in the pending
+ * list, which resolve_pending() replaces once the scan is over. */
 static int intern(Scanner *s, int tag, const char *p, Py_ssize_t n, int escaped, int64_t ival, int32_t *id) {
     uint64_t h = hash_bytes(tag, p, n);
-    if (s->tcap) {
+    Entry *e = find_entry(s, h, tag, p, n);
+    if (e == NULL) {
+        if ((s->tcount + 1) * 2 > s->tcap && grow_table(s) != OK) return ERR;
+        char *copy = PyMem_RawMalloc(n ? (size_t)n : 1);
+        if (copy == NULL) return out_of_memory(s);
+        memcpy(copy, p, (size_t)n);
         size_t j = h & (s->tcap - 1);
-        while (s->table[j].bytes != NULL) {
-            Entry *e = &s->table[j];
-            if (e->hash == h && e->len == n && e->tag == tag && memcmp(e->bytes, p, (size_t)n) == 0) {
-                *id = e->id;
-                return OK;
-            }
-            j = (j + 1) & (s->tcap - 1);
-        }
+        while (s->table[j].bytes != NULL) j = (j + 1) & (s->tcap - 1);
+        s->table[j] = (Entry){h, copy, n, tag, -1, 0, 0};
+        s->tcount++;
+        e = &s->table[j];
     }
-    PyObject *key;
-    if (tag == TAG_STR) {
-        key = string_value(s, p, n, escaped);
-        if (key == NULL) {
-            if (!PyErr_Occurred()) return BAIL;
-            if (PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) {
-                PyErr_Clear();
-                return BAIL;
-            }
-            return ERR;
-        }
-    } else if (tag == TAG_INT) {
-        key = PyLong_FromLongLong(ival);
-    } else {
-        key = PyBytes_FromStringAndSize(p, n);
+    if (e->id >= 0) {
+        *id = e->id;
+        return OK;
     }
-    if (key == NULL) return ERR;
-    int status = id_of_key(s, key, id);
-    Py_DECREF(key);
-    if (status != OK) return status;
-    if ((s->tcount + 1) * 2 > s->tcap && grow_table(s) != OK) return ERR;
-    char *copy = PyMem_Malloc(n ? (size_t)n : 1);
-    if (copy == NULL) {
+    if (e->epoch != s->epoch) { /* first time in this scan (or left unresolved by a declined one) */
+        if (s->npending == s->pending_cap) {
+            size_t cap = s->pending_cap ? s->pending_cap * 2 : 256;
+            Pending *grown = PyMem_RawRealloc(s->pending, cap * sizeof(Pending));
+            if (grown == NULL) return out_of_memory(s);
+            s->pending = grown;
+            s->pending_cap = cap;
+        }
+        s->pending[s->npending] = (Pending){h, e->bytes, n, tag, escaped, ival};
+        e->pending = (int32_t)s->npending++;
+        e->epoch = s->epoch;
+    }
+    *id = -(e->pending + 1);
+    return OK;
+}
+
+/* Intern the texts first seen in this scan (GIL held). BAIL when one cannot be decoded exactly. */
+static int resolve_pending(Scanner *s) {
+    if (s->npending == 0) return OK;
+    int32_t *resolved = PyMem_RawRealloc(s->resolved, s->npending * sizeof(int32_t));
+    if (resolved == NULL) {
         PyErr_NoMemory();
         return ERR;
     }
-    memcpy(copy, p, (size_t)n);
-    size_t j = h & (s->tcap - 1);
-    while (s->table[j].bytes != NULL) j = (j + 1) & (s->tcap - 1);
-    s->table[j] = (Entry){h, copy, n, tag, *id};
-    s->tcount++;
+    s->resolved = resolved;
+    for (size_t i = 0; i < s->npending; i++) {
+        Pending *item = &s->pending[i];
+        PyObject *key;
+        if (item->tag == TAG_STR) {
+            key = string_value(s, item->bytes, item->len, item->escaped);
+            if (key == NULL) {
+                if (!PyErr_Occurred()) return BAIL;
+                if (!PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) return ERR;
+                PyErr_Clear();
+                return BAIL;
+            }
+        } else if (item->tag == TAG_INT) {
+            key = PyLong_FromLongLong(item->ival);
+        } else {
+            key = PyBytes_FromStringAndSize(item->bytes, item->len);
+        }
+        if (key == NULL) return ERR;
+        int status = id_of_key(s, key, &resolved[i]);
+        Py_DECREF(key);
+        if (status != OK) return status;
+        find_entry(s, item->hash, item->tag, item->bytes, item->len)->id = resolved[i];
+    }
     return OK;
 }
 
@@ -504,11 +560,8 @@ static int ensure_rows(Scanner *s, size_t rows) {
     for (int i = 0; i < s->nfields; i++) {
         Field *f = &s->fields[i];
         if (f->type == T_ARGS) continue;
-        char *data = PyMem_Realloc(f->data, cap * (size_t)f->width);
-        if (data == NULL) {
-            PyErr_NoMemory();
-            return ERR;
-        }
+        char *data = PyMem_RawRealloc(f->data, cap * (size_t)f->width);
+        if (data == NULL) return out_of_memory(s);
         f->data = data;
     }
     s->rows_cap = cap;
@@ -520,7 +573,7 @@ static inline void put_f4(Field *f, size_t row, double v) { ((float *)f->data)[r
 static inline void put_i8(Field *f, size_t row, int64_t v) { ((int64_t *)f->data)[row] = v; }
 static inline void put_i4(Field *f, size_t row, int32_t v) { ((int32_t *)f->data)[row] = v; }
 
-static int write_default(Scanner *s, Field *f, size_t row) {
+static void write_default(Field *f, size_t row) {
     switch (f->type) {
     case T_F8: put_f8(f, row, f->fdefault); break;
     case T_F4: put_f4(f, row, f->fdefault); break;
@@ -529,16 +582,9 @@ static int write_default(Scanner *s, Field *f, size_t row) {
     case T_I4: put_i4(f, row, (int32_t)f->idefault); break;
     case T_STR:
     case T_RAW:
-    case T_KEY:
-        if (!f->default_known) {
-            if (id_of_key(s, f->default_key, &f->default_id) != OK) return ERR;
-            f->default_known = 1;
-        }
-        put_i4(f, row, f->default_id);
-        break;
+    case T_KEY: put_i4(f, row, f->default_id); break; /* interned in Scanner_init */
     default: break;
     }
-    return OK;
 }
 
 /* One declared field's value at *pp (already past whitespace). */
@@ -679,8 +725,7 @@ static int read_event(Scanner *s, const char **pp, const char *end, size_t row) 
     /* the lenient path drops an event without a string `ph` */
     if (s->lenient && (s->ph_field < 0 || !(seen & (1ULL << s->ph_field)))) return BAIL;
     for (int i = 0; i < s->nfields; i++) {
-        if (!(seen & (1ULL << i)) && s->fields[i].type != T_ARGS && write_default(s, &s->fields[i], row) != OK)
-            return ERR;
+        if (!(seen & (1ULL << i)) && s->fields[i].type != T_ARGS) write_default(&s->fields[i], row);
     }
     return OK;
 }
@@ -689,8 +734,8 @@ static int read_event(Scanner *s, const char **pp, const char *end, size_t row) 
 
 static void Scanner_clear_fields(Scanner *s) {
     for (int i = 0; i < s->nfields; i++) {
-        PyMem_Free(s->fields[i].key);
-        PyMem_Free(s->fields[i].data);
+        PyMem_RawFree(s->fields[i].key);
+        PyMem_RawFree(s->fields[i].data);
         Py_CLEAR(s->fields[i].default_key);
     }
     s->nfields = 0;
@@ -698,9 +743,11 @@ static void Scanner_clear_fields(Scanner *s) {
 
 static void Scanner_dealloc(Scanner *s) {
     Scanner_clear_fields(s);
-    for (size_t i = 0; i < s->tcap; i++) PyMem_Free(s->table[i].bytes);
-    PyMem_Free(s->table);
-    PyMem_Free(s->scratch);
+    for (size_t i = 0; i < s->tcap; i++) PyMem_RawFree(s->table[i].bytes);
+    PyMem_RawFree(s->table);
+    PyMem_RawFree(s->scratch);
+    PyMem_RawFree(s->pending);
+    PyMem_RawFree(s->resolved);
     Py_CLEAR(s->interner);
     Py_TYPE(s)->tp_free((PyObject *)s);
 }
@@ -739,7 +786,7 @@ static int Scanner_init(Scanner *s, PyObject *args, PyObject *kwargs) {
         }
         Field *f = &s->fields[i];
         memset(f, 0, sizeof(*f));
-        f->key = PyMem_Malloc((size_t)key_len + 1);
+        f->key = PyMem_RawMalloc((size_t)key_len + 1);
         if (f->key == NULL) {
             Py_DECREF(seq);
             PyErr_NoMemory();
@@ -752,6 +799,10 @@ static int Scanner_init(Scanner *s, PyObject *args, PyObject *kwargs) {
         f->fdefault = fdefault;
         f->idefault = isfinite(fdefault) ? (int64_t)fdefault : 0; /* float fields keep fdefault (NaN) */
         f->default_key = Py_NewRef(default_key);
+        if ((type == T_STR || type == T_RAW || type == T_KEY) && id_of_key(s, default_key, &f->default_id) != OK) {
+            Py_DECREF(seq);
+            return -1;
+        }
         f->width = (type == T_F8 || type == T_I8 || type == T_FLOW) ? 8 : 4;
         s->nfields = (int)i + 1;
         if (!in_args && type == T_STR && key_len == 2 && memcmp(key, "ph", 2) == 0) s->ph_field = (int)i;
@@ -763,44 +814,76 @@ static int Scanner_init(Scanner *s, PyObject *args, PyObject *kwargs) {
     return 0;
 }
 
-PyDoc_STRVAR(scan_doc,
-             "scan(text) -> (count, [bytearray per field]) | None\n\n"
-             "Columns of a JSON array of events, or None when the text is not in the strict shape this scanner "
-             "decodes exactly (the caller then decodes it with msgspec).");
-
-static PyObject *Scanner_scan(Scanner *s, PyObject *arg) {
-    Py_buffer view;
-    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) != 0) return NULL;
-    const char *p = view.buf, *end = (const char *)view.buf + view.len;
+/* The events of the array at p; runs without the GIL. */
+static int scan_array(Scanner *s, const char *p, const char *end, size_t *rows_out) {
     size_t rows = 0;
-    int status = BAIL;
+    int status;
     p = skip_ws(p, end);
-    if (p >= end || *p != '[') goto done;
+    if (p >= end || *p != '[') return BAIL;
     p = skip_ws(p + 1, end);
     if (p < end && *p == ']') {
         p++;
     } else {
         for (;;) {
-            if (p >= end || *p != '{') goto done;
-            if ((status = ensure_rows(s, rows + 1)) != OK) goto done;
-            if ((status = read_event(s, &p, end, rows)) != OK) goto done;
+            if (p >= end || *p != '{') return BAIL;
+            if ((status = ensure_rows(s, rows + 1)) != OK) return status;
+            if ((status = read_event(s, &p, end, rows)) != OK) return status;
             rows++;
-            status = BAIL;
             p = skip_ws(p, end);
-            if (p >= end) goto done;
+            if (p >= end) return BAIL;
             if (*p == ']') {
                 p++;
                 break;
             }
-            if (*p != ',') goto done;
+            if (*p != ',') return BAIL;
             p = skip_ws(p + 1, end);
         }
     }
-    status = skip_ws(p, end) == end ? OK : BAIL;
-done:
+    *rows_out = rows;
+    return skip_ws(p, end) == end ? OK : BAIL;
+}
+
+/* Provisional ids (< 0) of texts first seen in this scan -> their interner ids. */
+static void fix_provisional_ids(Scanner *s, size_t rows) {
+    if (s->npending == 0) return;
+    for (int i = 0; i < s->nfields; i++) {
+        Field *f = &s->fields[i];
+        if (f->type != T_STR && f->type != T_RAW && f->type != T_KEY) continue;
+        int32_t *ids = (int32_t *)f->data;
+        for (size_t r = 0; r < rows; r++)
+            if (ids[r] < 0) ids[r] = s->resolved[-ids[r] - 1];
+    }
+}
+
+PyDoc_STRVAR(scan_doc,
+             "scan(text) -> (count, [bytearray per field]) | None\n\n"
+             "Columns of a JSON array of events, or None when the text is not in the strict shape this scanner "
+             "decodes exactly (the caller then decodes it with msgspec). The text is read without the GIL, so "
+             "scanners of different threads run in parallel; one scanner serves one thread at a time.");
+
+static PyObject *Scanner_scan(Scanner *s, PyObject *arg) {
+    if (s->busy) {
+        PyErr_SetString(PyExc_RuntimeError, "a Scanner serves one thread at a time");
+        return NULL;
+    }
+    Py_buffer view;
+    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) != 0) return NULL;
+    size_t rows = 0;
+    s->busy = 1;
+    s->epoch++;
+    s->npending = 0;
+    s->nomem = 0;
+    s->released = PyEval_SaveThread();
+    int status = scan_array(s, view.buf, (const char *)view.buf + view.len, &rows);
+    PyEval_RestoreThread(s->released);
+    s->released = NULL;
     PyBuffer_Release(&view);
+    if (status == ERR && s->nomem) PyErr_NoMemory();
+    if (status == OK) status = resolve_pending(s);
+    s->busy = 0;
     if (status == ERR) return NULL;
     if (status == BAIL) Py_RETURN_NONE;
+    fix_provisional_ids(s, rows);
     PyObject *columns = PyList_New(0);
     if (columns == NULL) return NULL;
     for (int i = 0; i < s->nfields; i++) {

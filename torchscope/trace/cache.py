@@ -10,7 +10,6 @@ A corrupt or foreign entry is ignored and rebuilt.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -48,12 +47,14 @@ def cache_key(path: Path) -> str:
         handle.seek(max(stat.st_size - _PROBE_BYTES, 0))
         tail = handle.read(_PROBE_BYTES)
     parts = (CACHE_FORMAT, str(path.resolve()), stat.st_size, stat.st_mtime_ns, zlib.crc32(head), zlib.crc32(tail))
+    import hashlib  # on use: it maps OpenSSL (~4 MB), which uncached runs do not need
     return hashlib.sha256(repr(parts).encode()).hexdigest()
 
 
 def _locations(path: Path) -> list[Path]:
     local = path.resolve().parent / ".torchscope-cache" / f"{path.name}.npz"
     base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    import hashlib  # on use: it maps OpenSSL (~4 MB), which uncached runs do not need
     digest = hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:20]
     return [local, base / "torchscope" / f"{digest}-{path.name}.npz"]
 

@@ -7,7 +7,6 @@ some event kinds carry (kernel, memory, runtime args) are filled only for those 
 
 from __future__ import annotations
 
-import hashlib
 from operator import attrgetter, itemgetter
 from typing import Any, Callable, Iterable
 
@@ -225,6 +224,8 @@ def _flow_id(value: Any) -> int:
     try:
         number = int(str(value), 0)
     except ValueError:  # a non-numeric id: a stable 63-bit digest (str hashes change between processes)
+        import hashlib  # here: it maps OpenSSL (~4 MB), and Kineto's flow ids are numbers
+
         digest = hashlib.blake2b(str(value).encode("utf-8", "surrogatepass"), digest_size=8).digest()
         return int.from_bytes(digest, "little") & 0x7FFFFFFFFFFFFFFF
     return number if -(2**63) <= number < 2**63 else -1

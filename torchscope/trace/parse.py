@@ -16,7 +16,6 @@ from __future__ import annotations
 import codecs
 import logging
 import re
-from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Union
 
@@ -54,6 +53,8 @@ def parse_trace(path: Path, jobs: int = 1, on_bytes: BytesDone | None = None) ->
     `on_bytes`, if given, is told how much text has been parsed as the parse goes (for a progress bar)."""
     report = on_bytes or _ignore_bytes
     if jobs > 1 and _splittable(path):
+        from concurrent.futures.process import BrokenProcessPool  # only this path starts processes
+
         try:
             return _parse_parallel(path, jobs, report)
         except (NotStreamable, BrokenProcessPool) as reason:  # ranges that do not join up, a dead worker
@@ -69,7 +70,7 @@ def _splittable(path: Path) -> bool:
     try:
         with path.open("rb") as handle:
             plain = handle.read(2) != GZIP_MAGIC
-        return plain and path.stat().st_size >= ranges.PARALLEL_MIN_BYTES
+        return plain and path.stat().st_size >= ranges.min_parallel_bytes()
     except OSError:
         return False  # the sequential path reports the problem
 
