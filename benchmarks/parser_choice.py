@@ -7,7 +7,9 @@ Each approach runs in a fresh process; printed: wall time of the parse (imports 
   orjson-columns    the same, then numpy columns (ts, dur, interned name/cat ids, correlation) from the dicts
   msgspec-dicts     msgspec.json.decode with no schema -> a dict per event
   msgspec-structs   msgspec typed decode into small structs (args kept as raw JSON), no columns
-  torchscope        torchscope.trace.parse.parse_trace: streamed 2 MB batches of typed structs (args included), numpy columns
+  polars-json       polars.read_json on the events array (columns straight from JSON, in Rust; if polars is installed)
+  torchscope-msgspec  parse_trace with TORCHSCOPE_NO_FASTSCAN=1: streamed 2 MB batches of typed structs, numpy columns
+  torchscope        parse_trace: streamed 2 MB batches through the compiled scanner, straight into columns
 """
 
 from __future__ import annotations
@@ -65,6 +67,21 @@ class Top(msgspec.Struct):
 doc = msgspec.json.decode(open(PATH, 'rb').read(), type=Top)
 n = len(doc.traceEvents)
 """,
+    "polars-json": """
+import polars
+data = open(PATH, 'rb').read()
+start = data.index(b'[', data.index(b'"traceEvents"'))
+events = data[start : data.rindex(b']') + 1]
+del data
+n = polars.read_json(events, infer_schema_length=None).height
+""",
+    "torchscope-msgspec": """
+import os
+from pathlib import Path
+from torchscope.trace.parse import parse_trace
+os.environ['TORCHSCOPE_NO_FASTSCAN'] = '1'
+n = len(parse_trace(Path(PATH)).events)
+""",
     "torchscope": """
 from pathlib import Path
 from torchscope.trace.parse import parse_trace
@@ -99,7 +116,8 @@ def main() -> int:
         code = imports + "\n" + _WRAPPER.format(body=rest)
         res = subprocess.run([sys.executable, "-c", code, path], capture_output=True, text=True, env=env)
         if res.returncode != 0:
-            print(f"| {name} | failed: {res.stderr.strip().splitlines()[-1]} | | | |")
+            why = res.stderr.strip().splitlines()[-1] if res.stderr.strip() else f"exit {res.returncode}"
+            print(f"| {name} | {'not installed' if 'ModuleNotFoundError' in why else 'failed: ' + why} | | | |")
             continue
         out = json.loads(res.stdout.strip().splitlines()[-1])
         print(f"| {name} | {out['s']:.2f} | {out['rss_mb']:,.0f} | {out['rss_mb'] / size:.1f}x | {out['events']:,} |")

@@ -7,6 +7,7 @@ literals, and on randomly damaged batches."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import struct
@@ -251,6 +252,7 @@ def test_out_of_range_int32_arg_takes_the_default_as_the_lenient_path_does() -> 
 # ------------------------------------------------------------------------------------------- damaged text
 
 
+@functools.lru_cache(maxsize=1)
 def _sample_batch(shared: Path) -> bytes:
     path = next(p for p in _all_traces(shared) if p.name.startswith("worker0."))
     data = read_trace_bytes(path)
