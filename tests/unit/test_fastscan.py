@@ -166,7 +166,10 @@ _NUMBER_LITERALS = ["0", "-0", "0.0", "-0.0", "1e3", "1E+3", "2.5e-3", "0.1", "1
                     "9007199254740993.0", "123456789012345678901234567890e-10", "2.2250738585072011e-308",
                     "1.7976931348623157e308", "4.9e-324", "1e400", "-1e400", "0.30000000000000004",
                     "5000082416.480", "1700000000123.4567", "00", "01", "1.", ".5", "-", "1e", "+1", "0x10"]
-_TEXT = st.text(st.characters(codec="utf-8", exclude_categories=["Cs"]), max_size=12) | st.sampled_from(
+_CHARS = st.characters(codec="utf-8", exclude_categories=["Cs"])
+# Short texts, and texts long enough for the scanner's 16- and 8-byte string loops (a special character at
+# any position of a block).
+_TEXT = st.text(_CHARS, max_size=12) | st.text(_CHARS, min_size=15, max_size=70) | st.sampled_from(
     ["", "X", "i", "f", "s", "M", "cpu_op", "kernel", "ac2g", "[memory]", "a\"b", "back\\slash", "tab\there",
      "\u00e9t\u00e9", "\U0001f600", "1", "0x1f", "ProfilerStep#3", "\x00", "\u2028"])
 _SCALAR = (

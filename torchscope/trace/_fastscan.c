@@ -20,11 +20,17 @@
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
+#if defined(__SSE2__) && defined(__GNUC__)
+#include <emmintrin.h>
+#define HAVE_SSE2 1
+#endif
 
 enum { T_F8 = 0, T_F4, T_I8, T_I4, T_STR, T_RAW, T_KEY, T_FLOW, T_ARGS };
 enum { TAG_STR = 1, TAG_INT = 2, TAG_RAW = 3 };
 
 #define MAX_FIELDS 64
+#define KEY_BUCKETS 128 /* declared keys by a hash of length and three bytes: one or two compares a key */
+#define BUCKET_SLOTS 4
 #define MAX_DEPTH 256
 #define OK 1
 #define BAIL 0
@@ -68,10 +74,9 @@ typedef struct {
     PyObject_HEAD PyObject *interner;
     Field fields[MAX_FIELDS];
     int nfields;
-    int top[MAX_FIELDS];
-    int ntop;
-    int args[MAX_FIELDS];
-    int nargs;
+    int8_t buckets[2][KEY_BUCKETS][BUCKET_SLOTS]; /* [0]: the event's own keys, [1]: its args; -1 = empty */
+    int overflow[2][MAX_FIELDS]; /* keys whose bucket was full (none with torchscope's schema) */
+    int noverflow[2];
     Entry *table;
     size_t tcap, tcount;
     size_t rows_cap;
@@ -138,6 +143,22 @@ static const char *scan_string(const char *p, const char *end, int *escaped) {
     const unsigned char *e = (const unsigned char *)end;
     *escaped = 0;
     while (q < e) {
+#ifdef HAVE_SSE2
+        /* sixteen bytes at a time to the next quote, backslash, control character or non-ASCII byte
+         * (signed compare: bytes >= 0x80 are negative, so "< 0x20" catches them too) */
+        while (e - q >= 16) {
+            __m128i v = _mm_loadu_si128((const __m128i *)q);
+            __m128i special = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8('"')),
+                                                        _mm_cmpeq_epi8(v, _mm_set1_epi8('\\'))),
+                                           _mm_cmplt_epi8(v, _mm_set1_epi8(0x20)));
+            int mask = _mm_movemask_epi8(special);
+            if (mask) {
+                q += __builtin_ctz((unsigned)mask);
+                break;
+            }
+            q += 16;
+        }
+#endif
         /* eight plain ASCII bytes at a time: no quote, backslash, control character or UTF-8 lead */
         while (e - q >= 8) {
             uint64_t w;
@@ -668,8 +689,27 @@ static int read_field(Scanner *s, Field *f, const char **pp, const char *end, si
 }
 
 /* The members of an object at *pp ('{'), matched against the fields listed in `which`. */
-static int read_object(Scanner *s, const int *which, int count, const char **pp, const char *end, size_t row,
-                       uint64_t *seen) {
+static inline unsigned key_bucket(const char *key, Py_ssize_t n) {
+    if (n == 0) return 0;
+    unsigned char first = (unsigned char)key[0], middle = (unsigned char)key[n / 2], last = (unsigned char)key[n - 1];
+    return ((unsigned)n * 31u + first * 7u + middle * 3u + last) & (KEY_BUCKETS - 1);
+}
+
+static inline int key_matches(const Field *f, const char *key, Py_ssize_t n) {
+    return f->key_len == n && memcmp(f->key, key, (size_t)n) == 0;
+}
+
+/* The declared field with this key at `level` (0: the event, 1: its args), -1 if none. */
+static inline int find_field(const Scanner *s, int level, const char *key, Py_ssize_t n) {
+    const int8_t *slots = s->buckets[level][key_bucket(key, n)];
+    for (int i = 0; i < BUCKET_SLOTS && slots[i] >= 0; i++)
+        if (key_matches(&s->fields[slots[i]], key, n)) return slots[i];
+    for (int i = 0; i < s->noverflow[level]; i++)
+        if (key_matches(&s->fields[s->overflow[level][i]], key, n)) return s->overflow[level][i];
+    return -1;
+}
+
+static int read_object(Scanner *s, int level, const char **pp, const char *end, size_t row, uint64_t *seen) {
     const char *p = skip_ws(*pp + 1, end);
     int escaped, status;
     if (p < end && *p == '}') {
@@ -685,14 +725,7 @@ static int read_object(Scanner *s, const int *which, int count, const char **pp,
         p = skip_ws(close, end);
         if (p >= end || *p != ':') return BAIL;
         p = skip_ws(p + 1, end);
-        int match = -1;
-        for (int i = 0; i < count; i++) {
-            Field *f = &s->fields[which[i]];
-            if (f->key_len == key_len && f->key[0] == key[0] && memcmp(f->key, key, (size_t)key_len) == 0) {
-                match = which[i];
-                break;
-            }
-        }
+        int match = find_field(s, level, key, key_len);
         if (match < 0) {
             if ((p = skip_value(s, p, end)) == NULL) return BAIL;
         } else {
@@ -701,7 +734,7 @@ static int read_object(Scanner *s, const int *which, int count, const char **pp,
             Field *f = &s->fields[match];
             if (f->type == T_ARGS) {
                 if (p >= end || *p != '{') return BAIL;
-                if ((status = read_object(s, s->args, s->nargs, &p, end, row, seen)) != OK) return status;
+                if ((status = read_object(s, 1, &p, end, row, seen)) != OK) return status;
             } else if ((status = read_field(s, f, &p, end, row)) != OK) {
                 return status;
             }
@@ -720,7 +753,7 @@ static int read_object(Scanner *s, const int *which, int count, const char **pp,
 static int read_event(Scanner *s, const char **pp, const char *end, size_t row) {
     uint64_t seen = 0;
     s->lenient = 0;
-    int status = read_object(s, s->top, s->ntop, pp, end, row, &seen);
+    int status = read_object(s, 0, pp, end, row, &seen);
     if (status != OK) return status;
     /* the lenient path drops an event without a string `ph` */
     if (s->lenient && (s->ph_field < 0 || !(seen & (1ULL << s->ph_field)))) return BAIL;
@@ -766,7 +799,9 @@ static int Scanner_init(Scanner *s, PyObject *args, PyObject *kwargs) {
     }
     Scanner_clear_fields(s);
     Py_XSETREF(s->interner, Py_NewRef(interner));
-    s->ntop = s->nargs = 0;
+
+    s->noverflow[0] = s->noverflow[1] = 0;
+    memset(s->buckets, -1, sizeof(s->buckets));
     s->ph_field = -1;
     for (Py_ssize_t i = 0; i < n; i++) {
         const char *key;
@@ -806,8 +841,11 @@ static int Scanner_init(Scanner *s, PyObject *args, PyObject *kwargs) {
         f->width = (type == T_F8 || type == T_I8 || type == T_FLOW) ? 8 : 4;
         s->nfields = (int)i + 1;
         if (!in_args && type == T_STR && key_len == 2 && memcmp(key, "ph", 2) == 0) s->ph_field = (int)i;
-        if (in_args) s->args[s->nargs++] = (int)i;
-        else s->top[s->ntop++] = (int)i;
+        int8_t *slots = s->buckets[in_args ? 1 : 0][key_bucket(key, key_len)];
+        int slot = 0;
+        while (slot < BUCKET_SLOTS && slots[slot] >= 0) slot++;
+        if (slot < BUCKET_SLOTS) slots[slot] = (int8_t)i;
+        else s->overflow[in_args ? 1 : 0][s->noverflow[in_args ? 1 : 0]++] = (int)i;
     }
     Py_DECREF(seq);
     s->rows_cap = 0;
