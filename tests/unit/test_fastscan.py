@@ -171,7 +171,8 @@ _CHARS = st.characters(codec="utf-8", exclude_categories=["Cs"])
 # any position of a block).
 _TEXT = st.text(_CHARS, max_size=12) | st.text(_CHARS, min_size=15, max_size=70) | st.sampled_from(
     ["", "X", "i", "f", "s", "M", "cpu_op", "kernel", "ac2g", "[memory]", "a\"b", "back\\slash", "tab\there",
-     "\u00e9t\u00e9", "\U0001f600", "1", "0x1f", "ProfilerStep#3", "\x00", "\u2028"])
+     "\u00e9t\u00e9", "\U0001f600", "1", "0x1f", "ProfilerStep#3", "\x00", "\u2028",
+     "\ud800", "\udc00x", "\ud800A", "\ud83d\ude00"])  # lone surrogates: json.dumps writes them as escapes
 _SCALAR = (
     st.integers(min_value=-(2**70), max_value=2**70) | st.sampled_from(_INT_EDGES)
     | st.floats(allow_nan=False, allow_infinity=False) | st.sampled_from(_NUMBER_LITERALS).map(Literal)
@@ -294,3 +295,44 @@ def test_a_false_cut_is_never_accepted() -> None:
         piece = b"[" + event[:cut] + b"]"
         if parse_module.decode_array(piece) is None:
             assert _via_scanner(piece) is None, piece
+
+
+@pytest.mark.parametrize("text", [
+    rb'[{"ph":"X","foo":"\ud800"}]', rb'[{"ph":"X","foo":"\udc00x"}]', rb'[{"ph":"X","foo":"\ud800\u0041"}]',
+    rb'[{"ph":"X","args":{"Input Dims":"\ud800"}}]', rb'[{"ph":"X","args":{"zzz":{"\ud800":1}}}]',
+    rb'[{"ph":"X","name":"\ud800"}]', rb'[{"ph":"X","name":"\ud83d\ude00"}]',
+])
+def test_lone_surrogate_escapes_are_invalid_json_everywhere(text: bytes) -> None:
+    """msgspec rejects a lone surrogate escape in any string (skipped values and raw fields included)."""
+    _check(text)
+    assert (_via_scanner(text) is None) == (parse_module.decode_array(text) is None)
+
+
+@pytest.mark.parametrize("extra", [b'"foo":1e400', b'"foo":-1e400', b'"foo":[1e400]', b'"foo":{"a":1e400}',
+                                   b'"foo":123456789012345678901234567890', b'"foo":"x"', b'"foo":2.5'])
+def test_the_lenient_default_only_where_the_lenient_path_keeps_the_event(extra: bytes) -> None:
+    """An out-of-range int32 arg sends msgspec down its lenient path, which also decodes every top-level
+    value and drops the event when one fails (1e400): the scanner must not keep what msgspec drops."""
+    _check(b'[{"ph":"X","cat":"c","args":{"stream":4294967295},' + extra + b'}]')
+
+
+def test_scanner_misuse_raises_instead_of_crashing() -> None:
+    from torchscope.trace import _fastscan as native  # type: ignore[attr-defined]
+
+    interner = ColumnBuilder(None).interner
+    spec = [("ts", False, native.T_F8, 0.0, None), ("name", False, native.T_STR, 0.0, "")]
+    with pytest.raises(RuntimeError):
+        native.Scanner.__new__(native.Scanner).scan(b'[{"ts":1}]')  # never initialised
+    scanner = native.Scanner(interner, spec)
+    with pytest.raises(TypeError):
+        scanner.scan(bytearray(b'[{"ts":1}]'))  # mutable: another thread could change it mid-scan
+    assert scanner.scan(b'[{"ts":1,"name":"hello"}]') is not None
+    with pytest.raises(ValueError):
+        scanner.__init__(interner, [*spec, ("x", False, 99, 0.0, None)])  # a failed re-initialisation
+    with pytest.raises(RuntimeError):
+        scanner.scan(b'[{"ts":1}]')
+    other = ColumnBuilder(None).interner
+    scanner.__init__(other, spec)  # a new interner: ids from the old one must not be reused
+    count, columns = scanner.scan(b'[{"ts":1,"name":"hello"}]')
+    names = np.frombuffer(columns[1], np.int32)
+    assert count == 1 and other.strings[int(names[0])] == "hello"

@@ -20,6 +20,14 @@
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
+#if defined(__GLIBC__) || defined(__APPLE__)
+#include <locale.h>
+#ifdef __APPLE__
+#include <xlocale.h>
+#endif
+#define HAVE_STRTOD_L 1
+static locale_t c_locale; /* strtod_l in the "C" locale: correctly rounded, needs no GIL */
+#endif
 #if defined(__SSE2__) && defined(__GNUC__)
 #include <emmintrin.h>
 #define HAVE_SSE2 1
@@ -83,6 +91,7 @@ typedef struct {
     char *scratch;
     size_t scratch_cap;
     int lenient; /* the event being read took a value the way msgspec's lenient path would */
+    int risky;   /* ... and has an undeclared top-level value that path might fail to decode (e.g. 1e400) */
     int ph_field; /* index of the `ph` field, -1 if not declared */
     Pending *pending;
     int32_t *resolved; /* interner id of each pending text */
@@ -91,6 +100,7 @@ typedef struct {
     PyThreadState *released; /* set while the scan runs without the GIL */
     int nomem; /* an allocation failed without the GIL: raise MemoryError once it is held */
     int busy;
+    int ready; /* __init__ succeeded */
 } Scanner;
 
 static int out_of_memory(Scanner *s) {
@@ -132,6 +142,18 @@ static inline int utf8_sequence(const unsigned char *p, const unsigned char *end
         return 4;
     }
     return 0;
+}
+
+/* The UTF-16 code unit of the escape `\uXXXX` at q, -1 when q does not hold one. */
+static inline int escaped_code_unit(const unsigned char *q, const unsigned char *e) {
+    if (e - q < 6 || q[0] != '\\' || q[1] != 'u') return -1;
+    int cp = 0;
+    for (int i = 2; i < 6; i++) {
+        int h = hexval(q[i]);
+        if (h < 0) return -1;
+        cp = cp << 4 | h;
+    }
+    return cp;
 }
 
 /* The high bit of each zero byte of w is set (a few false positives above a zero byte: only a hint). */
@@ -177,10 +199,14 @@ static const char *scan_string(const char *p, const char *end, int *escaped) {
             if (q + 1 >= e) return NULL;
             c = q[1];
             if (c == 'u') {
-                if (e - q < 6) return NULL;
-                for (int i = 2; i < 6; i++)
-                    if (hexval(q[i]) < 0) return NULL;
+                int cp = escaped_code_unit(q, e);
+                if (cp < 0 || (cp >= 0xDC00 && cp <= 0xDFFF)) return NULL; /* msgspec rejects a lone surrogate */
                 q += 6;
+                if (cp >= 0xD800 && cp <= 0xDBFF) { /* a high surrogate must be followed by a low one */
+                    int low = escaped_code_unit(q, e);
+                    if (low < 0xDC00 || low > 0xDFFF) return NULL;
+                    q += 6;
+                }
             } else if (c == '"' || c == '\\' || c == '/' || c == 'b' || c == 'f' || c == 'n' || c == 'r' ||
                        c == 't') {
                 q += 2;
@@ -302,12 +328,16 @@ static const char *scan_number(Scanner *s, const char *p, const char *end, Numbe
     memcpy(s->scratch, start, len);
     s->scratch[len] = '\0';
     char *stop = NULL;
-    if (s->released != NULL) PyEval_RestoreThread(s->released); /* a rare literal: >19 digits or a large exponent */
+#ifdef HAVE_STRTOD_L
+    double d = strtod_l(s->scratch, &stop, c_locale); /* the grammar was checked above */
+#else
+    if (s->released != NULL) PyEval_RestoreThread(s->released);
     double d = PyOS_string_to_double(s->scratch, &stop, NULL);
     int failed = d == -1.0 && PyErr_Occurred();
     if (failed) PyErr_Clear();
     if (s->released != NULL) s->released = PyEval_SaveThread();
     if (failed) return p;
+#endif
     if (stop == s->scratch + len && isfinite(d)) {
         out->dval = d;
         out->double_ok = 1;
@@ -726,7 +756,14 @@ static int read_object(Scanner *s, int level, const char **pp, const char *end, 
         if (p >= end || *p != ':') return BAIL;
         p = skip_ws(p + 1, end);
         int match = find_field(s, level, key, key_len);
-        if (match < 0) {
+        if (match < 0 && level == 0 && p < end && *p == '"') {
+            if ((p = scan_string(p, end, &escaped)) == NULL) return BAIL;
+        } else if (match < 0 && level == 0 && p < end && (*p == '-' || is_digit(*p))) {
+            Number number; /* the lenient path decodes these: it drops the event for a value it cannot */
+            if ((p = scan_number(s, p, end, &number, 1)) == NULL) return BAIL;
+            if (number.is_int ? !number.int_ok : !number.double_ok) s->risky = 1;
+        } else if (match < 0) {
+            if (level == 0) s->risky = 1;
             if ((p = skip_value(s, p, end)) == NULL) return BAIL;
         } else {
             if (*seen & (1ULL << match)) return BAIL; /* a repeated declared key */
@@ -752,11 +789,11 @@ static int read_object(Scanner *s, int level, const char **pp, const char *end, 
 
 static int read_event(Scanner *s, const char **pp, const char *end, size_t row) {
     uint64_t seen = 0;
-    s->lenient = 0;
+    s->lenient = s->risky = 0;
     int status = read_object(s, 0, pp, end, row, &seen);
     if (status != OK) return status;
-    /* the lenient path drops an event without a string `ph` */
-    if (s->lenient && (s->ph_field < 0 || !(seen & (1ULL << s->ph_field)))) return BAIL;
+    /* the lenient path drops an event without a string `ph`, or with a top-level value it cannot decode */
+    if (s->lenient && (s->risky || s->ph_field < 0 || !(seen & (1ULL << s->ph_field)))) return BAIL;
     for (int i = 0; i < s->nfields; i++) {
         if (!(seen & (1ULL << i)) && s->fields[i].type != T_ARGS) write_default(&s->fields[i], row);
     }
@@ -774,10 +811,16 @@ static void Scanner_clear_fields(Scanner *s) {
     s->nfields = 0;
 }
 
-static void Scanner_dealloc(Scanner *s) {
-    Scanner_clear_fields(s);
+static void Scanner_clear_table(Scanner *s) {
     for (size_t i = 0; i < s->tcap; i++) PyMem_RawFree(s->table[i].bytes);
     PyMem_RawFree(s->table);
+    s->table = NULL;
+    s->tcap = s->tcount = 0;
+}
+
+static void Scanner_dealloc(Scanner *s) {
+    Scanner_clear_fields(s);
+    Scanner_clear_table(s);
     PyMem_RawFree(s->scratch);
     PyMem_RawFree(s->pending);
     PyMem_RawFree(s->resolved);
@@ -797,7 +840,15 @@ static int Scanner_init(Scanner *s, PyObject *args, PyObject *kwargs) {
         PyErr_SetString(PyExc_ValueError, "too many fields");
         return -1;
     }
+    if (s->busy) {
+        Py_DECREF(seq);
+        PyErr_SetString(PyExc_RuntimeError, "cannot re-initialise a Scanner while it scans");
+        return -1;
+    }
+    s->ready = 0;
     Scanner_clear_fields(s);
+    Scanner_clear_table(s); /* its ids belong to the previous interner */
+    s->rows_cap = 0;
     Py_XSETREF(s->interner, Py_NewRef(interner));
 
     s->noverflow[0] = s->noverflow[1] = 0;
@@ -821,6 +872,7 @@ static int Scanner_init(Scanner *s, PyObject *args, PyObject *kwargs) {
         }
         Field *f = &s->fields[i];
         memset(f, 0, sizeof(*f));
+        s->nfields = (int)i + 1; /* from here on, Scanner_clear_fields releases this field on an error */
         f->key = PyMem_RawMalloc((size_t)key_len + 1);
         if (f->key == NULL) {
             Py_DECREF(seq);
@@ -839,7 +891,6 @@ static int Scanner_init(Scanner *s, PyObject *args, PyObject *kwargs) {
             return -1;
         }
         f->width = (type == T_F8 || type == T_I8 || type == T_FLOW) ? 8 : 4;
-        s->nfields = (int)i + 1;
         if (!in_args && type == T_STR && key_len == 2 && memcmp(key, "ph", 2) == 0) s->ph_field = (int)i;
         int8_t *slots = s->buckets[in_args ? 1 : 0][key_bucket(key, key_len)];
         int slot = 0;
@@ -848,7 +899,7 @@ static int Scanner_init(Scanner *s, PyObject *args, PyObject *kwargs) {
         else s->overflow[in_args ? 1 : 0][s->noverflow[in_args ? 1 : 0]++] = (int)i;
     }
     Py_DECREF(seq);
-    s->rows_cap = 0;
+    s->ready = 1;
     return 0;
 }
 
@@ -900,15 +951,26 @@ PyDoc_STRVAR(scan_doc,
              "scanners of different threads run in parallel; one scanner serves one thread at a time.");
 
 static PyObject *Scanner_scan(Scanner *s, PyObject *arg) {
+    if (!s->ready) {
+        PyErr_SetString(PyExc_RuntimeError, "the Scanner is not initialised");
+        return NULL;
+    }
     if (s->busy) {
         PyErr_SetString(PyExc_RuntimeError, "a Scanner serves one thread at a time");
+        return NULL;
+    }
+    if (!PyBytes_Check(arg)) { /* immutable: no other thread can change it while the GIL is released */
+        PyErr_SetString(PyExc_TypeError, "scan() takes bytes");
         return NULL;
     }
     Py_buffer view;
     if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) != 0) return NULL;
     size_t rows = 0;
     s->busy = 1;
-    s->epoch++;
+    if (++s->epoch == 0) { /* wrapped after 2**32 scans: forget every entry's pending mark */
+        s->epoch = 1;
+        for (size_t i = 0; i < s->tcap; i++) s->table[i].epoch = 0;
+    }
     s->npending = 0;
     s->nomem = 0;
     s->released = PyEval_SaveThread();
@@ -959,6 +1021,12 @@ static struct PyModuleDef module = {
 };
 
 PyMODINIT_FUNC PyInit__fastscan(void) {
+#ifdef HAVE_STRTOD_L
+    if (c_locale == (locale_t)0 && (c_locale = newlocale(LC_ALL_MASK, "C", (locale_t)0)) == (locale_t)0) {
+        PyErr_SetString(PyExc_OSError, "cannot create the C locale");
+        return NULL;
+    }
+#endif
     if (PyType_Ready(&ScannerType) < 0) return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) return NULL;
