@@ -6,7 +6,8 @@ STAMP := $(VENV)/.installed
 
 .PHONY: setup demo test bench clean
 
-$(STAMP): pyproject.toml
+# setup.py and the C scanner too: an edit rebuilds the extension in place (pip install -e).
+$(STAMP): pyproject.toml setup.py torchscope/trace/_fastscan.c
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	# torch first, pinned: an unpinned torch would pull a multi-GB CUDA build.

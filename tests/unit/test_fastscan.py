@@ -330,3 +330,47 @@ def test_scanner_misuse_raises_instead_of_crashing() -> None:
     count, columns = scanner.scan(b'[{"ts":1,"name":"hello"}]')
     names = np.frombuffer(columns[1], np.int32)
     assert count == 1 and other.strings[int(names[0])] == "hello"
+
+
+def test_reports_do_not_depend_on_the_parse_path_when_rows_tie(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two kernels with equal device time: the msgspec path met "A" first in its name column, the scanner
+    met "B" first in the text. String ids are canonical (sorted text), so both give the same report."""
+    import msgspec
+
+    from torchscope.report.build import analyze
+    from torchscope.report.model import encode_report
+
+    events = []
+    for step in range(3):
+        t = step * 1000
+        events += [
+            {"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{step}", "pid": 1, "tid": 1, "ts": t, "dur": 900},
+            {"ph": "X", "cat": "kernel", "name": "B", "pid": 0, "tid": 7, "ts": t + 10, "dur": 50, "args": {"stream": 7}},
+            {"ph": "X", "cat": "A", "name": "other", "pid": 1, "tid": 1, "ts": t + 5, "dur": 1},
+            {"ph": "X", "cat": "kernel", "name": "A", "pid": 0, "tid": 7, "ts": t + 100, "dur": 50, "args": {"stream": 7}},
+        ]
+    path = tmp_path / "tie.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+
+    def report(scanner: bool) -> Any:
+        monkeypatch.setenv(fastscan.DISABLE_ENV, "" if scanner else "1")
+        return msgspec.json.decode(encode_report(analyze(path, jobs=1, use_cache=False)))
+
+    fast, slow = report(True), report(False)
+    assert [k["name"] for k in fast["kernels"]] == ["A", "B"]  # a tie: in text order
+    fast.pop("generated_at", None), slow.pop("generated_at", None)
+    assert fast == slow
+
+
+def test_string_ids_are_canonical_and_only_for_strings_in_use(shared_traces: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = next(p for p in _all_traces(shared_traces) if p.name.startswith("worker0."))
+    tables = []
+    for flag in ("", "1"):
+        monkeypatch.setenv(fastscan.DISABLE_ENV, flag)
+        tables.append(parse_trace(path).events)
+    fast, slow = tables
+    assert fast.strings == slow.strings and fast.strings[0] == ""
+    for name in STRING_COLUMNS:
+        assert np.array_equal(fast.columns[name], slow.columns[name]), name
+    used = np.unique(np.concatenate([fast.columns[name] for name in STRING_COLUMNS]))
+    assert set(used.tolist()) | {0} == set(range(len(fast.strings)))  # no unused strings

@@ -214,3 +214,14 @@ def test_ranges_run_on_threads_with_the_scanner_and_on_processes_without(
     _assert_same(parse_trace(path, jobs=2), parse_trace(path))
     expected = "ThreadPoolExecutor" if small_ranges == "threads" else "ProcessPoolExecutor"
     assert pools == [expected]
+
+
+def test_thread_and_process_thresholds(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Threads split files from 64 MB into ranges of at least 8 MB; processes from 48 MB, 12 MB."""
+    if fastscan.available():
+        assert ranges.on_threads() and ranges.min_parallel_bytes() == 64 << 20
+        assert len(ranges.plan_ranges(64 << 20, 0, 2)) == 8  # 4 per thread, 8 MB each
+        assert len(ranges.plan_ranges(40 << 20, 0, 2)) == 5  # none under 8 MB
+    monkeypatch.setenv(fastscan.DISABLE_ENV, "1")
+    assert not ranges.on_threads() and ranges.min_parallel_bytes() == 48 << 20
+    assert len(ranges.plan_ranges(64 << 20, 0, 2)) == 5  # none under 12 MB

@@ -33,6 +33,10 @@ static locale_t c_locale; /* strtod_l in the "C" locale: correctly rounded, need
 #define HAVE_SSE2 1
 #endif
 
+/* Bump when the field spec, the types or the output layout change: fastscan.py ignores a module built
+ * from another version (a stale in-place build) and parses with msgspec instead. */
+#define SPEC_VERSION 2
+
 enum { T_F8 = 0, T_F4, T_I8, T_I4, T_STR, T_RAW, T_KEY, T_FLOW, T_ARGS };
 enum { TAG_STR = 1, TAG_INT = 2, TAG_RAW = 3 };
 
@@ -1035,7 +1039,7 @@ PyMODINIT_FUNC PyInit__fastscan(void) {
         PyModule_AddIntConstant(m, "T_I8", T_I8) < 0 || PyModule_AddIntConstant(m, "T_I4", T_I4) < 0 ||
         PyModule_AddIntConstant(m, "T_STR", T_STR) < 0 || PyModule_AddIntConstant(m, "T_RAW", T_RAW) < 0 ||
         PyModule_AddIntConstant(m, "T_KEY", T_KEY) < 0 || PyModule_AddIntConstant(m, "T_FLOW", T_FLOW) < 0 ||
-        PyModule_AddIntConstant(m, "T_ARGS", T_ARGS) < 0) {
+        PyModule_AddIntConstant(m, "T_ARGS", T_ARGS) < 0 || PyModule_AddIntConstant(m, "SPEC_VERSION", SPEC_VERSION) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -31,7 +31,7 @@ from torchscope.trace.tables import (
 
 log = logging.getLogger(__name__)
 
-CACHE_FORMAT = 2  # 2: fewer, narrower columns
+CACHE_FORMAT = 3  # 2: fewer, narrower columns; 3: canonical string ids (sorted text)
 _DTYPES = {
     **{c: np.dtype(t) for c, t in NUMERIC_COLUMNS.items()},
     **{c: np.dtype(np.int32) for c in STRING_COLUMNS},

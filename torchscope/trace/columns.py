@@ -111,7 +111,39 @@ class ColumnBuilder:
                 values.resize(self.filled, refcheck=False)  # in place: frees the unused tail
         if self.dropped:
             warnings.append(f"dropped {self.dropped} malformed event(s) of {self.filled + self.dropped}")
-        return EventTable(columns, self.interner.strings), self.dropped
+        return EventTable(columns, canonical_strings(columns, self.interner)), self.dropped
+
+
+_KEY_TYPE_RANK = {str: 0, int: 1, bytes: 2}
+
+
+def canonical_strings(columns: dict[str, np.ndarray], interner: StringInterner) -> list[str]:
+    """Renumber the string columns in place so that ids follow the sorted text, keeping only strings
+    some event refers to; return the new string table (id 0 stays the empty string).
+
+    Why: ids otherwise follow the order strings were first met, which depends on how the text was
+    decoded (the compiled scanner interns event by event, the msgspec path column by column, byte ranges
+    part by part). Analyses that break ties by id would then order equal rows differently depending on
+    the path; canonical ids make the tables, and so the reports, identical whichever path parsed them.
+    Keys with the same text stay distinct (pid 1 and pid "1"), ordered by key type."""
+    keys = list(interner)  # in id order: the interner assigns ids in insertion order
+    strings = interner.strings
+    used = np.zeros(len(strings), dtype=bool)
+    used[0] = True
+    for name in STRING_COLUMNS:
+        used[columns[name]] = True
+
+    def order_key(i: int) -> tuple[bool, str, int, bytes]:
+        key = keys[i]
+        raw = key if isinstance(key, bytes) else b""  # two byte strings can decode to the same text
+        return (i != 0, strings[i], _KEY_TYPE_RANK.get(type(key), 3), raw)
+
+    order = sorted(np.flatnonzero(used).tolist(), key=order_key)
+    new_id = np.zeros(len(strings), dtype=np.int32)
+    new_id[order] = np.arange(len(order), dtype=np.int32)
+    for name in STRING_COLUMNS:
+        np.take(new_id, columns[name], out=columns[name])
+    return [strings[i] for i in order]
 
 
 _DEFAULTS: dict[str, Any] = {

@@ -24,10 +24,14 @@ import numpy as np
 from torchscope.trace import schema
 from torchscope.trace.tables import NUMERIC_COLUMNS, STRING_COLUMNS
 
+SPEC_VERSION = 2  # must match _fastscan.c's SPEC_VERSION (field spec and output layout)
+
 try:
     from torchscope.trace import _fastscan  # type: ignore[attr-defined]
 except ImportError:  # built without a C compiler: the msgspec path does all the work
     _fastscan = None
+if _fastscan is not None and getattr(_fastscan, "SPEC_VERSION", None) != SPEC_VERSION:
+    _fastscan = None  # a stale build from another version of the C source: msgspec rather than garbage
 
 DISABLE_ENV = "TORCHSCOPE_NO_FASTSCAN"
 
