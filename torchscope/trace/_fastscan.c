@@ -13,7 +13,8 @@
  * caller decodes the batch with msgspec, which also decides whether the text is JSON at all. So what
  * this scanner accepts, it decodes exactly as the msgspec path would (numbers are rounded correctly).
  *
- * Fields are declared by the caller (schema.scan_fields()): (key, in_args, type, default, default_key).
+ * Fields are declared by the caller (fastscan.FIELDS): (key, in_args, type, default, default_key), where
+ * default_key is the interner key of an absent string field (interned once, in __init__).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -55,8 +56,7 @@ typedef struct {
     int in_args;
     double fdefault;
     int64_t idefault;
-    PyObject *default_key; /* T_STR/T_RAW/T_KEY: the interner key of the default value */
-    int32_t default_id;
+    int32_t default_id; /* T_STR/T_RAW/T_KEY: the interner id of the absent value */
     char *data; /* output column */
     int width;
 } Field;
@@ -810,7 +810,6 @@ static void Scanner_clear_fields(Scanner *s) {
     for (int i = 0; i < s->nfields; i++) {
         PyMem_RawFree(s->fields[i].key);
         PyMem_RawFree(s->fields[i].data);
-        Py_CLEAR(s->fields[i].default_key);
     }
     s->nfields = 0;
 }
@@ -889,7 +888,6 @@ static int Scanner_init(Scanner *s, PyObject *args, PyObject *kwargs) {
         f->in_args = in_args;
         f->fdefault = fdefault;
         f->idefault = isfinite(fdefault) ? (int64_t)fdefault : 0; /* float fields keep fdefault (NaN) */
-        f->default_key = Py_NewRef(default_key);
         if ((type == T_STR || type == T_RAW || type == T_KEY) && id_of_key(s, default_key, &f->default_id) != OK) {
             Py_DECREF(seq);
             return -1;
