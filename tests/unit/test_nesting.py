@@ -6,7 +6,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from torchscope.analysis.nesting import _thread_tree, accumulate_up, build_host_tree
+from torchscope.analysis.nesting import _thread_tree, _tree_order, accumulate_up, build_host_tree
 from helpers.trace_builder import TraceBuilder
 from torchscope.trace.parse import parse_trace_bytes
 import json
@@ -70,3 +70,15 @@ def test_self_time_and_inclusive_totals_on_a_built_trace() -> None:
     assert self_time == {"outer": 50, "inner_a": 25, "leaf": 5, "inner_b": 20, "other_thread": 100}
     totals = dict(zip(names, accumulate_up(tree, np.ones(len(table)))))
     assert totals["outer"] == 4 and totals["inner_a"] == 2 and totals["other_thread"] == 1
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 2), st.integers(0, 40), st.integers(0, 4)), min_size=1, max_size=80),
+       st.booleans())
+def test_tree_order_is_lexsorts_order(events: list[tuple[int, int, int]], presorted: bool) -> None:
+    """Thread, then start, then longer first, ties in input order: exactly np.lexsort's order, both on
+    its fast path (few tied starts) and its fallback (many)."""
+    if presorted:
+        events = sorted(events, key=lambda e: e[1])
+    thread, ts, dur = (np.array(column, dtype=dtype) for column, dtype in zip(zip(*events), (np.int64, float, float)))
+    assert np.array_equal(_tree_order(thread, ts, dur), np.lexsort((-dur, ts, thread)))

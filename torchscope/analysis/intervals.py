@@ -58,24 +58,51 @@ def overlap_per_window(intervals: IntervalSet, window_starts: np.ndarray, window
 
 def intersect(a: IntervalSet, b: IntervalSet) -> IntervalSet:
     """Intersection of two disjoint sorted sets."""
-    return _combine(a, b, lambda in_a, in_b: in_a & in_b)
+    return _combine(a, b, _IN_BOTH)
 
 
 def subtract(a: IntervalSet, b: IntervalSet) -> IntervalSet:
     """Parts of `a` not covered by `b`."""
-    return _combine(a, b, lambda in_a, in_b: in_a & ~in_b)
+    return _combine(a, b, _IN_A_ONLY)
 
 
-def _combine(a: IntervalSet, b: IntervalSet, rule: "np.ufunc | object") -> IntervalSet:
+# Coverage of an elementary piece between boundaries: 1 per set `a` covering it, 2 per set `b`.
+_IN_A_ONLY, _IN_BOTH = 1, 3
+
+
+def _combine(a: IntervalSet, b: IntervalSet, wanted: int) -> IntervalSet:
+    """The pieces whose coverage (see above) is `wanted`, merged where they touch.
+
+    One sweep: both sets' boundaries, each already in order, are merged by a stable sort (two sorted runs
+    cost a merge, not a full sort); a running sum of +1/-1 (a) and +2/-2 (b) gives each piece's coverage.
+    """
     if a[0].size == 0:
         return EMPTY
-    points = np.unique(np.concatenate((a[0], a[1], b[0], b[1])))
-    if points.size < 2:
+    points = np.concatenate((_boundaries(a), _boundaries(b)))
+    steps = np.concatenate((np.tile(np.array([1, -1], np.int8), a[0].size), np.tile(np.array([2, -2], np.int8), b[0].size)))
+    order = np.argsort(points, kind="stable")
+    points = points[order]
+    coverage = np.cumsum(steps[order], dtype=np.int32)[:-1]
+    # Piece i is [points[i], points[i + 1]): boundaries sharing a position leave zero-length pieces, and
+    # the coverage after the last of them is the one of the piece that follows.
+    keep = np.flatnonzero((coverage == wanted) & (points[1:] > points[:-1]))
+    if keep.size == 0:
         return EMPTY
-    lefts, rights = points[:-1], points[1:]
-    mids = (lefts + rights) / 2
-    keep = rule(contains(a, mids), contains(b, mids))  # type: ignore[operator]
-    return union(lefts[keep], rights[keep])
+    lefts, rights = points[keep], points[keep + 1]
+    new_run = np.empty(keep.size, dtype=bool)
+    new_run[0] = True
+    np.greater(lefts[1:], rights[:-1], out=new_run[1:])  # pieces that touch merge, as in `union`
+    last_in_run = np.append(np.flatnonzero(new_run)[1:] - 1, keep.size - 1)
+    return lefts[new_run], rights[last_in_run]
+
+
+def _boundaries(intervals: IntervalSet) -> np.ndarray:
+    """start0, end0, start1, end1, ...: in order, for a disjoint sorted set."""
+    starts, ends = intervals
+    out = np.empty(2 * starts.size, dtype=np.float64)
+    out[0::2] = starts
+    out[1::2] = ends
+    return out
 
 
 def contains(intervals: IntervalSet, points: np.ndarray) -> np.ndarray:

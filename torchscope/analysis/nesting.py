@@ -70,7 +70,7 @@ def build_host_tree(events: EventTable) -> HostTree:
     thread_key = (events.pid[host].astype(np.int64) << 32) | events.tid[host].astype(np.int64)
     ts = events.ts_us[host]
     dur = events.dur_us[host]
-    order = np.lexsort((-dur, ts, thread_key))
+    order = _tree_order(thread_key, ts, dur)
     host, thread_key, ts, dur = host[order], thread_key[order], ts[order], dur[order]
     boundaries = np.flatnonzero(np.diff(thread_key)) + 1
     for lo, hi in zip(np.r_[0, boundaries], np.r_[boundaries, host.size]):
@@ -85,6 +85,29 @@ def build_host_tree(events: EventTable) -> HostTree:
     parent[too_deep] = -1
     depth[too_deep] = -1
     return HostTree(parent, depth)
+
+
+def _tree_order(thread_key: np.ndarray, ts: np.ndarray, dur: np.ndarray) -> np.ndarray:
+    """`np.lexsort((-dur, ts, thread_key))`, in a fraction of its time on real traces.
+
+    Why: lexsort makes three full sorting passes. Events mostly come in start order, so a stable sort by
+    start is nearly a merge; only runs of equal starts need the second key (longer first), and the thread
+    is a stable sort on an integer key that is already grouped in runs. Both stable, so ties keep the
+    original order exactly as lexsort's. With many tied starts the extra pass costs more: lexsort then."""
+    order = np.argsort(ts, kind="stable")
+    sorted_ts = ts[order]
+    new_start = np.empty(order.size, dtype=bool)
+    new_start[:1] = True
+    np.not_equal(sorted_ts[1:], sorted_ts[:-1], out=new_start[1:])
+    tied = ~new_start
+    tied[:-1] |= ~new_start[1:]  # the first event of each run of equal starts too
+    in_runs = np.flatnonzero(tied)
+    if in_runs.size > order.size // 4:
+        return np.lexsort((-dur, ts, thread_key))
+    if in_runs.size:
+        run = np.cumsum(new_start)[in_runs]
+        order[in_runs] = order[in_runs[np.lexsort((-dur[order[in_runs]], run))]]
+    return order[np.argsort(thread_key[order], kind="stable")]
 
 
 def _thread_tree(ts: np.ndarray, dur: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
