@@ -56,7 +56,7 @@ def device_breakdown(events: EventTable, steps: StepWindows) -> StepBreakdown:
     kind = events.kind
     comm_kernels = comm_kernel_mask(events)
     phases = phase_masks(events)
-    labels = events.string_mask(lambda s: s.startswith(LABEL_PREFIX))[events.name]
+    labels = events.name_mask(lambda s: s.startswith(LABEL_PREFIX))
     cpu_exec = kind_mask(kind, HOST_RANGES) & ~step_marker_mask(events) & ~labels
     sets = [
         _set(events, (kind == Kind.KERNEL) & ~comm_kernels),

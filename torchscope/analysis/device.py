@@ -127,7 +127,7 @@ def _eligible_share(events: EventTable, kernels: np.ndarray, times: OpTimes, tre
         return None
     # A kernel counts as eligible when its launching op or any op enclosing it is eligible (autograd and
     # aten wrappers nest the GEMM/convolution op: aten::linear > aten::addmm > kernel).
-    eligible_op = times.op_mask & events.string_mask(is_tensor_core_eligible_op)[events.name]
+    eligible_op = times.op_mask & events.name_mask(is_tensor_core_eligible_op)
     under_eligible = nearest_ancestor_of(tree, eligible_op) >= 0
     eligible = attached & under_eligible[np.maximum(op, 0)]
     dur = events.dur_us[kernels]

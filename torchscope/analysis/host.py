@@ -48,7 +48,7 @@ def _step_index(ts: np.ndarray, steps: StepWindows) -> np.ndarray:
 
 def main_thread_mask(events: EventTable) -> np.ndarray:
     """Events on the thread that records the ProfilerStep markers (the training loop's thread)."""
-    is_step = events.string_mask(lambda s: s.startswith(STEP_PREFIX))[events.name] & (events.kind != Kind.GPU_USER_ANNOTATION)
+    is_step = events.name_mask(lambda s: s.startswith(STEP_PREFIX)) & (events.kind != Kind.GPU_USER_ANNOTATION)
     if not is_step.any():
         host = kind_mask(events.kind, (Kind.CPU_OP, Kind.USER_ANNOTATION))
         if not host.any():
@@ -131,7 +131,7 @@ def _user_frame(events: EventTable, tree: HostTree, index: int) -> str:
 
 def sync_mask(events: EventTable) -> np.ndarray:
     """Runtime calls that block the host until the device catches up."""
-    names = events.string_mask(lambda s: s in SYNC_CALLS)[events.name]
+    names = events.name_mask(lambda s: s in SYNC_CALLS)
     return names & kind_mask(events.kind, (Kind.RUNTIME, Kind.DRIVER))
 
 
@@ -193,8 +193,8 @@ def optimizer_details(events: EventTable, steps: StepWindows, tree: HostTree, ti
     n = max(len(steps), 1)
     in_steps = _event_steps(events, steps) >= 0
     ranges = kind_mask(events.kind, (Kind.CPU_OP, Kind.USER_ANNOTATION))
-    step_range = events.string_mask(lambda s: s.startswith("Optimizer.step#"))[events.name] & ranges
-    zero_range = events.string_mask(lambda s: s.startswith("Optimizer.zero_grad#"))[events.name] & ranges
+    step_range = events.name_mask(lambda s: s.startswith("Optimizer.step#")) & ranges
+    zero_range = events.name_mask(lambda s: s.startswith("Optimizer.zero_grad#")) & ranges
     ops = times.op_mask & ~step_range & ~zero_range
     # By time (on the range's thread), not by tree: Python frames recorded with stacks can straddle a
     # range's edges, which breaks strict nesting.
@@ -202,7 +202,7 @@ def optimizer_details(events: EventTable, steps: StepWindows, tree: HostTree, ti
     zero_ops = ops & _starts_inside(events, zero_range)
 
     def count(where: np.ndarray, predicate: Callable[[str], bool]) -> int:
-        return int((where & events.string_mask(predicate)[events.name]).sum())
+        return int((where & events.name_mask(predicate)).sum())
 
     fused = count(step_ops, lambda s: "_fused_" in s)
     foreach = count(step_ops, lambda s: "_foreach_" in s)
@@ -247,9 +247,9 @@ def outside_phases(
     for mask in phase_masks(events).values():
         phase |= mask
     host = kind_mask(events.kind, (Kind.CPU_OP, Kind.USER_ANNOTATION, Kind.PYTHON_FUNCTION))
-    own = events.string_mask(lambda s: s.startswith((STEP_PREFIX, LABEL_PREFIX)))[events.name]
+    own = events.name_mask(lambda s: s.startswith((STEP_PREFIX, LABEL_PREFIX)))
     inside_phase = nearest_ancestor_of(tree, phase) >= 0
-    profiler_frames = events.string_mask(_is_profiler_frame)[events.name]
+    profiler_frames = events.name_mask(_is_profiler_frame)
     candidate = host & ~own & ~profiler_frames & ~inside_phase & ~_encloses(tree, phase | own)
     parent = tree.parent
     chosen = np.flatnonzero(candidate & ((parent < 0) | ~candidate[np.maximum(parent, 0)]))
@@ -283,9 +283,9 @@ def _encloses(tree: HostTree, mask: np.ndarray) -> np.ndarray:
 def compile_activity(events: EventTable, steps: StepWindows) -> dict[str, float]:
     """torch.compile work inside the steps: compiled regions entered and compilation time, per step."""
     n = max(len(steps), 1)
-    marker = events.string_mask(lambda s: s.startswith(COMPILE_MARKERS) or "(dynamo_timed)" in s)[events.name]
+    marker = events.name_mask(lambda s: s.startswith(COMPILE_MARKERS) or "(dynamo_timed)" in s)
     inside = marker & (_event_steps(events, steps) >= 0)
-    compile_events = events.string_mask(lambda s: "(dynamo_timed)" in s or s.startswith("compile_inner"))[events.name]
+    compile_events = events.name_mask(lambda s: "(dynamo_timed)" in s or s.startswith("compile_inner"))
     return {
         "compiled_regions_per_step": float(inside.sum() / n),
         "compilation_us_per_step": float(events.dur_us[compile_events & inside].sum() / n),

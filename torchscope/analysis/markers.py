@@ -82,7 +82,7 @@ def user_phase_of(name: str) -> str | None:
 
 def name_mask(events: EventTable, predicate: Callable[[str], bool], kinds: tuple[Kind, ...]) -> np.ndarray:
     """Events of `kinds` whose name satisfies `predicate` (evaluated once per distinct string)."""
-    return events.string_mask(predicate)[events.name] & kind_mask(events.kind, kinds)
+    return events.name_mask(predicate) & kind_mask(events.kind, kinds)
 
 
 HOST_RANGES = (Kind.CPU_OP, Kind.USER_ANNOTATION)

@@ -34,7 +34,7 @@ class OpTimes:
 
 
 def op_times(events: EventTable, tree: HostTree) -> OpTimes:
-    is_step = events.string_mask(lambda s: s.startswith(STEP_PREFIX))[events.name]
+    is_step = events.name_mask(lambda s: s.startswith(STEP_PREFIX))
     op_mask = (events.kind == Kind.CPU_OP) & ~is_step
     child_mask = kind_mask(events.kind, _SELF_TIME_CHILDREN) & ~is_step
     host_self = tree.self_time_us(events.dur_us, child_mask)
@@ -81,7 +81,7 @@ def operator_rows(events: EventTable, times: OpTimes, by_shape: bool = False) ->
 
 def range_rows(events: EventTable) -> list[RangeRow]:
     """User `record_function` ranges (not ProfilerStep markers nor torchscope's own phase labels)."""
-    own = events.string_mask(lambda s: s.startswith((STEP_PREFIX, LABEL_PREFIX)))[events.name]
+    own = events.name_mask(lambda s: s.startswith((STEP_PREFIX, LABEL_PREFIX)))
     ranges = np.flatnonzero((events.kind == Kind.USER_ANNOTATION) & ~own)
     if ranges.size == 0:
         return []

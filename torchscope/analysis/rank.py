@@ -192,16 +192,16 @@ def _row(categories: tuple[str, ...], values: np.ndarray) -> dict[str, float]:
 
 
 def _dataloader_kind(events: Any) -> dict[str, float]:
-    names = events.string_mask(lambda s: s.startswith("enumerate(DataLoader)#"))[events.name]
-    single = events.string_mask(lambda s: "_SingleProcessDataLoaderIter" in s)[events.name] & names
-    multi = events.string_mask(lambda s: "_MultiProcessingDataLoaderIter" in s)[events.name] & names
+    names = events.name_mask(lambda s: s.startswith("enumerate(DataLoader)#"))
+    single = events.name_mask(lambda s: "_SingleProcessDataLoaderIter" in s) & names
+    multi = events.name_mask(lambda s: "_MultiProcessingDataLoaderIter" in s) & names
     return {"single_process_fetches": float(single.sum()), "multi_process_fetches": float(multi.sum())}
 
 
 def _device_kind(events: Any, summary: DeviceSummary, has_device: bool) -> str:
     if not has_device:
         return "cpu"
-    runtime_names = events.string_mask(lambda s: s.startswith("hip"))[events.name] & (events.kind == Kind.RUNTIME)
+    runtime_names = events.name_mask(lambda s: s.startswith("hip")) & (events.kind == Kind.RUNTIME)
     if runtime_names.any() or "AMD" in summary.name or "Radeon" in summary.name or "Instinct" in summary.name:
         return "rocm"
     return "cuda"

@@ -46,7 +46,7 @@ def step_marker_mask(events: EventTable) -> np.ndarray:
 
 
 def _step_marker_mask(events: EventTable) -> np.ndarray:
-    is_step_name = events.string_mask(lambda s: s.startswith(STEP_PREFIX))[events.name]
+    is_step_name = events.name_mask(lambda s: s.startswith(STEP_PREFIX))
     return is_step_name & kind_mask(events.kind, (Kind.CPU_OP, Kind.USER_ANNOTATION))
 
 

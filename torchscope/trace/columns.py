@@ -15,7 +15,7 @@ import numpy as np
 
 from torchscope.trace import schema
 from torchscope.trace.fastscan import ScannedBatch
-from torchscope.trace.kinds import Kind, kind_mask, kind_of_event
+from torchscope.trace.kinds import Kind, kind_mask, kind_of_category, kind_of_phase
 from torchscope.trace.tables import NUMERIC_COLUMNS, STRING_COLUMNS, EventTable, StringInterner
 
 _BASE_STRING_SOURCES = ("ph", "cat", "name", "pid", "tid")
@@ -52,16 +52,29 @@ class ColumnBuilder:
         values = batch.columns
         kind = self.kinds.kinds(values["cat"], values["ph"], values["name"])
         columns["kind"][rows] = kind
-        elsewhere: dict[tuple[Kind, ...], np.ndarray] = {}  # one mask per distinct kind set, not per column
+        # The reserved rows hold each column's default: a kind-specific column copies only the values of
+        # the events of its kinds (one mask per distinct kind set, none when the batch has no such event).
+        carriers: dict[tuple[Kind, ...], np.ndarray | None] = {}
+
+        def carrying(kinds: tuple[Kind, ...]) -> np.ndarray | None:
+            if kinds not in carriers:
+                mask = kind_mask(kind, kinds)
+                carriers[kinds] = mask if mask.any() else None
+            return carriers[kinds]
+
         for name, column in values.items():
             kinds = _COLUMN_KINDS.get(name)
-            if kinds is not None:
-                if kinds not in elsewhere:
-                    elsewhere[kinds] = np.flatnonzero(~kind_mask(kind, kinds))
-                column[elsewhere[kinds]] = _DEFAULTS.get(name, -1)
-            if name != "external_id_lower":
+            if name == "external_id_lower":
+                continue
+            if kinds is None:
                 columns[name][rows] = column
-        np.maximum(columns["external_id"][rows], values["external_id_lower"], out=columns["external_id"][rows])
+            elif (where := carrying(kinds)) is not None:
+                np.copyto(columns[name][rows], column, where=where)
+        # Device events of PyTorch <= 1.10 spell it "external id": it counts where "External id" is absent.
+        where = carrying(_COLUMN_KINDS["external_id_lower"])
+        if where is not None:
+            external = columns["external_id"][rows]
+            np.maximum(external, values["external_id_lower"], out=external, where=where)
         self.filled += batch.count
 
     def add_batch(self, batch: ScannedBatch | tuple[list[schema.Event], int], consumed_bytes: int) -> None:
@@ -173,26 +186,52 @@ def _grow(columns: dict[str, np.ndarray], capacity: int) -> None:
 
 
 class _KindCache:
-    """Kind per (category, phase, name is "[memory]"), computed once per distinct combination: a batch
-    costs one `np.unique` over integer keys, never a pass over the string table."""
+    """Kinds of a batch by table lookups over string ids, never a pass over the string table.
+
+    An event's kind comes from its `ph` (with whether its name is "[memory]") or else from its `cat`
+    (`kinds.kind_of_event`), so two small tables indexed by string id are enough: the kind each phase
+    decides (-1: the category decides), and the kind of each category. An entry is computed the first
+    time its id shows up in that role (-2: not yet)."""
 
     def __init__(self, interner: StringInterner) -> None:
         self.interner = interner
-        self.known: dict[int, int] = {}
+        self.by_phase = np.zeros(0, np.int8)  # index 2 * phase id + memory name
+        self.by_category = np.zeros(0, np.int8)
 
     def kinds(self, cat: np.ndarray, ph: np.ndarray, name: np.ndarray) -> np.ndarray:
-        memory_id = self.interner["[memory]"]
-        key = (cat.astype(np.int64) << 32) | (ph.astype(np.int64) << 1) | (name == memory_id)
-        unique, inverse = np.unique(key, return_inverse=True)
-        strings = self.interner.strings
-        lookup = np.empty(len(unique), np.int8)
-        for i, combo in enumerate(unique.tolist()):
-            kind = self.known.get(combo)
-            if kind is None:
-                category, phase = strings[combo >> 32], strings[(combo & 0xFFFFFFFF) >> 1]
-                kind = self.known[combo] = int(kind_of_event(category, phase, bool(combo & 1)))
-            lookup[i] = kind
-        return lookup[inverse]
+        memory_name = name == self.interner["[memory]"]  # first: it may add a string
+        size = len(self.interner.strings)
+        if self.by_category.size < size:  # new strings since the last batch: room for their entries
+            grown = max(size, 2 * self.by_category.size)
+            self.by_phase = _extended(self.by_phase, 2 * grown)
+            self.by_category = _extended(self.by_category, grown)
+        phase_slot = 2 * ph.astype(np.intp) + memory_name
+        decided = self._lookup(self.by_phase, phase_slot, self._phase_kind)
+        by_category = self._lookup(self.by_category, cat, self._category_kind)
+        return np.where(decided >= 0, decided, by_category).astype(np.int8, copy=False)
+
+    @staticmethod
+    def _lookup(table: np.ndarray, index: np.ndarray, compute: Callable[[int], int]) -> np.ndarray:
+        values = table[index]
+        unknown = values == -2
+        if unknown.any():
+            for i in np.unique(index[unknown]).tolist():
+                table[i] = compute(i)
+            values = table[index]
+        return values
+
+    def _phase_kind(self, slot: int) -> int:
+        kind = kind_of_phase(self.interner.strings[slot >> 1], bool(slot & 1))
+        return -1 if kind is None else int(kind)
+
+    def _category_kind(self, cat: int) -> int:
+        return int(kind_of_category(self.interner.strings[cat]))
+
+
+def _extended(table: np.ndarray, size: int) -> np.ndarray:
+    grown = np.full(size, -2, np.int8)
+    grown[: table.size] = table
+    return grown
 
 
 def _fill_columns(

@@ -61,10 +61,11 @@ DEVICE_KINDS = (Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET)
 
 
 def kind_mask(kinds: np.ndarray, wanted: "tuple[Kind, ...] | Kind") -> np.ndarray:
-    """`np.isin(kinds, wanted)` as one table lookup (kinds are small integers)."""
+    """`np.isin(kinds, wanted)` as one table lookup (kinds are small integers; `take` is about twice as
+    fast as fancy indexing here)."""
     table = np.zeros(len(Kind), dtype=bool)
     table[list(wanted) if isinstance(wanted, tuple) else [wanted]] = True
-    return table[kinds]
+    return np.take(table, kinds)
 
 
 def kind_of_category(category: str) -> Kind:
@@ -80,8 +81,9 @@ def kind_of_category(category: str) -> Kind:
     return Kind.OTHER
 
 
-def kind_of_event(category: str, phase: str, memory_name: bool) -> Kind:
-    """The Kind of an event from its `cat`, its `ph` and whether its name is "[memory]"."""
+def kind_of_phase(phase: str, memory_name: bool) -> Kind | None:
+    """The Kind that an event's `ph` decides on its own (flows, metadata, instants), else None: then its
+    `cat` decides (`kind_of_category`)."""
     first = phase[:1]
     if first in ("s", "f", "t"):
         return Kind.FLOW
@@ -89,4 +91,10 @@ def kind_of_event(category: str, phase: str, memory_name: bool) -> Kind:
         return Kind.METADATA
     if first in ("i", "I", "n"):
         return Kind.MEMORY if memory_name else Kind.INSTANT
-    return kind_of_category(category)
+    return None
+
+
+def kind_of_event(category: str, phase: str, memory_name: bool) -> Kind:
+    """The Kind of an event from its `cat`, its `ph` and whether its name is "[memory]"."""
+    kind = kind_of_phase(phase, memory_name)
+    return kind_of_category(category) if kind is None else kind

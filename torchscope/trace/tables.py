@@ -97,6 +97,10 @@ class EventTable:
         """Boolean lookup over the string table: `mask[name_ids]` selects matching events."""
         return np.fromiter((bool(predicate(s)) for s in self.strings), bool, len(self.strings))
 
+    def name_mask(self, predicate: Any) -> np.ndarray:
+        """Per event: whether its name matches `predicate` (called once per distinct name)."""
+        return np.take(self.string_mask(predicate), self.name)
+
     def memo(self, key: str, compute: Any) -> Any:
         """A derived value computed once per table (several analyses ask for the same masks)."""
         cache = self.__dict__.setdefault("_memo", {})
