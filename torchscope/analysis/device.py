@@ -18,9 +18,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from torchscope.analysis import intervals
-from torchscope.analysis.operators import OpTimes
 from torchscope.analysis.nesting import HostTree, launcher_of_device_events, nearest_ancestor_of
+from torchscope.analysis.operators import OpTimes
 from torchscope.analysis.steps import StepWindows
+from torchscope.arrays import distinct, median
 from torchscope.report.model import DeviceSummary, KernelRow
 from torchscope.trace.kinds import DEVICE_KINDS, Kind, kind_mask
 from torchscope.trace.tables import EventTable
@@ -88,7 +89,7 @@ def analyze_device(
         summary.tensor_core_kernel_share = float(events.dur_us[kernels][tc_kernel].sum() / kernel_time)
         summary.tensor_core_eligible_share = _eligible_share(events, kernels, times, tree)
     summary.kernels_per_step = float(np.count_nonzero(in_window > 0) / n_steps)
-    summary.median_kernel_us = float(np.median(events.dur_us[kernels])) if kernels.size else None
+    summary.median_kernel_us = float(median(events.dur_us[kernels])) if kernels.size else None
     rows = _kernel_rows(events, kernels, tc_kernel, times)
     gaps = intervals.subtract(windows, busy)
     return DeviceActivity(rows, summary, busy, idle_per_step, _host_ops_during(events, times, gaps, n_steps))
@@ -112,7 +113,7 @@ def _utilization(events: EventTable, kernels: np.ndarray, steps: StepWindows, wi
         return None
     devices = events.device[kernels]
     shares = []
-    for device in np.unique(devices):
+    for device in distinct(devices):
         mine = kernels[devices == device]
         busy = intervals.union(events.ts_us[mine], events.ts_us[mine] + events.dur_us[mine])
         shares.append(intervals.overlap_per_window(busy, steps.start_us, steps.end_us).sum() / window_us)

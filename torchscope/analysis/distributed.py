@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from torchscope.arrays import median
 from torchscope.report.model import RankSummary
 
 if TYPE_CHECKING:
@@ -34,7 +35,7 @@ def rank_summaries(results: "list[RankResult]") -> list[RankSummary]:
                 files=[span.file for span in result.spans],
                 steps=len(steps),
                 mean_step_us=float(durations.mean()),
-                median_step_us=float(np.median(durations)),
+                median_step_us=float(median(durations)),
                 breakdown_us=breakdown,
                 comm_us_per_step=breakdown.get("communication", 0.0),
                 compute_us_per_step=float(compute or 0.0),

@@ -15,6 +15,7 @@ from torchscope.analysis.markers import LABEL_PREFIX, phase_masks
 from torchscope.analysis.nesting import HostTree, nearest_ancestor_of, outermost_ancestor_of
 from torchscope.analysis.operators import OpTimes
 from torchscope.analysis.steps import STEP_PREFIX, StepWindows
+from torchscope.arrays import distinct, median, nanmedian
 from torchscope.trace.kinds import Kind, kind_mask
 from torchscope.trace.tables import EventTable
 
@@ -87,7 +88,7 @@ def dispatch_overhead(
         "tiny_ops_per_step": float((counted & tiny).sum() / n),
         "tiny_op_us_per_step": float(in_compute[tiny].sum() / n),
         "python_gap_us_per_step": float(max(gap_us, 0.0) / n),
-        "median_op_us": float(np.median(events.dur_us[top][counted])) if counted.any() else 0.0,
+        "median_op_us": float(median(events.dur_us[top][counted])) if counted.any() else 0.0,
     }
 
 
@@ -105,8 +106,8 @@ def launch_overhead(events: EventTable, steps: StepWindows) -> dict[str, float]:
     return {
         "kernels_per_step": float(kernels.size / n),
         "short_kernel_fraction": float(shorter.mean()) if ok.any() else 0.0,
-        "median_kernel_us": float(np.median(events.dur_us[kernels])),
-        "median_launch_us": float(np.median(events.dur_us[launcher[ok]])) if ok.any() else 0.0,
+        "median_kernel_us": float(median(events.dur_us[kernels])),
+        "median_launch_us": float(median(events.dur_us[launcher[ok]])) if ok.any() else 0.0,
         "runtime_us_per_step": float(
             events.dur_us[kind_mask(events.kind, (Kind.RUNTIME, Kind.DRIVER)) & (_event_steps(events, steps) >= 0)].sum() / n
         ),
@@ -183,7 +184,7 @@ def host_to_device_copies(events: EventTable, steps: StepWindows) -> dict[str, f
         "pageable_htod_per_step": float(pageable.sum() / n),
         "pageable_htod_us_per_step": float(events.dur_us[copies][pageable].sum() / n),
         "pageable_htod_bytes_per_step": float(nbytes[pageable].sum() / n),
-        "pageable_bandwidth_gbps": float(np.nanmedian(events.bandwidth_gbps[copies][pageable])) if pageable.any() else 0.0,
+        "pageable_bandwidth_gbps": float(nanmedian(events.bandwidth_gbps[copies][pageable])) if pageable.any() else 0.0,
     }
 
 
@@ -208,7 +209,7 @@ def optimizer_details(events: EventTable, steps: StepWindows, tree: HostTree, ti
     foreach = count(step_ops, lambda s: "_foreach_" in s)
     per_param = count(step_ops, lambda s: s in PER_PARAM_OPTIMIZER_OPS)
     fills = count(zero_ops, lambda s: s in ("aten::zero_", "aten::fill_"))
-    optimizer_names = sorted({s.split("#", 1)[1].rsplit(".", 1)[0] for s in events.text(np.unique(events.name[step_range]))})
+    optimizer_names = sorted({s.split("#", 1)[1].rsplit(".", 1)[0] for s in events.text(distinct(events.name[step_range]))})
     implementation = "fused" if fused else "foreach" if foreach else ("for_loop" if per_param else "unknown")
     return {
         "optimizers": optimizer_names,
@@ -227,7 +228,7 @@ def _starts_inside(events: EventTable, ranges: np.ndarray) -> np.ndarray:
     """Events that start inside one of the `ranges` on the same thread as that range."""
     inside = np.zeros(len(events), dtype=bool)
     thread = (events.pid.astype(np.int64) << 32) | events.tid
-    for key in np.unique(thread[ranges]):  # one pass per thread holding such ranges (usually one)
+    for key in distinct(thread[ranges]):  # one pass per thread holding such ranges (usually one)
         mine = ranges & (thread == key)
         starts = events.ts_us[mine]
         covered = intervals.union(starts, starts + events.dur_us[mine])

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from torchscope.arrays import distinct
 from torchscope.report.model import MemorySummary
 from torchscope.trace.kinds import Kind
 from torchscope.trace.tables import EventTable
@@ -29,7 +30,7 @@ def memory_summary(events: EventTable, origin_us: float) -> MemorySummary:
         return summary
     summary.present = True
     key = events.device_type[mem] * 4096 + (events.device_id[mem] + 1)  # device_id -1 = host
-    for k in np.unique(key).tolist():
+    for k in distinct(key).tolist():
         mine = mem[key == k]
         mine = mine[np.argsort(events.ts_us[mine], kind="stable")]
         label = device_label(int(k // 4096), int(k % 4096) - 1)

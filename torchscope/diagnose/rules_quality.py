@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from torchscope.arrays import median
 from torchscope.diagnose.context import Context, finding
 from torchscope.report.model import Finding
 
@@ -55,8 +56,8 @@ def trace_quality(ctx: Context) -> list[Finding]:
         )
     durations = np.array([s.duration_us for s in report.steps])
     if durations.size >= MIN_STEPS:
-        median = float(np.median(durations))
-        outliers = [s.step for s in report.steps if s.duration_us > OUTLIER_FACTOR * median]
+        median_us = median(durations)
+        outliers = [s.step for s in report.steps if s.duration_us > OUTLIER_FACTOR * median_us]
         if outliers:
             out.append(
                 finding(
@@ -64,7 +65,7 @@ def trace_quality(ctx: Context) -> list[Finding]:
                     category="trace_quality",
                     severity="info",
                     title=f"{len(outliers)} step(s) took over {OUTLIER_FACTOR}x the median step time",
-                    evidence={"outlier_steps": outliers[:20], "median_step_us": median, "max_step_us": float(durations.max())},
+                    evidence={"outlier_steps": outliers[:20], "median_step_us": median_us, "max_step_us": float(durations.max())},
                     time_share=None,
                     recommendation="Outliers inflate averages: look at those steps in the timeline (GC, checkpointing, "
                     "recompilation, a slow batch) or profile more steps.",

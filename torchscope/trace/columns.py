@@ -13,6 +13,7 @@ from typing import Any, Callable, Iterable
 import msgspec
 import numpy as np
 
+from torchscope.arrays import distinct
 from torchscope.trace import schema
 from torchscope.trace.fastscan import ScannedBatch
 from torchscope.trace.kinds import Kind, kind_mask, kind_of_category, kind_of_phase
@@ -215,7 +216,7 @@ class _KindCache:
         values = table[index]
         unknown = values == -2
         if unknown.any():
-            for i in np.unique(index[unknown]).tolist():
+            for i in distinct(index[unknown]).tolist():
                 table[i] = compute(i)
             values = table[index]
         return values

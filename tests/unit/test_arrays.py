@@ -1,0 +1,46 @@
+"""torchscope.arrays: the numpy helpers give numpy's results, without importing numpy.ma."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from torchscope.arrays import distinct, median, nanmedian
+
+floats = st.lists(st.one_of(st.floats(-1e12, 1e12), st.just(float("nan"))), max_size=40)
+
+
+def _same(a: float, b: float) -> bool:
+    return (np.isnan(a) and np.isnan(b)) or a == b
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(-5, 5), max_size=40))
+def test_distinct_is_np_unique(values: list[int]) -> None:
+    array = np.array(values, dtype=np.int64)
+    assert np.array_equal(distinct(array), np.unique(array))
+
+
+@settings(max_examples=300, deadline=None)
+@given(floats, st.sampled_from([np.float64, np.float32]))
+def test_median_and_nanmedian_are_numpys(values: list[float], dtype: type) -> None:
+    array = np.array(values, dtype=dtype)  # float32: the mean of the two middle values stays float32
+    with np.errstate(all="ignore"), np.testing.suppress_warnings() as quiet:
+        quiet.filter(RuntimeWarning)
+        expected = float(np.median(array)) if array.size else float("nan")
+        expected_nan = float(np.nanmedian(array)) if (~np.isnan(array)).any() else float("nan")
+    assert _same(median(array), expected)
+    assert _same(nanmedian(array), expected_nan)
+
+
+def test_helpers_do_not_import_numpy_ma() -> None:
+    """np.unique and np.median import numpy.ma on first use (~10 ms of every run); these must not."""
+    code = ("import sys, numpy as np\nfrom torchscope.arrays import distinct, median, nanmedian\n"
+            "distinct(np.arange(5)); median(np.arange(4.0)); nanmedian(np.arange(3.0))\n"
+            "assert 'numpy.ma' not in sys.modules, 'numpy.ma was imported'\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
