@@ -77,7 +77,13 @@ def main() -> int:
         text = mutate(rng, bytearray(rng.choice(samples)))
         inputs += 1
         builder = ColumnBuilder(None)
-        batch = fastscan.BatchScanner(builder.interner).scan(text)
+        if rng.random() < 0.5:  # the whole array, as a bracketed batch
+            batch = fastscan.BatchScanner(builder.interner).scan(text)
+        else:  # the events between two offsets of a larger buffer, as the stream hands them over
+            start = rng.randrange(len(text) + 1)
+            end = rng.randrange(start, len(text) + 1)
+            batch = fastscan.BatchScanner(builder.interner).scan(text, (start, end))
+            text = b"[" + text[start:end] + b"]"
         if batch is not None:
             accepted += 1
             reference = decode_array(text)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 import struct
 from pathlib import Path
 from typing import Any
@@ -281,6 +282,27 @@ def test_damaged_batches_are_declined_or_decoded_exactly(shared_traces: Path, da
     _check(bytes(text))
 
 
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.data())
+def test_a_span_scans_exactly_as_its_bracketed_copy(shared_traces: Path, data: st.DataObject) -> None:
+    """The stream hands the scanner the events between two offsets of its buffer (no copy): that must
+    decode exactly as `[` + those bytes + `]` does (checked against msgspec by `_check`), reading nothing
+    outside the span; spans at event boundaries and at arbitrary bytes alike."""
+    text = _sample_batch(shared_traces)
+    separators = [m.start() for m in re.finditer(rb"\}\s*,\s*\{", text[: 1 << 16])]
+    boundary = st.sampled_from([1, *(s + 1 for s in separators), *(s + 2 for s in separators)])
+    start = data.draw(st.one_of(boundary, st.integers(0, len(text))))
+    end = data.draw(st.one_of(boundary, st.integers(start, len(text))).filter(lambda e: e >= start))
+    builder = ColumnBuilder(None)
+    in_place = fastscan.BatchScanner(builder.interner).scan(text, (start, end))
+    copied = b"[" + text[start:end] + b"]"
+    accepted = _check(copied)
+    assert (in_place is not None) == accepted, (start, end)
+    if in_place is not None:
+        builder.add_scanned(in_place, 0)
+        _assert_same_table(builder.finish([])[0], _via_scanner(copied))  # type: ignore[arg-type]
+
+
 def test_a_false_cut_is_never_accepted() -> None:
     """The stream confirms a cut by decoding `[` + piece + `]`: a piece cut inside a string or a nested
     object must be rejected by the scanner too."""
@@ -321,6 +343,13 @@ def test_scanner_misuse_raises_instead_of_crashing() -> None:
     with pytest.raises(TypeError):
         scanner.scan(bytearray(b'[{"ts":1}]'))  # mutable: another thread could change it mid-scan
     assert scanner.scan(b'[{"ts":1,"name":"hello"}]') is not None
+    text = b'[{"ts":1}]'
+    with pytest.raises(TypeError):
+        scanner.scan(text, 1)  # a start without an end
+    for start, end in ((-1, 3), (3, 2), (0, len(text) + 1)):
+        with pytest.raises(ValueError):
+            scanner.scan(text, start, end)
+    assert scanner.scan(text, 1, len(text) - 1)[0] == 1 and scanner.scan(text, 1, 1)[0] == 0
     with pytest.raises(ValueError):
         scanner.__init__(interner, [*spec, ("x", False, 99, 0.0, None)])  # a failed re-initialisation
     with pytest.raises(RuntimeError):

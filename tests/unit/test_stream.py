@@ -15,7 +15,7 @@ import pytest
 from torchscope.trace import parse as parse_module
 from torchscope.trace.parse import parse_trace, parse_trace_bytes
 from torchscope.trace.read import gunzip, iter_trace_chunks, max_trace_bytes, read_trace_bytes
-from torchscope.trace.stream import EventStream, NotStreamable
+from torchscope.trace.stream import EventStream, NotStreamable, Span, bracketed
 from torchscope.trace.tables import STRING_COLUMNS, TraceFile
 
 
@@ -141,7 +141,8 @@ def test_non_standard_literals_fall_back_to_the_whole_text() -> None:
 def test_a_false_cut_is_rejected_by_decoding() -> None:
     seen: list[bytes] = []
 
-    def decode(text: bytes) -> list[Any] | None:
+    def decode(buffer: bytes, span: Span | None) -> list[Any] | None:
+        text = bracketed(buffer, span)
         seen.append(text)
         try:
             return msgspec.json.decode(text)

@@ -6,7 +6,8 @@
  * growable C array, interning strings through the caller's interner only the first time a given text is
  * seen (a C hash table keeps text -> id after that).
  *
- * Contract: `Scanner.scan(text)` accepts a JSON array of event objects only when every event has exactly
+ * Contract: `Scanner.scan(text)` accepts a JSON array of event objects (`scan(text, start, end)`: the
+ * comma-separated events of text[start:end], an array's items without its brackets) only when every event has exactly
  * the strict shape the msgspec path decodes without coercion (strings where strings are declared,
  * integers in range where integers are, no duplicate declared keys, no escapes in keys, valid UTF-8 and
  * JSON everywhere). It is deliberately stricter than JSON decoders: anything else returns None and the
@@ -36,7 +37,7 @@ static locale_t c_locale; /* strtod_l in the "C" locale: correctly rounded, need
 
 /* Bump when the field spec, the types or the output layout change: fastscan.py ignores a module built
  * from another version (a stale in-place build) and parses with msgspec instead. */
-#define SPEC_VERSION 2
+#define SPEC_VERSION 3
 
 enum { T_F8 = 0, T_F4, T_I8, T_I4, T_STR, T_RAW, T_KEY, T_FLOW, T_ARGS };
 enum { TAG_STR = 1, TAG_INT = 2, TAG_RAW = 3 };
@@ -905,24 +906,28 @@ static int Scanner_init(Scanner *s, PyObject *args, PyObject *kwargs) {
     return 0;
 }
 
-/* The events of the array at p; runs without the GIL. */
-static int scan_array(Scanner *s, const char *p, const char *end, size_t *rows_out) {
+/* The events of the array at p (`items`: the comma-separated events of an array, without its brackets);
+ * runs without the GIL. */
+static int scan_array(Scanner *s, const char *p, const char *end, int items, size_t *rows_out) {
     size_t rows = 0;
     int status;
     p = skip_ws(p, end);
-    if (p >= end || *p != '[') return BAIL;
-    p = skip_ws(p + 1, end);
-    if (p < end && *p == ']') {
+    if (!items) {
+        if (p >= end || *p != '[') return BAIL;
+        p = skip_ws(p + 1, end);
+    }
+    if (!items && p < end && *p == ']') {
         p++;
-    } else {
+    } else if (!(items && p == end)) {
         for (;;) {
             if (p >= end || *p != '{') return BAIL;
             if ((status = ensure_rows(s, rows + 1)) != OK) return status;
             if ((status = read_event(s, &p, end, rows)) != OK) return status;
             rows++;
             p = skip_ws(p, end);
+            if (items && p == end) break;
             if (p >= end) return BAIL;
-            if (*p == ']') {
+            if (!items && *p == ']') {
                 p++;
                 break;
             }
@@ -947,12 +952,16 @@ static void fix_provisional_ids(Scanner *s, size_t rows) {
 }
 
 PyDoc_STRVAR(scan_doc,
-             "scan(text) -> (count, [bytearray per field]) | None\n\n"
-             "Columns of a JSON array of events, or None when the text is not in the strict shape this scanner "
+             "scan(text[, start, end]) -> (count, [bytearray per field]) | None\n\n"
+             "Columns of a JSON array of events (with start and end: of the comma-separated events in "
+             "text[start:end], an array's items without its brackets), or None when the text is not in the strict shape this scanner "
              "decodes exactly (the caller then decodes it with msgspec). The text is read without the GIL, so "
              "scanners of different threads run in parallel; one scanner serves one thread at a time.");
 
-static PyObject *Scanner_scan(Scanner *s, PyObject *arg) {
+static PyObject *Scanner_scan(Scanner *s, PyObject *args) {
+    PyObject *arg;
+    Py_ssize_t start = -1, stop = -1;
+    if (!PyArg_ParseTuple(args, "O|nn:scan", &arg, &start, &stop)) return NULL;
     if (!s->ready) {
         PyErr_SetString(PyExc_RuntimeError, "the Scanner is not initialised");
         return NULL;
@@ -963,6 +972,15 @@ static PyObject *Scanner_scan(Scanner *s, PyObject *arg) {
     }
     if (!PyBytes_Check(arg)) { /* immutable: no other thread can change it while the GIL is released */
         PyErr_SetString(PyExc_TypeError, "scan() takes bytes");
+        return NULL;
+    }
+    int items = PyTuple_GET_SIZE(args) > 1;
+    if (PyTuple_GET_SIZE(args) == 2) {
+        PyErr_SetString(PyExc_TypeError, "scan() takes both start and end, or neither");
+        return NULL;
+    }
+    if (items && (start < 0 || stop < start || stop > PyBytes_GET_SIZE(arg))) {
+        PyErr_SetString(PyExc_ValueError, "scan(): start and end must satisfy 0 <= start <= end <= len(text)");
         return NULL;
     }
     Py_buffer view;
@@ -976,7 +994,9 @@ static PyObject *Scanner_scan(Scanner *s, PyObject *arg) {
     s->npending = 0;
     s->nomem = 0;
     s->released = PyEval_SaveThread();
-    int status = scan_array(s, view.buf, (const char *)view.buf + view.len, &rows);
+    const char *first = (const char *)view.buf + (items ? start : 0);
+    const char *last = (const char *)view.buf + (items ? stop : view.len);
+    int status = scan_array(s, first, last, items, &rows);
     PyEval_RestoreThread(s->released);
     s->released = NULL;
     PyBuffer_Release(&view);
@@ -1003,7 +1023,7 @@ static PyObject *Scanner_scan(Scanner *s, PyObject *arg) {
 }
 
 static PyMethodDef Scanner_methods[] = {
-    {"scan", (PyCFunction)Scanner_scan, METH_O, scan_doc},
+    {"scan", (PyCFunction)Scanner_scan, METH_VARARGS, scan_doc},
     {NULL, NULL, 0, NULL},
 };
 

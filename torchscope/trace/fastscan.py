@@ -24,7 +24,7 @@ import numpy as np
 from torchscope.trace import schema
 from torchscope.trace.tables import NUMERIC_COLUMNS, STRING_COLUMNS
 
-SPEC_VERSION = 2  # must match _fastscan.c's SPEC_VERSION (field spec and output layout)
+SPEC_VERSION = 3  # must match _fastscan.c's SPEC_VERSION (field spec and output layout)
 
 try:
     from torchscope.trace import _fastscan  # type: ignore[attr-defined]
@@ -92,6 +92,7 @@ class ScannedBatch:
     columns: dict[str, np.ndarray]
 
 
+
 class BatchScanner:
     """The compiled scanner bound to one interner; counts the batches it decoded and declined."""
 
@@ -103,9 +104,12 @@ class BatchScanner:
         self.scanned = 0
         self.declined = 0
 
-    def scan(self, text: bytes) -> ScannedBatch | None:
-        """The batch's columns, or None when the text is not in the strict shape (decode it with msgspec)."""
-        result = self._scanner.scan(text)
+    def scan(self, text: bytes, items: tuple[int, int] | None = None) -> ScannedBatch | None:
+        """The batch's columns, or None when the text is not in the strict shape (decode it with msgspec).
+
+        `items` = (start, end): scan text[start:end] as an array's comma-separated events, without its
+        brackets (no copy of the slice is made)."""
+        result = self._scanner.scan(text) if items is None else self._scanner.scan(text, *items)
         if result is None:
             self.declined += 1
             return None

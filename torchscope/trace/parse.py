@@ -17,7 +17,7 @@ import codecs
 import logging
 import re
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Union
+from typing import Any, Callable, Iterable, Iterator, Optional, Union
 
 import msgspec
 import numpy as np
@@ -27,7 +27,7 @@ from torchscope.trace import fastscan, ranges, schema
 from torchscope.trace.columns import ColumnBuilder
 from torchscope.trace.kinds import Kind
 from torchscope.trace.read import GZIP_MAGIC, estimated_text_bytes, iter_trace_chunks, read_trace_bytes
-from torchscope.trace.stream import BATCH_BYTES, EventStream, NotStreamable, locate_events
+from torchscope.trace.stream import BATCH_BYTES, EventStream, NotStreamable, Span, bracketed, locate_events
 from torchscope.trace.tables import EventTable, TraceFile
 
 log = logging.getLogger(__name__)
@@ -138,17 +138,18 @@ def _without_utf8_bom(chunks: Iterable[bytes]) -> Iterator[bytes]:
         yield chunk
 
 
-def batch_decoder(builder: ColumnBuilder) -> Callable[[bytes], Batch | None]:
-    """Decode a JSON array of events for `builder`: with the compiled scanner when it is built and the
-    batch has the strict shape it decodes exactly, with msgspec otherwise (`decode_array`). None when the
-    text is not a JSON array (a false cut: only msgspec decides that)."""
+def batch_decoder(builder: ColumnBuilder) -> Callable[[bytes, Optional[Span]], Optional[Batch]]:
+    """Decode the events of a JSON array for `builder` (see `EventStream` for `text` and `span`): with the
+    compiled scanner when it is built and the batch has the strict shape it decodes exactly, in place;
+    with msgspec otherwise (`decode_array`). None when the text is not a JSON array (a false cut: only
+    msgspec decides that)."""
     if not fastscan.available():
-        return decode_array
+        return lambda text, span: decode_array(bracketed(text, span))
     scanner = fastscan.BatchScanner(builder.interner)
 
-    def decode(text: bytes) -> Batch | None:
-        scanned = scanner.scan(text)
-        return scanned if scanned is not None else decode_array(text)
+    def decode(text: bytes, span: Span | None) -> Batch | None:
+        scanned = scanner.scan(text, span)
+        return scanned if scanned is not None else decode_array(bracketed(text, span))
 
     return decode
 

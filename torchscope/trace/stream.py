@@ -19,7 +19,7 @@ gives the precise error for a damaged file.
 from __future__ import annotations
 
 import re
-from typing import Any, Callable, Generic, Iterable, Iterator, TypeVar
+from typing import Any, Callable, Generic, Iterable, Iterator, Optional, TypeVar
 
 import msgspec
 
@@ -36,6 +36,12 @@ EVENT_SEPARATOR = re.compile(rb"\}[ \t\r\n]*,[ \t\r\n]*\{")
 _AFTER_CUT = re.compile(rb"[ \t\r\n]*,[ \t\r\n]*")  # what follows a cut, before the next event
 _WHITESPACE_RUN = re.compile(rb"[ \t\r\n]*")
 _EVENTS_KEY = "\x00torchscope-events"  # stands for "traceEvents" when the end of the text is decoded
+Span = tuple[int, int]  # (start, end) of an array's comma-separated events in a text, brackets excluded
+
+
+def bracketed(text: bytes, span: Span | None) -> bytes:
+    """The JSON array a decoder is given: `text` itself, or `[` + text[start:end] + `]`."""
+    return text if span is None else b"".join((b"[", memoryview(text)[span[0] : span[1]], b"]"))
 _CUT_ATTEMPTS = 4
 _STOP_ATTEMPTS = 64
 _SEARCH_WINDOW = 1 << 16
@@ -76,7 +82,7 @@ class NotStreamable(Exception):
 def locate_events(chunks: Iterable[bytes]) -> tuple[dict[str, msgspec.Raw], int, bool]:
     """The header keys before the events array, the offset just after its `[`, and whether the
     document is an object (False for a bare array)."""
-    stream: EventStream[Any] = EventStream(chunks, lambda text: None)
+    stream: EventStream[Any] = EventStream(chunks, lambda text, span: None)
     stream._open()
     return stream.header, stream.events_start, stream._object
 
@@ -84,8 +90,10 @@ def locate_events(chunks: Iterable[bytes]) -> tuple[dict[str, msgspec.Raw], int,
 class EventStream(Generic[T]):
     """Decoded event batches of a Chrome-trace text given in chunks; `header` once they are exhausted.
 
-    `decode(text)` decodes a JSON array of events and returns None when the text is not a valid JSON
-    array (which is how a false cut is rejected).
+    `decode(text, span)` decodes the events of `bracketed(text, span)`: the JSON array `text` (span None)
+    or the events between the buffer's offsets `span` (no copy of them is made for a decoder that can
+    read them in place). It returns None when that is not a valid JSON array (which is how a false cut
+    is rejected).
 
     For parsing byte ranges in parallel (`trace/ranges.py`): `inside` says the chunks start inside the
     events array, at an event (True for an object document, False for a bare array), `origin` is the
@@ -95,7 +103,7 @@ class EventStream(Generic[T]):
     def __init__(
         self,
         chunks: Iterable[bytes],
-        decode: Callable[[bytes], T | None],
+        decode: Callable[[bytes, Optional[Span]], Optional[T]],
         batch_bytes: int = BATCH_BYTES,
         *,
         inside: bool | None = None,
@@ -226,11 +234,10 @@ class EventStream(Generic[T]):
             window *= 8
         begin = self._begin(buffer)
         for end in reversed([end for end in ends[-_CUT_ATTEMPTS:] if end >= begin]):
-            text = b"".join((b"[", memoryview(buffer)[begin : end + 1], b"]"))
-            decoded = self._decode(text)
+            decoded = self._decode(buffer, (begin, end + 1))
             if decoded is not None:
                 return decoded, buffer[end + 1 :]
-            if _why_undecodable(text) == _MALFORMED:
+            if _why_undecodable(bracketed(buffer, (begin, end + 1))) == _MALFORMED:
                 raise NotStreamable("malformed events")
             # Cut inside a value, or past the array's end (a look-alike in what follows it): try an
             # earlier boundary, or read on.
@@ -243,11 +250,10 @@ class EventStream(Generic[T]):
         for attempt, match in enumerate(EVENT_SEPARATOR.finditer(buffer, first)):
             if attempt == _STOP_ATTEMPTS:  # a long run of look-alikes: let the caller parse sequentially
                 raise NotStreamable("no confirmed boundary after the range end")
-            text = b"".join((b"[", memoryview(buffer)[begin : match.start() + 1], b"]"))
-            decoded = self._decode(text)
+            decoded = self._decode(buffer, (begin, match.start() + 1))
             if decoded is not None:
                 return decoded, buffer[match.start() + 1 :]
-            reason = _why_undecodable(text)
+            reason = _why_undecodable(bracketed(buffer, (begin, match.start() + 1)))
             if reason == _MALFORMED:
                 raise NotStreamable("malformed events")
             if reason == _PAST_THE_END:
@@ -259,7 +265,7 @@ class EventStream(Generic[T]):
         rest = rest[self._begin(rest) :]
         self._advance(len(rest))
         if not self._object:
-            decoded = self._decode(b"[" + rest)
+            decoded = self._decode(b"[" + rest, None)
             if decoded is None:
                 raise NotStreamable("malformed end of the events array")
             yield decoded
@@ -271,7 +277,7 @@ class EventStream(Generic[T]):
         events = tail.pop(_EVENTS_KEY, None)
         if events is None or "traceEvents" in tail:  # a repeated key: the whole-text parse keeps the last
             raise NotStreamable("traceEvents key repeated")
-        decoded = self._decode(bytes(events))
+        decoded = self._decode(bytes(events), None)
         if decoded is None:
             raise NotStreamable("malformed last events")
         self.header.update(tail)
