@@ -14,10 +14,11 @@ then measures each of these in a fresh process, one after the other, with a warm
   cached re-analysis   the same again: reads the cache instead of the JSON
   HTA load             TraceAnalysis(trace_dir=...) in benchmarks/.venv-hta (made by setup.sh on demand)
 
-Wall time is the whole process (interpreter start and imports included); "op" is the operation alone, as
-the process timed it. Peak memory is sampled over the whole process tree every 50 ms (the sum of the PSS of
-the process and all its descendants: pages that forked workers share with their parent count once) and
-checked against wait4's ru_maxrss, the exact peak RSS of the largest single process; a cell shows the larger. Rank sets are loaded file after file by
+Wall time is the whole process (interpreter start and imports included), ending when wait4 returns; "op" is
+the operation alone, as the process timed it. Peak memory is sampled over the whole process tree every 50 ms
+on a separate thread (the sum of the PSS of the process and all its descendants: pages that forked workers
+share with their parent count once; a lone process's RSS) and checked against wait4's ru_maxrss, the exact
+peak RSS of the largest single process; a cell shows the larger. Rank sets are loaded file after file by
 the floor and `torchscope load`; the analysis uses --jobs N workers; HTA uses its own process pool.
 
 Prints a markdown table and the targets of issue 3 with PASS/FAIL, and writes benchmarks/results.md.
@@ -147,59 +148,79 @@ def _process_memory_bytes(pid: int) -> int:
                     return int(line.split()[1]) * 1024
     except (OSError, IndexError, ValueError):
         pass
+    return _rss_bytes(pid)
+
+
+def _rss_bytes(pid: int) -> int:
     with open(f"/proc/{pid}/statm") as handle:
         return int(handle.read().split()[1]) * PAGE
 
 
 def tree_rss_bytes(root: int) -> int:
-    """Memory of a process tree: the sum of its processes' PSS (see `_process_memory_bytes`)."""
-    total, stack, seen = 0, [root], set()
+    """Memory of a process tree: the sum of its processes' PSS (see `_process_memory_bytes`).
+
+    A lone process is read from statm instead (its RSS): reading smaps_rollup walks the process's page
+    tables under its memory lock, which slows a process that is faulting pages in, and for one process
+    wait4's ru_maxrss (an RSS, and exact) is what its cell shows anyway."""
+    pids, stack = [], [root]
     while stack:
         pid = stack.pop()
-        if pid in seen:
+        if pid in pids:
             continue
-        seen.add(pid)
+        pids.append(pid)
+        stack.extend(_children(pid))
+    total = 0
+    for pid in pids:
         try:
-            total += _process_memory_bytes(pid)
+            total += _rss_bytes(pid) if len(pids) == 1 else _process_memory_bytes(pid)
         except (OSError, IndexError, ValueError):
             continue
-        stack.extend(_children(pid))
     return total
 
 
 def run_measured(cmd: Sequence[str], env: dict[str, str], timeout_s: float, mem_limit: int,
                  log_path: Path) -> tuple[float, int, int, str, str]:
-    """Run `cmd` in its own session; returns (wall s, peak tree RSS, ru_maxrss bytes, status, stdout)."""
+    """Run `cmd` in its own session; returns (wall s, peak tree RSS, ru_maxrss bytes, status, stdout).
+
+    The wall time ends when wait4 returns (this thread blocks in it); memory is sampled on another
+    thread every SAMPLE_S, which also stops a run past `timeout_s` or `mem_limit`."""
+    import threading
+
     with tempfile.TemporaryFile() as out, open(log_path, "ab") as err:
         err.write(f"\n$ {' '.join(cmd)}\n".encode())
         err.flush()
         started = time.perf_counter()
         proc = subprocess.Popen(list(cmd), stdout=out, stderr=err, env=env, cwd=REPO, start_new_session=True)
-        peak, status, rusage, code = 0, "ok", None, 0
-        while True:
-            peak = max(peak, tree_rss_bytes(proc.pid))
-            pid, wait_status, usage = os.wait4(proc.pid, os.WNOHANG)
-            if pid:
-                rusage, code = usage, os.waitstatus_to_exitcode(wait_status)
-                break
-            elapsed = time.perf_counter() - started
-            reason = ("timeout" if elapsed > timeout_s else
-                      f"stopped at {mem_limit / 2**30:.0f} GiB" if peak > mem_limit else "")
-            if reason:
-                status = reason
-                os.killpg(proc.pid, signal.SIGKILL)  # the session this call started, and only it
-                _, wait_status, rusage = os.wait4(proc.pid, 0)
-                code = os.waitstatus_to_exitcode(wait_status)
-                break
-            time.sleep(SAMPLE_S)
+        finished = threading.Event()
+        peak, stopped = [0], [""]  # written by the sampler thread
+
+        def sample() -> None:
+            while not finished.is_set():
+                peak[0] = max(peak[0], tree_rss_bytes(proc.pid))
+                elapsed = time.perf_counter() - started
+                reason = ("timeout" if elapsed > timeout_s else
+                          f"stopped at {mem_limit / 2**30:.0f} GiB" if peak[0] > mem_limit else "")
+                if reason:
+                    stopped[0] = reason
+                    _reap_group(proc.pid)  # the session this call started, and only it
+                    return
+                finished.wait(SAMPLE_S)
+
+        sampler = threading.Thread(target=sample, name="memory-sampler", daemon=True)
+        sampler.start()
+        _, wait_status, rusage = os.wait4(proc.pid, 0)
         wall = time.perf_counter() - started
+        finished.set()
+        sampler.join()
+        code = os.waitstatus_to_exitcode(wait_status)
         proc.returncode = code
         _reap_group(proc.pid)
         out.seek(0)
         stdout = out.read().decode(errors="replace")
+    status = stopped[0] or "ok"
     if status == "ok" and code != 0:
         status = f"failed (exit {code}, see {log_path.name})"
-    return wall, peak, int(rusage.ru_maxrss) * 1024 if rusage else 0, status, stdout
+    return wall, peak[0], int(rusage.ru_maxrss) * 1024, status, stdout
 
 
 def _reap_group(pgid: int) -> None:
@@ -536,7 +557,7 @@ def render(argv: Sequence[str], infos: list[dict[str, Any]], results: list[Measu
         "",
         "wall s: the whole process, interpreter start and imports included; op s: the operation alone. "
         "peak RSS (tree): sampled every 50 ms, the PSS summed over the process and its children (shared pages "
-        "count once); max process RSS: "
+        "count once; a lone process's RSS); max process RSS: "
         "wait4's ru_maxrss (the largest single process). Cells show the larger of the two. "
         "RSS figures are MiB (2^20 bytes); file sizes are MB (10^6 bytes).",
         "",
