@@ -6,7 +6,8 @@ import numpy as np
 
 
 def distinct(values: np.ndarray) -> np.ndarray:
-    """The sorted distinct values of a 1-d array: `np.unique(values)`.
+    """The sorted distinct values of a 1-d array: `np.unique(values)` (for floats, NaNs are not merged
+    into one as np.unique merges them; the callers pass ids).
 
     Why not np.unique: since numpy 2.3 its plain form imports numpy.ma on first use (about 10 ms of a
     process's start, which a half-second analysis notices); the forms with return_inverse or

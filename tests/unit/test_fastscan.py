@@ -324,6 +324,19 @@ def test_lone_surrogate_escapes_are_invalid_json_everywhere(text: bytes) -> None
     assert (_via_scanner(text) is None) == (parse_module.decode_array(text) is None)
 
 
+@pytest.mark.parametrize("event", [
+    b'{"ph":"X","cat":"cpu_op","name":"a","ts":1,"dur":2,"args":{"External id":-5}}',
+    b'{"ph":"X","cat":"kernel","name":"k","ts":1,"dur":2,"args":{"External id":-7,"external id":-5}}',
+    b'{"ph":"X","cat":"kernel","name":"k","ts":1,"dur":2,"args":{"External id":-7}}',
+    b'{"ph":"X","cat":"cuda_runtime","name":"r","ts":1,"dur":2,"args":{"external id":9}}',
+])
+def test_external_ids_combine_as_on_the_msgspec_path(event: bytes) -> None:
+    """The larger of "External id" and the older "external id", with -1 for the older key on kinds that
+    do not carry it: negative ids included, and in batches with or without such kinds."""
+    assert _check(b"[" + event + b"]")
+    assert _check(b"[" + event + b',{"ph":"X","cat":"cuda_runtime","name":"r","ts":3,"dur":1,"args":{"external id":-3}}]')
+
+
 @pytest.mark.parametrize("extra", [b'"foo":1e400', b'"foo":-1e400', b'"foo":[1e400]', b'"foo":{"a":1e400}',
                                    b'"foo":123456789012345678901234567890', b'"foo":"x"', b'"foo":2.5'])
 def test_the_lenient_default_only_where_the_lenient_path_keeps_the_event(extra: bytes) -> None:

@@ -74,11 +74,13 @@ def test_self_time_and_inclusive_totals_on_a_built_trace() -> None:
 
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 2), st.integers(0, 40), st.integers(0, 4)), min_size=1, max_size=80),
-       st.booleans())
-def test_tree_order_is_lexsorts_order(events: list[tuple[int, int, int]], presorted: bool) -> None:
-    """Thread, then start, then longer first, ties in input order: exactly np.lexsort's order, both on
-    its fast path (few tied starts) and its fallback (many)."""
-    if presorted:
+       st.sampled_from(["as given", "by start", "with NaN starts"]))
+def test_tree_order_is_lexsorts_order(events: list[tuple[int, int, int]], layout: str) -> None:
+    """Thread, then start, then longer first, ties in input order: exactly np.lexsort's order, on its
+    fast path (few tied starts) and its fallbacks (many ties; NaN starts, which tie in lexsort)."""
+    if layout == "by start":
         events = sorted(events, key=lambda e: e[1])
     thread, ts, dur = (np.array(column, dtype=dtype) for column, dtype in zip(zip(*events), (np.int64, float, float)))
+    if layout == "with NaN starts":
+        ts[::3] = np.nan
     assert np.array_equal(_tree_order(thread, ts, dur), np.lexsort((-dur, ts, thread)))

@@ -94,6 +94,8 @@ def _tree_order(thread_key: np.ndarray, ts: np.ndarray, dur: np.ndarray) -> np.n
     start is nearly a merge; only runs of equal starts need the second key (longer first), and the thread
     is a stable sort on an integer key that is already grouped in runs. Both stable, so ties keep the
     original order exactly as lexsort's. With many tied starts the extra pass costs more: lexsort then."""
+    if np.isnan(ts).any():  # NaN starts tie with each other in lexsort, not in the comparison below
+        return np.lexsort((-dur, ts, thread_key))
     order = np.argsort(ts, kind="stable")
     sorted_ts = ts[order]
     new_start = np.empty(order.size, dtype=bool)

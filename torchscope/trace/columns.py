@@ -71,11 +71,12 @@ class ColumnBuilder:
                 columns[name][rows] = column
             elif (where := carrying(kinds)) is not None:
                 np.copyto(columns[name][rows], column, where=where)
-        # Device events of PyTorch <= 1.10 spell it "external id": it counts where "External id" is absent.
+        # Device events of PyTorch <= 1.10 spell it "external id": the larger of the two counts, with -1
+        # for the older key on the kinds that do not carry it (as on the msgspec path, every row).
         where = carrying(_COLUMN_KINDS["external_id_lower"])
-        if where is not None:
-            external = columns["external_id"][rows]
-            np.maximum(external, values["external_id_lower"], out=external, where=where)
+        lower = -1 if where is None else np.where(where, values["external_id_lower"], -1)
+        external = columns["external_id"][rows]
+        np.maximum(external, lower, out=external)
         self.filled += batch.count
 
     def add_batch(self, batch: ScannedBatch | tuple[list[schema.Event], int], consumed_bytes: int) -> None:
