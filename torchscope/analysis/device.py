@@ -83,7 +83,7 @@ def analyze_device(
     has_occ = np.isfinite(occ) & (occ >= 0) & (in_window > 0)
     if has_occ.any():
         summary.achieved_occupancy_pct = float(np.average(occ[has_occ], weights=in_window[has_occ]))
-    tc_kernel = events.string_mask(is_tensor_core_kernel)[events.name[kernels]]
+    tc_kernel = events.name_mask(is_tensor_core_kernel, kernels)
     kernel_time = float(events.dur_us[kernels].sum())
     if kernel_time > 0:
         summary.tensor_core_kernel_share = float(events.dur_us[kernels][tc_kernel].sum() / kernel_time)

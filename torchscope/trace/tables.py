@@ -11,6 +11,8 @@ from typing import Any
 
 import numpy as np
 
+from torchscope.arrays import distinct
+
 # Column name -> dtype. Times are microseconds, as in the Chrome trace format.
 NUMERIC_COLUMNS: dict[str, Any] = {
     "ts_us": np.float64,
@@ -93,13 +95,17 @@ class EventTable:
             return self.strings[int(ids)]
         return [self.strings[i] for i in np.asarray(ids).tolist()]
 
-    def string_mask(self, predicate: Any) -> np.ndarray:
-        """Boolean lookup over the string table: `mask[name_ids]` selects matching events."""
-        return np.fromiter((bool(predicate(s)) for s in self.strings), bool, len(self.strings))
+    def name_mask(self, predicate: Any, rows: np.ndarray | None = None) -> np.ndarray:
+        """Per event (or per event of `rows`): whether its name matches `predicate`.
 
-    def name_mask(self, predicate: Any) -> np.ndarray:
-        """Per event: whether its name matches `predicate` (called once per distinct name)."""
-        return np.take(self.string_mask(predicate), self.name)
+        The predicate runs once per distinct name of those events, not over the whole string table
+        (which also holds shapes, stacks and thread names, often several times as many strings)."""
+        names = self.name if rows is None else self.name[rows]
+        in_use = self.memo("name_ids", lambda: np.flatnonzero(np.bincount(self.name))) if rows is None else distinct(names)
+        strings = self.strings
+        lookup = np.zeros(len(strings), dtype=bool)
+        lookup[in_use] = np.fromiter((bool(predicate(strings[i])) for i in in_use.tolist()), bool, in_use.size)
+        return np.take(lookup, names)
 
     def memo(self, key: str, compute: Any) -> Any:
         """A derived value computed once per table (several analyses ask for the same masks)."""
