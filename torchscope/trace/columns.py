@@ -35,6 +35,7 @@ class ColumnBuilder:
         self.kinds = _KindCache(self.interner)
         self.size_hint = size_hint
         self.columns: dict[str, np.ndarray] | None = None
+        self.prefilled = False  # whether the rows not written yet hold each column's default
         self.filled = 0
         self.dropped = 0
 
@@ -90,7 +91,7 @@ class ColumnBuilder:
         """Append another builder's columns (`parts()`), mapping its string ids to this table's."""
         self.dropped += dropped
         count = len(part["ts_us"])
-        columns = self._reserve(self.filled + count, consumed_bytes)
+        columns = self._reserve(self.filled + count, consumed_bytes, defaults=False)  # parts have every column
         # Keys, not their text: as in one process, pid 1 and pid "1" stay distinct ids.
         mapping = np.fromiter(map(self.interner.__getitem__, keys), np.int32, len(keys))
         rows = slice(self.filled, self.filled + count)
@@ -98,12 +99,19 @@ class ColumnBuilder:
             columns[name][rows] = mapping[values] if name in STRING_COLUMNS else values
         self.filled += count
 
-    def _reserve(self, needed: int, consumed_bytes: int) -> dict[str, np.ndarray]:
+    def _reserve(self, needed: int, consumed_bytes: int, defaults: bool = True) -> dict[str, np.ndarray]:
+        """Room for `needed` rows. `defaults`: the caller writes only some columns of its rows and relies
+        on the others holding their defaults; without it (appended parts write every column) the memory
+        is not filled first, which saves a pass over it (1.2 GB for a 2 GB trace)."""
         if self.columns is None:
-            self.columns = _allocate(max(needed, self._estimate(needed, consumed_bytes)))
+            self.columns = _allocate(max(needed, self._estimate(needed, consumed_bytes)), defaults)
+            self.prefilled = defaults
         elif needed > len(self.columns["ts_us"]):
             capacity = len(self.columns["ts_us"])
-            _grow(self.columns, max(needed, self._estimate(needed, consumed_bytes), capacity + capacity // 4))
+            _grow(self.columns, max(needed, self._estimate(needed, consumed_bytes), capacity + capacity // 4), self.prefilled)
+        if defaults and not self.prefilled:
+            _set_defaults(self.columns, self.filled)
+            self.prefilled = True
         return self.columns
 
     def parts(self) -> tuple[dict[str, np.ndarray], list[Any], int]:
@@ -175,16 +183,24 @@ for _group in schema.ARG_GROUPS:
 _DTYPES: dict[str, Any] = {**NUMERIC_COLUMNS, **{name: np.int32 for name in STRING_COLUMNS}, "kind": np.int8}
 
 
-def _allocate(n: int) -> dict[str, np.ndarray]:
-    """Empty columns holding each column's "absent" default."""
+def _allocate(n: int, defaults: bool = True) -> dict[str, np.ndarray]:
+    """Columns for n rows, holding each column's "absent" default (or left unset)."""
+    if not defaults:
+        return {name: np.empty(n, dtype) for name, dtype in _DTYPES.items()}
     return {name: np.full(n, _DEFAULTS[name], dtype) for name, dtype in _DTYPES.items()}
 
 
-def _grow(columns: dict[str, np.ndarray], capacity: int) -> None:
+def _grow(columns: dict[str, np.ndarray], capacity: int, defaults: bool = True) -> None:
     for name, values in columns.items():
         old = len(values)
         values.resize(capacity, refcheck=False)  # realloc in place; only column views are transient
-        values[old:] = _DEFAULTS[name]
+        if defaults:
+            values[old:] = _DEFAULTS[name]
+
+
+def _set_defaults(columns: dict[str, np.ndarray], start: int) -> None:
+    for name, values in columns.items():
+        values[start:] = _DEFAULTS[name]
 
 
 class _KindCache:
