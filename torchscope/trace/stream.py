@@ -36,12 +36,6 @@ EVENT_SEPARATOR = re.compile(rb"\}[ \t\r\n]*,[ \t\r\n]*\{")
 _AFTER_CUT = re.compile(rb"[ \t\r\n]*,[ \t\r\n]*")  # what follows a cut, before the next event
 _WHITESPACE_RUN = re.compile(rb"[ \t\r\n]*")
 _EVENTS_KEY = "\x00torchscope-events"  # stands for "traceEvents" when the end of the text is decoded
-Span = tuple[int, int]  # (start, end) of an array's comma-separated events in a text, brackets excluded
-
-
-def bracketed(text: bytes, span: Span | None) -> bytes:
-    """The JSON array a decoder is given: `text` itself, or `[` + text[start:end] + `]`."""
-    return text if span is None else b"".join((b"[", memoryview(text)[span[0] : span[1]], b"]"))
 _CUT_ATTEMPTS = 4
 _STOP_ATTEMPTS = 64
 _SEARCH_WINDOW = 1 << 16
@@ -54,6 +48,12 @@ _ERROR_OFFSET = re.compile(r"\(byte (\d+)\)")
 _CUT_INSIDE = "cut inside a value"
 _PAST_THE_END = "cut past the end of the events array"
 _MALFORMED = "malformed"
+Span = tuple[int, int]  # (start, end) of an array's comma-separated events in a text, brackets excluded
+
+
+def bracketed(text: bytes, span: Span | None) -> bytes:
+    """The JSON array a decoder is given: `text` itself, or `[` + text[start:end] + `]`."""
+    return text if span is None else b"".join((b"[", memoryview(text)[span[0] : span[1]], b"]"))
 
 
 def _why_undecodable(text: bytes) -> str:
