@@ -40,7 +40,7 @@ class HostTree:
         scan per level; computed once per tree."""
         cached = self.__dict__.get("_levels")
         if cached is None:
-            order = np.argsort(self.depth, kind="stable")
+            order = np.argsort(self.depth, kind="stable").astype(self.parent.dtype, copy=False)
             sorted_depth = self.depth[order]
             top = int(sorted_depth[-1]) if sorted_depth.size else -1
             bounds = np.searchsorted(sorted_depth, np.arange(top + 2))
@@ -62,8 +62,9 @@ class HostTree:
 
 def build_host_tree(events: EventTable) -> HostTree:
     n = len(events)
-    parent = np.full(n, -1, dtype=np.int64)
-    depth = np.full(n, -1, dtype=np.int64)
+    index = np.int32 if n < 2**31 else np.int64  # half the memory of int64 for any real trace
+    parent = np.full(n, -1, dtype=index)
+    depth = np.full(n, -1, dtype=np.int32)
     host = np.flatnonzero(kind_mask(events.kind, NESTED_KINDS))
     if host.size == 0:
         return HostTree(parent, depth)
@@ -151,7 +152,7 @@ def accumulate_up(tree: HostTree, values: np.ndarray) -> np.ndarray:
 
 def nearest_ancestor_of(tree: HostTree, mask: np.ndarray) -> np.ndarray:
     """For each event, the index of the nearest ancestor-or-self in `mask` (-1 if none)."""
-    own = np.where(mask, np.arange(mask.size), -1)
+    own = np.where(mask, np.arange(mask.size, dtype=tree.parent.dtype), -1)
     return tree.inherit(own)
 
 
