@@ -11,7 +11,6 @@ from __future__ import annotations
 import functools
 import logging
 import os
-import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -79,7 +78,7 @@ def store(path: Path, key: str, span: "SpanResult") -> Path | None:
     for location in _locations(path, writable=True):
         try:
             location.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=location.parent, suffix=".tmp")
+            fd, tmp = table_cache.temp_file_in(location.parent)
             try:
                 with os.fdopen(fd, "wb") as handle:
                     handle.write(payload)

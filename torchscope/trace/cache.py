@@ -10,10 +10,8 @@ A corrupt or foreign entry is ignored and rebuilt.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
-import tempfile
 import zlib
 from pathlib import Path
 from typing import Any
@@ -91,7 +89,7 @@ def load_cached(path: Path, key: str) -> TraceFile | None:
 
 def _read_entry(location: Path, key: str, path: Path) -> TraceFile | None:
     with np.load(location, allow_pickle=False) as data:
-        meta = json.loads(bytes(data["__meta__"]).decode())
+        meta = _json().loads(bytes(data["__meta__"]).decode())
         if meta.get("key") != key:
             return None
         blob = bytes(data["__strings__"])
@@ -121,7 +119,7 @@ def store(path: Path, key: str, trace: TraceFile) -> Path | None:
     np.cumsum([len(b) for b in encoded], out=offsets[1:])
     meta = {"key": key, "header": trace.header, "warnings": trace.warnings}
     arrays: dict[str, Any] = {
-        "__meta__": np.frombuffer(json.dumps(meta, default=str).encode(), dtype=np.uint8),
+        "__meta__": np.frombuffer(_json().dumps(meta, default=str).encode(), dtype=np.uint8),
         "__strings__": np.frombuffer(b"".join(encoded), dtype=np.uint8),
         "__offsets__": offsets,
         **trace.events.columns,
@@ -129,7 +127,7 @@ def store(path: Path, key: str, trace: TraceFile) -> Path | None:
     for location in writable_locations(path):
         try:
             location.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=location.parent, suffix=".tmp")
+            fd, tmp = temp_file_in(location.parent)
             with os.fdopen(fd, "wb") as handle:
                 np.savez(handle, **arrays)
             os.replace(tmp, location)
@@ -141,3 +139,19 @@ def store(path: Path, key: str, trace: TraceFile) -> Path | None:
             except (OSError, UnboundLocalError, NameError):
                 pass
     return None
+
+
+def _json() -> Any:
+    """The json module, imported on first use: only cache entries need it (and it keeps NaN in headers
+    as the parse gave it, where msgspec would write null)."""
+    import json
+
+    return json
+
+
+def temp_file_in(folder: Path) -> tuple[int, str]:
+    """`tempfile.mkstemp` in `folder`; tempfile is imported here, when an entry is written, because it
+    pulls in shutil, random, bz2 and lzma (about 6 ms of every start)."""
+    import tempfile
+
+    return tempfile.mkstemp(dir=folder, suffix=".tmp")
