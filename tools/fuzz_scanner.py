@@ -65,11 +65,11 @@ def main() -> int:
     seconds = float(sys.argv[1]) if len(sys.argv) > 1 else 60.0
     traces = Path(sys.argv[2]) if len(sys.argv) > 2 else Path(__file__).resolve().parents[2] / "shared" / "traces"
     samples = seeds(traces)
-    scanned = [fastscan.BatchScanner(ColumnBuilder(None).interner).scan(s) is not None for s in samples]
-    print(f"{len(samples)} seed batches, {sum(scanned)} taken by the scanner as they are")
     if not samples or not fastscan.available():
         print("needs ../shared/traces and the built scanner", file=sys.stderr)
         return 2
+    scanned = [fastscan.BatchScanner(ColumnBuilder(None).interner).scan(s) is not None for s in samples]
+    print(f"{len(samples)} seed batches, {sum(scanned)} taken by the scanner as they are")
     rng = random.Random(1)
     inputs = accepted = 0
     deadline = time.monotonic() + seconds

@@ -11,10 +11,10 @@ from typing import Callable
 import numpy as np
 
 from torchscope.analysis import intervals
-from torchscope.analysis.markers import LABEL_PREFIX, phase_masks
+from torchscope.analysis.markers import HOST_RANGES, name_mask, own_marker_mask, phase_masks
 from torchscope.analysis.nesting import HostTree, nearest_ancestor_of, outermost_ancestor_of
 from torchscope.analysis.operators import OpTimes
-from torchscope.analysis.steps import STEP_PREFIX, StepWindows
+from torchscope.analysis.steps import StepWindows, step_name_mask
 from torchscope.arrays import distinct, median, nanmedian
 from torchscope.trace.kinds import Kind, kind_mask
 from torchscope.trace.tables import EventTable
@@ -49,7 +49,7 @@ def _step_index(ts: np.ndarray, steps: StepWindows) -> np.ndarray:
 
 def main_thread_mask(events: EventTable) -> np.ndarray:
     """Events on the thread that records the ProfilerStep markers (the training loop's thread)."""
-    is_step = events.name_mask(lambda s: s.startswith(STEP_PREFIX)) & (events.kind != Kind.GPU_USER_ANNOTATION)
+    is_step = step_name_mask(events) & (events.kind != Kind.GPU_USER_ANNOTATION)
     if not is_step.any():
         host = kind_mask(events.kind, (Kind.CPU_OP, Kind.USER_ANNOTATION))
         if not host.any():
@@ -132,8 +132,7 @@ def _user_frame(events: EventTable, tree: HostTree, index: int) -> str:
 
 def sync_mask(events: EventTable) -> np.ndarray:
     """Runtime calls that block the host until the device catches up."""
-    names = events.name_mask(lambda s: s in SYNC_CALLS)
-    return names & kind_mask(events.kind, (Kind.RUNTIME, Kind.DRIVER))
+    return name_mask(events, lambda s: s in SYNC_CALLS, (Kind.RUNTIME, Kind.DRIVER))
 
 
 def idle_explained_us_per_step(events: EventTable, steps: StepWindows, busy: intervals.IntervalSet) -> float:
@@ -193,9 +192,8 @@ def optimizer_details(events: EventTable, steps: StepWindows, tree: HostTree, ti
     zero_grad fills gradients with zeros instead of setting them to None."""
     n = max(len(steps), 1)
     in_steps = _event_steps(events, steps) >= 0
-    ranges = kind_mask(events.kind, (Kind.CPU_OP, Kind.USER_ANNOTATION))
-    step_range = events.name_mask(lambda s: s.startswith("Optimizer.step#")) & ranges
-    zero_range = events.name_mask(lambda s: s.startswith("Optimizer.zero_grad#")) & ranges
+    step_range = name_mask(events, lambda s: s.startswith("Optimizer.step#"), HOST_RANGES)
+    zero_range = name_mask(events, lambda s: s.startswith("Optimizer.zero_grad#"), HOST_RANGES)
     ops = times.op_mask & ~step_range & ~zero_range
     # By time (on the range's thread), not by tree: Python frames recorded with stacks can straddle a
     # range's edges, which breaks strict nesting.
@@ -203,7 +201,7 @@ def optimizer_details(events: EventTable, steps: StepWindows, tree: HostTree, ti
     zero_ops = ops & _starts_inside(events, zero_range)
 
     def count(where: np.ndarray, predicate: Callable[[str], bool]) -> int:
-        return int((where & events.name_mask(predicate)).sum())
+        return int(events.name_mask(predicate, np.flatnonzero(where)).sum())
 
     fused = count(step_ops, lambda s: "_fused_" in s)
     foreach = count(step_ops, lambda s: "_foreach_" in s)
@@ -248,7 +246,7 @@ def outside_phases(
     for mask in phase_masks(events).values():
         phase |= mask
     host = kind_mask(events.kind, (Kind.CPU_OP, Kind.USER_ANNOTATION, Kind.PYTHON_FUNCTION))
-    own = events.name_mask(lambda s: s.startswith((STEP_PREFIX, LABEL_PREFIX)))
+    own = own_marker_mask(events)
     inside_phase = nearest_ancestor_of(tree, phase) >= 0
     profiler_frames = events.name_mask(_is_profiler_frame)
     candidate = host & ~own & ~profiler_frames & ~inside_phase & ~_encloses(tree, phase | own)

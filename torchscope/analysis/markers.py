@@ -20,6 +20,7 @@ from typing import Callable
 
 import numpy as np
 
+from torchscope.analysis.steps import STEP_PREFIX
 from torchscope.trace.kinds import Kind, kind_mask
 from torchscope.trace.tables import EventTable
 
@@ -111,6 +112,11 @@ def _phase_masks(events: EventTable) -> dict[str, np.ndarray]:
         "forward": name_mask(events, is_forward_name, HOST_RANGES) | by_user("forward"),
         "communication": name_mask(events, is_comm_op_name, HOST_RANGES),
     }
+
+
+def own_marker_mask(events: EventTable) -> np.ndarray:
+    """Events named like a ProfilerStep marker or a torchscope phase label, of any kind (once per table)."""
+    return events.memo("own_markers", lambda: events.name_mask(lambda s: s.startswith((STEP_PREFIX, LABEL_PREFIX))))
 
 
 def comm_kernel_mask(events: EventTable) -> np.ndarray:

@@ -8,6 +8,7 @@ from sorted searches, not from a Python stack walk.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -35,24 +36,21 @@ class HostTree:
         )
         return np.maximum(dur_us - children_time, 0.0)
 
+    @cached_property
     def levels(self) -> list[np.ndarray]:
         """Event indices per depth (index d: the events at depth d), from one sort instead of a full
         scan per level; computed once per tree."""
-        cached = self.__dict__.get("_levels")
-        if cached is None:
-            order = np.argsort(self.depth, kind="stable").astype(self.parent.dtype, copy=False)
-            sorted_depth = self.depth[order]
-            top = int(sorted_depth[-1]) if sorted_depth.size else -1
-            bounds = np.searchsorted(sorted_depth, np.arange(top + 2))
-            cached = [order[bounds[d] : bounds[d + 1]] for d in range(top + 1)]
-            object.__setattr__(self, "_levels", cached)
-        return cached
+        order = np.argsort(self.depth, kind="stable").astype(self.parent.dtype, copy=False)
+        sorted_depth = self.depth[order]
+        top = int(sorted_depth[-1]) if sorted_depth.size else -1
+        bounds = np.searchsorted(sorted_depth, np.arange(top + 2))
+        return [order[bounds[d] : bounds[d + 1]] for d in range(top + 1)]
 
     def inherit(self, own: np.ndarray, missing: int = -1) -> np.ndarray:
         """Propagate a per-event label down the tree: events without their own label take the
         nearest ancestor's (processed level by level, each level vectorised)."""
         labels = own.copy()
-        for at_level in self.levels()[1:]:
+        for at_level in self.levels[1:]:
             at_level = at_level[labels[at_level] == missing]
             parents = self.parent[at_level]
             valid = parents >= 0
@@ -143,7 +141,7 @@ def _thread_tree(ts: np.ndarray, dur: np.ndarray) -> tuple[np.ndarray, np.ndarra
 def accumulate_up(tree: HostTree, values: np.ndarray) -> np.ndarray:
     """Inclusive totals: each event's value plus all its descendants' (deepest level first)."""
     totals = values.astype(np.float64).copy()
-    for at_level in reversed(tree.levels()[1:]):
+    for at_level in reversed(tree.levels[1:]):
         at_level = at_level[tree.parent[at_level] >= 0]
         parents, slot = np.unique(tree.parent[at_level], return_inverse=True)  # O(level), not O(events)
         totals[parents] += np.bincount(slot, weights=totals[at_level], minlength=parents.size)

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from torchscope.analysis.markers import LABEL_PREFIX
+from torchscope.analysis.markers import own_marker_mask
 from torchscope.analysis.nesting import HostTree, accumulate_up, launcher_of_device_events, nearest_ancestor_of
-from torchscope.analysis.steps import STEP_PREFIX
+from torchscope.analysis.steps import step_name_mask
 from torchscope.report.model import OperatorRow, RangeRow
 from torchscope.trace.kinds import DEVICE_KINDS, Kind, kind_mask
 from torchscope.trace.tables import EventTable
@@ -34,7 +34,7 @@ class OpTimes:
 
 
 def op_times(events: EventTable, tree: HostTree) -> OpTimes:
-    is_step = events.name_mask(lambda s: s.startswith(STEP_PREFIX))
+    is_step = step_name_mask(events)
     op_mask = (events.kind == Kind.CPU_OP) & ~is_step
     child_mask = kind_mask(events.kind, _SELF_TIME_CHILDREN) & ~is_step
     host_self = tree.self_time_us(events.dur_us, child_mask)
@@ -81,7 +81,7 @@ def operator_rows(events: EventTable, times: OpTimes, by_shape: bool = False) ->
 
 def range_rows(events: EventTable) -> list[RangeRow]:
     """User `record_function` ranges (not ProfilerStep markers nor torchscope's own phase labels)."""
-    own = events.name_mask(lambda s: s.startswith((STEP_PREFIX, LABEL_PREFIX)))
+    own = own_marker_mask(events)
     ranges = np.flatnonzero((events.kind == Kind.USER_ANNOTATION) & ~own)
     if ranges.size == 0:
         return []

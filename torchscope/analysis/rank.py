@@ -192,9 +192,9 @@ def _row(categories: tuple[str, ...], values: np.ndarray) -> dict[str, float]:
 
 
 def _dataloader_kind(events: Any) -> dict[str, float]:
-    names = events.name_mask(lambda s: s.startswith("enumerate(DataLoader)#"))
-    single = events.name_mask(lambda s: "_SingleProcessDataLoaderIter" in s) & names
-    multi = events.name_mask(lambda s: "_MultiProcessingDataLoaderIter" in s) & names
+    fetches = np.flatnonzero(events.name_mask(lambda s: s.startswith("enumerate(DataLoader)#")))
+    single = events.name_mask(lambda s: "_SingleProcessDataLoaderIter" in s, fetches)
+    multi = events.name_mask(lambda s: "_MultiProcessingDataLoaderIter" in s, fetches)
     return {"single_process_fetches": float(single.sum()), "multi_process_fetches": float(multi.sum())}
 
 

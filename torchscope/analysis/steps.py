@@ -46,8 +46,12 @@ def step_marker_mask(events: EventTable) -> np.ndarray:
 
 
 def _step_marker_mask(events: EventTable) -> np.ndarray:
-    is_step_name = events.name_mask(lambda s: s.startswith(STEP_PREFIX))
-    return is_step_name & kind_mask(events.kind, (Kind.CPU_OP, Kind.USER_ANNOTATION))
+    return step_name_mask(events) & kind_mask(events.kind, (Kind.CPU_OP, Kind.USER_ANNOTATION))
+
+
+def step_name_mask(events: EventTable) -> np.ndarray:
+    """Events named like a ProfilerStep marker, of any kind (computed once per table)."""
+    return events.memo("step_names", lambda: events.name_mask(lambda s: s.startswith(STEP_PREFIX)))
 
 
 def find_steps(events: EventTable) -> StepWindows:

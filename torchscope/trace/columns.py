@@ -117,10 +117,16 @@ class ColumnBuilder:
     def parts(self) -> tuple[dict[str, np.ndarray], list[Any], int]:
         """The filled columns, the interned values in id order and the dropped count, to `append`
         elsewhere (the interner gives ids in insertion order)."""
-        columns = self.columns if self.columns is not None else _allocate(0)
-        for values in columns.values():
-            values.resize(self.filled, refcheck=False)
+        columns = self._trimmed()
         return columns, list(self.interner), self.dropped
+
+    def _trimmed(self) -> dict[str, np.ndarray]:
+        """The columns cut to the filled rows, in place (frees the unused tail)."""
+        columns = self.columns if self.columns is not None else _allocate(0)
+        if self.filled < len(columns["ts_us"]):
+            for values in columns.values():
+                values.resize(self.filled, refcheck=False)
+        return columns
 
     def _estimate(self, events: int, consumed_bytes: int) -> int:
         if not self.size_hint or not consumed_bytes:
@@ -128,10 +134,7 @@ class ColumnBuilder:
         return int(events / consumed_bytes * self.size_hint * 1.02) + 64
 
     def finish(self, warnings: list[str]) -> tuple[EventTable, int]:
-        columns = self.columns if self.columns is not None else _allocate(0)
-        if self.filled < len(columns["ts_us"]):
-            for values in columns.values():
-                values.resize(self.filled, refcheck=False)  # in place: frees the unused tail
+        columns = self._trimmed()
         if self.dropped:
             warnings.append(f"dropped {self.dropped} malformed event(s) of {self.filled + self.dropped}")
         return EventTable(columns, canonical_strings(columns, self.interner)), self.dropped
@@ -191,11 +194,11 @@ def _allocate(n: int, defaults: bool = True) -> dict[str, np.ndarray]:
 
 
 def _grow(columns: dict[str, np.ndarray], capacity: int, defaults: bool = True) -> None:
-    for name, values in columns.items():
-        old = len(values)
+    old = len(columns["ts_us"])
+    for values in columns.values():
         values.resize(capacity, refcheck=False)  # realloc in place; only column views are transient
-        if defaults:
-            values[old:] = _DEFAULTS[name]
+    if defaults:
+        _set_defaults(columns, old)
 
 
 def _set_defaults(columns: dict[str, np.ndarray], start: int) -> None:
@@ -206,8 +209,8 @@ def _set_defaults(columns: dict[str, np.ndarray], start: int) -> None:
 class _KindCache:
     """Kinds of a batch by table lookups over string ids, never a pass over the string table.
 
-    An event's kind comes from its `ph` (with whether its name is "[memory]") or else from its `cat`
-    (`kinds.kind_of_event`), so two small tables indexed by string id are enough: the kind each phase
+    An event's kind comes from its `ph` (with whether its name is "[memory]", `kinds.kind_of_phase`) or
+    else from its `cat` (`kinds.kind_of_category`), so two small tables indexed by string id are enough: the kind each phase
     decides (-1: the category decides), and the kind of each category. An entry is computed the first
     time its id shows up in that role (-2: not yet)."""
 

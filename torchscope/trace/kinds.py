@@ -93,8 +93,3 @@ def kind_of_phase(phase: str, memory_name: bool) -> Kind | None:
         return Kind.MEMORY if memory_name else Kind.INSTANT
     return None
 
-
-def kind_of_event(category: str, phase: str, memory_name: bool) -> Kind:
-    """The Kind of an event from its `cat`, its `ph` and whether its name is "[memory]"."""
-    kind = kind_of_phase(phase, memory_name)
-    return kind_of_category(category) if kind is None else kind
