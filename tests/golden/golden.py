@@ -1,0 +1,102 @@
+"""Golden reports: the JSON report of every real trace (each file and each folder) as it was before a
+redesign, so a refactor can show that it changed no figure. `python tests/golden/golden.py` rewrites them
+(only do that when a report is meant to change, and say why in the commit)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Any, Iterator
+
+REPO = Path(__file__).resolve().parents[2]
+GOLDEN = Path(__file__).resolve().parent
+SOURCES = {"shared": REPO.parent / "shared" / "traces", "data": REPO / "tests" / "data" / "traces"}
+
+# Fields a later schema may add or rename; they are not compared (see docs/json-schema.md, version 2).
+NEW_IN_V2 = ("schema_version", "torchscope_version", "measurements", "metrics", "extra")
+# Version 1's untyped `signals` became typed `measurements` in version 2: kept in the golden files, compared
+# through `legacy_signals` by the test.
+RENAMED_IN_V2 = ("signals",)
+NEW_FINDING_FIELDS = ("fixes", "rule")
+
+
+def inputs(source: str) -> Iterator[tuple[str, Path]]:
+    """(name, path) of every trace file and every trace folder under a source."""
+    root = SOURCES[source]
+    files = sorted(p for p in root.rglob("*.json*") if p.is_file())
+    for folder in sorted({p.parent for p in files}):
+        yield str(folder.relative_to(root)) + "/", folder
+    for path in files:
+        yield str(path.relative_to(root)), path
+
+
+def golden_path(source: str, name: str) -> Path:
+    return GOLDEN / source / (name.strip("/").replace("/", "__") + (".dir" if name.endswith("/") else "") + ".json.gz")
+
+
+def normalised(report: dict[str, Any], root: Path, drop: tuple[str, ...] = NEW_IN_V2) -> dict[str, Any]:
+    """The report without the fields in `drop` and with paths relative to the traces' root."""
+    out = {k: v for k, v in report.items() if k not in drop}
+    run = dict(out["run"])
+    run["paths"] = [_relative(p, root) for p in run["paths"]]
+    run["trace_files"] = [_relative(p, root) for p in run["trace_files"]]
+    out["run"] = run
+    out["findings"] = [{k: v for k, v in f.items() if k not in NEW_FINDING_FIELDS} for f in out["findings"]]
+    return out
+
+
+def _relative(path: str, root: Path) -> str:
+    try:
+        return str(Path(path).resolve().relative_to(root.resolve()))
+    except ValueError:
+        return path
+
+
+def differences(expected: Any, actual: Any, where: str = "$") -> list[str]:
+    """Paths where two JSON values differ (floats within a relative 1e-9: summation order may change)."""
+    if isinstance(expected, dict) and isinstance(actual, dict):
+        out = [f"{where}.{k}: missing" for k in expected if k not in actual]
+        out += [f"{where}.{k}: unexpected" for k in actual if k not in expected]
+        for key in expected.keys() & actual.keys():
+            out += differences(expected[key], actual[key], f"{where}.{key}")
+        return out
+    if isinstance(expected, list) and isinstance(actual, list):
+        if len(expected) != len(actual):
+            return [f"{where}: length {len(expected)} != {len(actual)}"]
+        return [d for i, (a, b) in enumerate(zip(expected, actual)) for d in differences(a, b, f"{where}[{i}]")]
+    if isinstance(expected, float) or isinstance(actual, float):
+        if isinstance(expected, (int, float)) and isinstance(actual, (int, float)) and not isinstance(expected, bool):
+            if math.isclose(expected, actual, rel_tol=1e-9, abs_tol=1e-9):
+                return []
+    if expected != actual:
+        return [f"{where}: {expected!r} != {actual!r}"[:300]]
+    return []
+
+
+def report_json(path: Path) -> dict[str, Any]:
+    import msgspec
+
+    import torchscope
+
+    report = torchscope.analyze(path, jobs=1, use_cache=False)
+    return json.loads(msgspec.json.encode(report))
+
+
+def write_all() -> None:
+    for source, root in SOURCES.items():
+        if not root.is_dir():
+            print(f"skipping {source}: {root} not found", file=sys.stderr)
+            continue
+        for name, path in inputs(source):
+            target = golden_path(source, name)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            text = json.dumps(normalised(report_json(path), root, drop=("schema_version", "torchscope_version")), indent=1, sort_keys=True)
+            target.write_bytes(gzip.compress(text.encode(), mtime=0))
+            print(f"{target.relative_to(REPO)}: {target.stat().st_size} bytes")
+
+
+if __name__ == "__main__":
+    write_all()
