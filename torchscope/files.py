@@ -1,0 +1,30 @@
+"""Writing files so that a reader never sees half of one: write a temporary file beside the target, then
+rename it over the target (atomic on POSIX and Windows within one folder)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def write_atomic(path: Path, data: bytes, *, fsync: bool = False) -> None:
+    """Write `data` to `path` through a temporary file in the same folder; raises OSError.
+
+    `fsync` also forces the bytes to disk before the rename (for manifests, which must survive a crash
+    right after the capture)."""
+    import tempfile  # here: it pulls in shutil, random, bz2 and lzma, which reads never need
+
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            if fsync:
+                handle.flush()
+                os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
