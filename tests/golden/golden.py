@@ -44,6 +44,7 @@ def normalised(report: dict[str, Any], root: Path, drop: tuple[str, ...] = NEW_I
     run["paths"] = [_relative(p, root) for p in run["paths"]]
     run["trace_files"] = [_relative(p, root) for p in run["trace_files"]]
     out["run"] = run
+    out["ranks"] = [{**r, "files": [_relative(p, root) for p in r["files"]]} for r in out.get("ranks", [])]
     out["findings"] = [{k: v for k, v in f.items() if k not in NEW_FINDING_FIELDS} for f in out["findings"]]
     return out
 
