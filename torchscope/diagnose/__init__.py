@@ -1,1 +1,3 @@
-"""Diagnose stage: rules (small pure functions) turn a Report's measurements into ranked findings."""
+"""Diagnose stage: rules, each declared as data (id, category, threshold, fixes) beside the small function
+that reads the Report's typed measurements (`rule.py`, `rules_*.py`), turned into ranked findings by
+`engine.diagnose`."""

@@ -1,58 +1,118 @@
-"""The rule registry and the ranking of findings.
+"""The rule registry, the making of findings from verdicts, and their ranking.
 
-Every rule is `rule(ctx) -> list[Finding]`, pure, reading only the Report (through `Context`). Findings
-are ranked by the share of step time they cost (most first); findings without a cost come last.
+Every rule is declared with `rule.rule(...)` beside its function (`rules_*.py`) and listed here. `RULES`
+run on the Report; `VERDICTS` run after them and also read their findings (`Context.findings`). The
+engine builds each Finding (severity from the rule's declared grading, evidence rounded, fixes attached),
+caps severities when the trace cannot support a verdict, and ranks findings by the share of step time
+they cost (most first); findings without a cost come last.
 """
 
 from __future__ import annotations
 
-from typing import Callable
+import dataclasses
+import math
+from typing import Any, Optional
 
 from torchscope.diagnose import rules_device, rules_distributed, rules_host, rules_input, rules_quality
 from torchscope.diagnose.context import Context, make_context
-from torchscope.report.model import Finding, Report
-
-Rule = Callable[[Context], list[Finding]]
+from torchscope.diagnose.rule import Rule, Verdict
+from torchscope.report.model import Finding, Report, Severity
 
 RULES: tuple[Rule, ...] = (
-    rules_input.data_loading,
-    rules_input.h2d_copy,
-    rules_host.host_overhead,
-    rules_host.optimizer,
-    rules_host.outside_steps,
-    rules_host.synchronization,
-    rules_device.idle,
-    rules_device.compute,
-    rules_device.memory,
-    rules_distributed.communication,
-    rules_distributed.straggler,
-    rules_quality.trace_quality,
+    rules_input.data_loading_exposed,
+    rules_input.h2d_copy_pageable,
+    rules_input.h2d_copy_blocking,
+    rules_host.host_overhead_dispatch,
+    rules_host.host_overhead_python,
+    rules_host.host_overhead_launch_bound,
+    rules_host.optimizer_step,
+    rules_host.optimizer_zero_grad_fill,
+    rules_host.outside_steps_work,
+    rules_host.synchronization_host_device,
+    rules_device.idle_device,
+    rules_device.compute_tensor_cores_unused,
+    rules_device.compute_layout_transposes,
+    rules_device.compute_cudnn_benchmark_off,
+    rules_device.compute_low_occupancy,
+    rules_device.memory_near_capacity,
+    rules_distributed.communication_share,
+    rules_distributed.straggler_rank,
+    rules_quality.no_steps,
+    rules_quality.few_steps,
+    rules_quality.warmup_in_window,
+    rules_quality.outlier_steps,
+    rules_quality.compilation_in_window,
+    rules_quality.no_device_events,
+    rules_quality.partial,
 )
 
-_SEVERITY_ORDER = {"critical": 0, "warning": 1, "info": 2}
+# Verdicts about the run as a whole, stated from what the rules above found (or did not find).
+VERDICTS: tuple[Rule, ...] = (rules_device.compute_bound,)
+
+_SEVERITY_ORDER: dict[Severity, int] = {"critical": 0, "warning": 1, "info": 2}
 
 
 def diagnose(report: Report) -> list[Finding]:
+    """The ranked findings of a Report (reads its measurements, breakdown, steps, device and manifest)."""
     ctx = make_context(report)
-    findings = [f for rule in RULES for f in rule(ctx)]
-    findings += rules_device.compute_verdict(ctx, findings)
+    findings = run(RULES, ctx)
+    findings += run(VERDICTS, dataclasses.replace(ctx, findings=tuple(findings)))
     return rank(_capped_by_trace_quality(ctx, findings))
+
+
+def run(rules: tuple[Rule, ...], ctx: Context) -> list[Finding]:
+    """The findings of `rules` on one Context, in registry order (unranked, uncapped)."""
+    found = ((r, r.measure(ctx)) for r in rules)
+    return [make_finding(r, verdict) for r, verdict in found if verdict is not None]
+
+
+def make_finding(rule: Rule, verdict: Verdict) -> Finding:
+    """A rule's Finding from its verdict: declared id/category/fixes, severity from the declared grading,
+    evidence floats rounded so reports stay readable and stable."""
+    share = verdict.share
+    return Finding(
+        id=rule.id,
+        category=rule.category,
+        severity=rule.severity.of(share),
+        title=verdict.title,
+        evidence={k: _tidy(v) for k, v in verdict.evidence.items()},
+        time_share=None if share is None else round(float(share), 4),
+        recommendation=verdict.recommendation,
+        fixes=rule.fixes_for(verdict),
+    )
+
+
+def _tidy(value: Any) -> Any:
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            return None  # NaN/inf evidence (e.g. from a damaged trace) means "unknown"
+        return round(value, 3) if abs(value) < 1e6 else round(value)
+    if isinstance(value, dict):
+        return {k: _tidy(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_tidy(v) for v in value]
+    return value
 
 
 def _capped_by_trace_quality(ctx: Context, findings: list[Finding]) -> list[Finding]:
     """A trace without step markers (one window that includes set-up) supports no more than a hint, and
     fewer than 3 steps no more than a warning: severities are capped, the trace_quality finding says why."""
-    if ctx.report.run.step_source == "whole_trace":
-        cap = "info"
-    elif ctx.steps < rules_quality.MIN_STEPS:
-        cap = "warning"
-    else:
+    cap = _severity_cap(ctx)
+    if cap is None:
         return findings
     limit = _SEVERITY_ORDER[cap]
     for f in findings:
         if f.category != "trace_quality" and _SEVERITY_ORDER[f.severity] < limit:
-            f.severity = cap  # type: ignore[assignment]
+            f.severity = cap
     return findings
+
+
+def _severity_cap(ctx: Context) -> Optional[Severity]:
+    if ctx.report.run.step_source == "whole_trace":
+        return "info"
+    if ctx.steps < rules_quality.MIN_STEPS.value:
+        return "warning"
+    return None
 
 
 def rank(findings: list[Finding]) -> list[Finding]:

@@ -1,200 +1,254 @@
-"""Device rules: idle gaps, compute (tensor cores, occupancy) and memory."""
+"""Device rules: idle gaps, compute (tensor cores, layouts, autotuning, occupancy, the compute-bound
+verdict) and memory."""
 
 from __future__ import annotations
 
-from torchscope.diagnose.context import Context, finding, pct, severity_for
-from torchscope.diagnose.rules_host import idle_share, is_launch_bound, unexplained_idle_share
-from torchscope.report.model import Finding
+from typing import Optional
 
-# TensorBoard plugin / nsys: GPU utilisation under 50 % is low.
-LOW_UTILIZATION = 0.5
+from torchscope.diagnose.context import Context, pct
+from torchscope.diagnose.rule import WARNING, Threshold, Verdict, by_share, rule
+from torchscope.diagnose.rules_host import TORCH_COMPILE, idle_share, is_launch_bound, top_idle_host_ops, unexplained_idle_share
+from torchscope.report.model import Fix
+
+LOW_UTILIZATION = Threshold(0.5, "GPU utilisation < 50 % (TB, NSYS `gpu_time_util`)")
 
 
-def idle(ctx: Context) -> list[Finding]:
+# No fix as data: what fills the gaps differs from run to run; the recommendation names the host ops.
+@rule("idle.device", "idle", LOW_UTILIZATION, severity=by_share())
+def idle_device(ctx: Context) -> Optional[Verdict]:
+    """The GPU idles while the host is neither loading data nor blocked in a sync (and the run is not
+    launch-bound, which host_overhead.launch_bound reports)."""
     utilization = ctx.report.device.utilization
     if not ctx.report.device.present or utilization is None or is_launch_bound(ctx):
-        return []
-    idle = idle_share(ctx)
+        return None
     share = unexplained_idle_share(ctx)
-    if share <= 0 or utilization >= LOW_UTILIZATION:
-        return []
-    host_ops = dict(list(ctx.report.signals.get("idle_host_ops", {}).items())[:5])
-    return [
-        finding(
-            id="idle.device",
-            category="idle",
-            severity=severity_for(share),
-            title=f"GPU idle {pct(idle)} of the step (kernel utilisation {pct(utilization)}); "
-            f"{pct(share)} while the host was neither loading data nor waiting in a sync",
-            evidence={
-                "device_idle_share": idle,
-                "gpu_utilization": utilization,
-                "unexplained_idle_share": share,
-                "host_ops_during_idle_us_per_step": host_ops,
-            },
-            time_share=share,
-            recommendation=(
-                "During the gaps the host was busy with: " + ", ".join(host_ops) + ". Shorten that host work, overlap "
-                "it with GPU work, or raise the batch size so each step gives the GPU more to do."
-                if host_ops
-                else "Raise the batch size or overlap host work with GPU work."
-            ),
-        )
-    ]
+    if share <= 0 or utilization >= LOW_UTILIZATION.value:
+        return None
+    host_ops = top_idle_host_ops(ctx)
+    return Verdict(
+        title=f"GPU idle {pct(idle_share(ctx))} of the step (kernel utilisation {pct(utilization)}); "
+        f"{pct(share)} while the host was neither loading data nor waiting in a sync",
+        share=share,
+        evidence={
+            "device_idle_share": idle_share(ctx),
+            "gpu_utilization": utilization,
+            "unexplained_idle_share": share,
+            "host_ops_during_idle_us_per_step": host_ops,
+        },
+        recommendation=(
+            "During the gaps the host was busy with: " + ", ".join(host_ops) + ". Shorten that host work, overlap "
+            "it with GPU work, or raise the batch size so each step gives the GPU more to do."
+            if host_ops
+            else "Raise the batch size or overlap host work with GPU work."
+        ),
+    )
 
 
+TENSOR_CORES = Threshold(7, "TB rule (`computeMajor >= 7 and tc_ratio == 0 and eligible > 0`)")
 AMP_RECOVERABLE = 0.5  # assume AMP/TF32 halves the eligible FP32 kernel time (V100/A100 GEMMs gain 2-8x)
+AUTOCAST = Fix(
+    kind="code_change",
+    target="torch.autocast",
+    value="torch.autocast('cuda', dtype=torch.bfloat16)",
+    summary="around forward and loss: matmuls and convolutions in bfloat16 (float16 with torch.amp.GradScaler before Ampere)",
+)
 
 
-def compute(ctx: Context) -> list[Finding]:
-    findings = []
+@rule(
+    "compute.tensor_cores_unused",
+    "compute",
+    TENSOR_CORES,
+    severity=by_share(),
+    fixes=(
+        AUTOCAST,
+        Fix(
+            kind="torch_flag",
+            target="torch.backends.cuda.matmul.allow_tf32",
+            value=True,
+            summary="FP32 matmuls on tensor cores in TF32 (same as torch.set_float32_matmul_precision('high'))",
+        ),
+    ),
+)
+def compute_tensor_cores_unused(ctx: Context) -> Optional[Verdict]:
+    """FP32 GEMMs/convolutions on a GPU with tensor cores, and no kernel using them."""
     device = ctx.report.device
     major = int(device.compute_capability.split(".")[0]) if device.compute_capability else 0
     eligible = device.tensor_core_eligible_share
-    if device.present and major >= 7 and device.tensor_core_kernel_share == 0 and eligible:
-        kernel_share = ctx.breakdown_share("kernel")
-        share = AMP_RECOVERABLE * eligible * kernel_share
-        findings.append(
-            finding(
-                id="compute.tensor_cores_unused",
-                category="compute",
-                severity=severity_for(share),
-                title=f"No kernel uses tensor cores, yet {pct(eligible)} of kernel time comes from "
-                "tensor-core-eligible ops (GEMM/convolution)",
-                evidence={
-                    "tensor_core_kernel_share": device.tensor_core_kernel_share,
-                    "eligible_kernel_share": eligible,
-                    "kernel_step_share": kernel_share,
-                    "compute_capability": device.compute_capability,
-                    "estimated_saving_share": share,
-                },
-                time_share=share,
-                recommendation=(
-                    "Run matmuls/convolutions in reduced precision: torch.autocast('cuda', dtype=torch.bfloat16) "
-                    "(or float16 with GradScaler on pre-Ampere GPUs), and torch.backends.cuda.matmul.allow_tf32 = True / "
-                    "torch.set_float32_matmul_precision('high') for the remaining FP32 work."
-                ),
-            )
-        )
-    findings += _layout_and_autotune(ctx)
-    occupancy = device.achieved_occupancy_pct
-    if device.present and occupancy is not None and occupancy < 30 and ctx.breakdown_share("kernel") > 0.5:
-        findings.append(
-            finding(
-                id="compute.low_occupancy",
-                category="compute",
-                severity="info",
-                title=f"Kernels reach a low estimated occupancy ({occupancy:.0f}%)",
-                evidence={"achieved_occupancy_pct": occupancy, "sm_efficiency": device.sm_efficiency},
-                time_share=None,
-                recommendation="Small kernels leave SMs idle: raise the batch size (multiples of 8), fuse kernels "
-                "(torch.compile), use channels_last for convolutions.",
-            )
-        )
-    return findings
+    if not (device.present and major >= TENSOR_CORES.value and device.tensor_core_kernel_share == 0 and eligible):
+        return None
+    kernel_share = ctx.breakdown_share("kernel")
+    share = AMP_RECOVERABLE * eligible * kernel_share
+    return Verdict(
+        title=f"No kernel uses tensor cores, yet {pct(eligible)} of kernel time comes from "
+        "tensor-core-eligible ops (GEMM/convolution)",
+        share=share,
+        evidence={
+            "tensor_core_kernel_share": device.tensor_core_kernel_share,
+            "eligible_kernel_share": eligible,
+            "kernel_step_share": kernel_share,
+            "compute_capability": device.compute_capability,
+            "estimated_saving_share": share,
+        },
+        recommendation=(
+            "Run matmuls/convolutions in reduced precision: torch.autocast('cuda', dtype=torch.bfloat16) "
+            "(or float16 with GradScaler on pre-Ampere GPUs), and torch.backends.cuda.matmul.allow_tf32 = True / "
+            "torch.set_float32_matmul_precision('high') for the remaining FP32 work."
+        ),
+    )
 
 
+LAYOUT_TRANSPOSES = Threshold(0, "any transpose kernel (I)")
 _LAYOUT_KERNELS = ("nchwToNhwc", "nhwcToNchw", "nchw_to_nhwc", "nhwc_to_nchw")
+CHANNELS_LAST = Fix(
+    kind="code_change",
+    target="channels_last",
+    value="model = model.to(memory_format=torch.channels_last)",
+    summary="keep activations in NHWC (inputs too: batch.to(memory_format=torch.channels_last))",
+)
 
 
-def _layout_and_autotune(ctx: Context) -> list[Finding]:
-    """Convolution hygiene on GPU: layout transposes around convolutions (channels_last missing) and
-    cudnn.benchmark off (recorded in the capture manifest)."""
-    if not ctx.report.device.present:
-        return []
-    out = []
+@rule("compute.layout_transposes", "compute", LAYOUT_TRANSPOSES, fixes=(CHANNELS_LAST,))
+def compute_layout_transposes(ctx: Context) -> Optional[Verdict]:
+    """Layout transposes around convolutions: channels_last is missing."""
     transposes = [k for k in ctx.report.kernels if any(p in k.name for p in _LAYOUT_KERNELS)]
+    if not ctx.report.device.present or len(transposes) <= LAYOUT_TRANSPOSES.value:
+        return None
     steps = max(ctx.steps, 1)
-    if transposes:
-        us = sum(k.total_us for k in transposes) / steps
-        out.append(
-            finding(
-                id="compute.layout_transposes",
-                category="compute",
-                severity="info",
-                title=f"Convolutions convert memory layouts ({sum(k.calls for k in transposes) / steps:.0f} transpose kernels per step)",
-                evidence={"transpose_us_per_step": us, "kernels": [k.name for k in transposes[:3]]},
-                time_share=ctx.share(us),
-                recommendation="Keep activations in channels_last: model.to(memory_format=torch.channels_last) and "
-                "inputs .to(memory_format=torch.channels_last), so cuDNN's NHWC tensor-core kernels need no transposes.",
-            )
-        )
-    environment = ctx.report.run.manifest.get("environment") or {}
-    has_conv = any("convolution" in op.name for op in ctx.report.operators)
-    if has_conv and environment.get("cudnn_benchmark") is False:
-        out.append(
-            finding(
-                id="compute.cudnn_benchmark_off",
-                category="compute",
-                severity="info",
-                title="cudnn.benchmark is off in a convolutional model",
-                evidence={"cudnn_benchmark": False},
-                time_share=None,
-                recommendation="With fixed input shapes set torch.backends.cudnn.benchmark = True so cuDNN picks the "
-                "fastest convolution algorithm once (keep it off when shapes change every step).",
-            )
-        )
-    return out
+    us = sum(k.total_us for k in transposes) / steps
+    return Verdict(
+        title=f"Convolutions convert memory layouts ({sum(k.calls for k in transposes) / steps:.0f} transpose kernels per step)",
+        share=ctx.share(us),
+        evidence={"transpose_us_per_step": us, "kernels": [k.name for k in transposes[:3]]},
+        recommendation="Keep activations in channels_last: model.to(memory_format=torch.channels_last) and "
+        "inputs .to(memory_format=torch.channels_last), so cuDNN's NHWC tensor-core kernels need no transposes.",
+    )
 
 
-COMPUTE_BOUND_SHARE = 0.5  # (I) below this, "compute-bound" would hide an unexplained half of the step
+CUDNN_BENCHMARK = Threshold(0, "any convolution with `cudnn_benchmark == false` in the manifest (I; tuning guide)")
 
 
-def compute_verdict(ctx: Context, others: list[Finding]) -> list[Finding]:
-    """Stated when no other category reaches warning level: the run is bound by its own compute."""
-    if any(f.severity != "info" and f.category not in ("compute", "trace_quality") for f in others):
-        return []
+@rule(
+    "compute.cudnn_benchmark_off",
+    "compute",
+    CUDNN_BENCHMARK,
+    fixes=(
+        Fix(
+            kind="torch_flag",
+            target="torch.backends.cudnn.benchmark",
+            value=True,
+            summary="cuDNN times its algorithms once per input shape and keeps the fastest (fixed shapes only)",
+        ),
+    ),
+)
+def compute_cudnn_benchmark_off(ctx: Context) -> Optional[Verdict]:
+    """Convolutions with cuDNN autotuning off (recorded in the capture manifest)."""
+    if not ctx.report.device.present or ctx.environment().get("cudnn_benchmark") is not False:
+        return None
+    convolutions = sum(1 for op in ctx.report.operators if "convolution" in op.name)
+    if convolutions <= CUDNN_BENCHMARK.value:
+        return None
+    return Verdict(
+        title="cudnn.benchmark is off in a convolutional model",
+        share=None,
+        evidence={"cudnn_benchmark": False},
+        recommendation="With fixed input shapes set torch.backends.cudnn.benchmark = True so cuDNN picks the "
+        "fastest convolution algorithm once (keep it off when shapes change every step).",
+    )
+
+
+LOW_OCCUPANCY = Threshold(30, "< 30 % est. achieved occupancy while kernels fill > 50 % of the step (I)")
+KERNEL_HEAVY = 0.5
+
+
+@rule("compute.low_occupancy", "compute", LOW_OCCUPANCY, fixes=(TORCH_COMPILE,))
+def compute_low_occupancy(ctx: Context) -> Optional[Verdict]:
+    """Kernels that leave most of each SM idle, in a run whose time is mostly kernels."""
+    device = ctx.report.device
+    occupancy = device.achieved_occupancy_pct
+    if not device.present or occupancy is None or occupancy >= LOW_OCCUPANCY.value:
+        return None
+    if ctx.breakdown_share("kernel") <= KERNEL_HEAVY:
+        return None
+    return Verdict(
+        title=f"Kernels reach a low estimated occupancy ({occupancy:.0f}%)",
+        share=None,
+        evidence={"achieved_occupancy_pct": occupancy, "sm_efficiency": device.sm_efficiency},
+        recommendation="Small kernels leave SMs idle: raise the batch size (multiples of 8), fuse kernels "
+        "(torch.compile), use channels_last for convolutions.",
+    )
+
+
+COMPUTE_BOUND = Threshold(0.5, "no other warning, and compute fills >= 50 % of the step (I)")
+
+
+@rule("compute.bound", "compute", COMPUTE_BOUND, fixes=(AUTOCAST, TORCH_COMPILE))
+def compute_bound(ctx: Context) -> Optional[Verdict]:
+    """Stated when no other category reaches warning level (reads `ctx.findings`): the run is bound by
+    its own compute. A verdict, not a cost: nothing here can be removed, so no time share."""
+    if any(f.severity != "info" and f.category not in ("compute", "trace_quality") for f in ctx.findings):
+        return None
     if ctx.steps == 0:
-        return []
+        return None
     share = ctx.breakdown_share("kernel") if ctx.has_device else ctx.phase_share("forward") + ctx.phase_share("backward")
-    if share < COMPUTE_BOUND_SHARE:
-        return []
+    if share < COMPUTE_BOUND.value:
+        return None
     where = (
         f"GPU kernels fill {pct(share)} of the step"
         if ctx.has_device
         else f"forward and backward operators fill {pct(share)} of the step"
     )
-    top = [op.name for op in ctx.report.operators[:3]]
-    return [
-        finding(
-            id="compute.bound",
-            category="compute",
-            severity="info",
-            title=f"Compute-bound: {where}; no input, host or synchronisation bottleneck found",
-            evidence={"compute_share": share, "top_operators": top},
-            time_share=None,  # a verdict, not a cost: nothing here can be removed
-            recommendation=(
-                "Speed comes from doing the math faster: mixed precision (torch.autocast), torch.compile, "
-                "channels_last for convnets, cudnn.benchmark=True for fixed shapes, or a larger batch per step."
-                if ctx.has_device
-                else "Speed comes from doing the math faster: torch.compile, bfloat16 autocast on CPUs that support it, "
-                "channels_last for convnets, or more threads (torch.set_num_threads) if cores are idle."
-            ),
-        )
-    ]
+    return Verdict(
+        title=f"Compute-bound: {where}; no input, host or synchronisation bottleneck found",
+        share=None,
+        evidence={"compute_share": share, "top_operators": [op.name for op in ctx.report.operators[:3]]},
+        recommendation=(
+            "Speed comes from doing the math faster: mixed precision (torch.autocast), torch.compile, "
+            "channels_last for convnets, cudnn.benchmark=True for fixed shapes, or a larger batch per step."
+            if ctx.has_device
+            else "Speed comes from doing the math faster: torch.compile, bfloat16 autocast on CPUs that support it, "
+            "channels_last for convnets, or more threads (torch.set_num_threads) if cores are idle."
+        ),
+        fix_values={} if ctx.has_device else {"torch.autocast": "torch.autocast('cpu', dtype=torch.bfloat16)"},
+    )
 
 
-MEMORY_NEAR_CAPACITY = 0.9  # TensorBoard plugin (data.py)
+NEAR_CAPACITY = Threshold(0.9, ">= 90 % of device memory (TB `data.py`)")
 
 
-def memory(ctx: Context) -> list[Finding]:
+@rule(
+    "memory.near_capacity",
+    "memory",
+    NEAR_CAPACITY,
+    severity=WARNING,
+    fixes=(
+        Fix(
+            kind="env_var",
+            target="PYTORCH_CUDA_ALLOC_CONF",
+            value="expandable_segments:True",
+            summary="let the caching allocator grow segments instead of fragmenting memory",
+        ),
+        Fix(
+            kind="code_change",
+            target="torch.utils.checkpoint",
+            value="torch.utils.checkpoint.checkpoint(block, x, use_reentrant=False)",
+            summary="recompute activations in backward instead of keeping them",
+        ),
+    ),
+)
+def memory_near_capacity(ctx: Context) -> Optional[Verdict]:
+    """Peak allocated device memory close to the GPU's capacity."""
     total = ctx.report.device.total_memory_bytes
     peaks = {k: v for k, v in ctx.report.memory.peak_allocated_bytes.items() if k.startswith(("cuda", "device"))}
     if not total or not peaks:
-        return []
+        return None
     device, peak = max(peaks.items(), key=lambda kv: kv[1])
     ratio = peak / total
-    if ratio < MEMORY_NEAR_CAPACITY:
-        return []
-    return [
-        finding(
-            id="memory.near_capacity",
-            category="memory",
-            severity="warning",
-            title=f"Peak allocated memory on {device} is {pct(ratio)} of the GPU's capacity",
-            evidence={"peak_allocated_bytes": peak, "total_memory_bytes": total, "ratio": ratio},
-            time_share=None,
-            recommendation="Close to out-of-memory (and allocator retries): use activation checkpointing, mixed precision, "
-            "a smaller micro-batch with gradient accumulation, or PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True.",
-        )
-    ]
+    if ratio < NEAR_CAPACITY.value:
+        return None
+    return Verdict(
+        title=f"Peak allocated memory on {device} is {pct(ratio)} of the GPU's capacity",
+        share=None,
+        evidence={"peak_allocated_bytes": peak, "total_memory_bytes": total, "ratio": ratio},
+        recommendation="Close to out-of-memory (and allocator retries): use activation checkpointing, mixed precision, "
+        "a smaller micro-batch with gradient accumulation, or PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True.",
+    )

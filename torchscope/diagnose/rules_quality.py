@@ -1,114 +1,170 @@
-"""Trace-quality rule: say when the trace cannot support a verdict, instead of returning nothing."""
+"""Trace-quality rules: say when the trace cannot support a verdict, instead of returning nothing."""
 
 from __future__ import annotations
+
+from typing import Optional
 
 import numpy as np
 
 from torchscope.arrays import median
-from torchscope.diagnose.context import Context, finding
-from torchscope.report.model import Finding
+from torchscope.diagnose.context import Context
+from torchscope.diagnose.rule import WARNING, Threshold, Verdict, rule
+from torchscope.report.model import Fix
 
-MIN_STEPS = 3  # profile at least three steady-state steps (profiler recipe)
-OUTLIER_FACTOR = 1.5  # TraceLens anomaly threshold: 1.5 x median
+# The profiler schedule that leaves one-time costs out of the window: wait 1, warm up 1, record 3 steps
+# (profiler recipe); `torchscope run --wait/--warmup/--active` and `torch.profiler.schedule` take the same.
+WAIT = Fix(kind="profiler_option", target="wait", value=1, summary="schedule: skip one step before warming up")
+WARMUP = Fix(kind="profiler_option", target="warmup", value=1, summary="schedule: trace one step without recording it")
+ACTIVE = Fix(kind="profiler_option", target="active", value=3, summary="schedule: record three steady-state steps")
+
+NO_STEPS = Threshold(0, "no `ProfilerStep#N` marker (profiler recipe: call prof.step() once per iteration)")
 
 
-def trace_quality(ctx: Context) -> list[Finding]:
-    report = ctx.report
-    out: list[Finding] = []
-    if report.run.step_source == "whole_trace":
-        out.append(
-            finding(
-                id="trace_quality.no_steps",
-                category="trace_quality",
-                severity="warning",
-                title="No ProfilerStep markers: the whole trace was analysed as one window",
-                evidence={"step_source": "whole_trace"},
-                time_share=None,
-                recommendation="Call prof.step() once per iteration (or use `torchscope run`, which does) and use a "
-                "schedule with wait/warmup/active so that per-step figures can be compared.",
-            )
-        )
-    elif ctx.steps < MIN_STEPS:
-        out.append(
-            finding(
-                id="trace_quality.few_steps",
-                category="trace_quality",
-                severity="warning",
-                title=f"Only {ctx.steps} step(s) captured: too few for a reliable verdict",
-                evidence={"steps": ctx.steps, "minimum": MIN_STEPS},
-                time_share=None,
-                recommendation="Capture at least 3 steady-state steps: schedule(wait=1, warmup=1, active=3) or more.",
-            )
-        )
-    early = sorted({s.step for s in report.steps if 0 <= s.step <= 1})
-    if early and report.run.step_source != "whole_trace":
-        out.append(
-            finding(
-                id="trace_quality.warmup_in_window",
-                category="trace_quality",
-                severity="info",
-                title=f"The profiled window includes the first training step(s) {early}",
-                evidence={"early_steps": early},
-                time_share=None,
-                recommendation="The first steps pay one-time costs (lazy initialisation, allocator growth, cuDNN "
-                "autotuning, compilation): profile later steps with schedule(wait=1, warmup=1, active=3) or skip_first.",
-            )
-        )
-    durations = np.array([s.duration_us for s in report.steps])
-    if durations.size >= MIN_STEPS:
-        median_us = median(durations)
-        outliers = [s.step for s in report.steps if s.duration_us > OUTLIER_FACTOR * median_us]
-        if outliers:
-            out.append(
-                finding(
-                    id="trace_quality.outlier_steps",
-                    category="trace_quality",
-                    severity="info",
-                    title=f"{len(outliers)} step(s) took over {OUTLIER_FACTOR}x the median step time",
-                    evidence={"outlier_steps": outliers[:20], "median_step_us": median_us, "max_step_us": float(durations.max())},
-                    time_share=None,
-                    recommendation="Outliers inflate averages: look at those steps in the timeline (GC, checkpointing, "
-                    "recompilation, a slow batch) or profile more steps.",
-                )
-            )
-    compile_us = float(report.signals.get("compile", {}).get("compilation_us_per_step", 0.0) or 0.0)
-    if compile_us > 0:
-        out.append(
-            finding(
-                id="trace_quality.compilation_in_window",
-                category="trace_quality",
-                severity="warning",
-                title="torch.compile compiled code inside the profiled steps",
-                evidence={"compilation_us_per_step": compile_us},
-                time_share=ctx.share(compile_us),
-                recommendation="Warm up before profiling (schedule(skip_first=..., wait=..., warmup=...)) and avoid "
-                "recompilation (mark dynamic dims, keep Python scalars such as the learning rate in tensors).",
-            )
-        )
-    activities = report.run.manifest.get("activities") or []
-    if "cuda" in activities and not report.device.present:
-        out.append(
-            finding(
-                id="trace_quality.no_device_events",
-                category="trace_quality",
-                severity="warning",
-                title="CUDA activity was requested but the trace has no GPU events",
-                evidence={"activities": activities},
-                time_share=None,
-                recommendation="CUPTI could not record kernels (driver/CUPTI mismatch, WSL, or another profiler holding "
-                "CUPTI). Check the profiler's warnings at startup; device-side verdicts are not possible.",
-            )
-        )
-    if report.run.partial:
-        out.append(
-            finding(
-                id="trace_quality.partial",
-                category="trace_quality",
-                severity="info",
-                title="The trace is partial (interrupted capture or malformed events were skipped)",
-                evidence={"warnings": report.warnings[:5], "status": report.run.manifest.get("status")},
-                time_share=None,
-                recommendation="Figures cover only what was captured; re-run the capture to completion for a full picture.",
-            )
-        )
-    return out
+@rule(
+    "trace_quality.no_steps",
+    "trace_quality",
+    NO_STEPS,
+    severity=WARNING,
+    fixes=(
+        Fix(kind="code_change", target="Profiler.step", value="prof.step()", summary="mark the end of every training iteration"),
+        WAIT,
+        WARMUP,
+        ACTIVE,
+    ),
+)
+def no_steps(ctx: Context) -> Optional[Verdict]:
+    """No step markers: the whole trace, set-up included, is one window."""
+    if ctx.report.run.step_source != "whole_trace":
+        return None
+    return Verdict(
+        title="No ProfilerStep markers: the whole trace was analysed as one window",
+        share=None,
+        evidence={"step_source": "whole_trace"},
+        recommendation="Call prof.step() once per iteration (or use `torchscope run`, which does) and use a "
+        "schedule with wait/warmup/active so that per-step figures can be compared.",
+    )
+
+
+MIN_STEPS = Threshold(3, "fewer than 3 steps (profiler recipe: profile at least three steady-state steps)")
+
+
+@rule("trace_quality.few_steps", "trace_quality", MIN_STEPS, severity=WARNING, fixes=(WAIT, WARMUP, ACTIVE))
+def few_steps(ctx: Context) -> Optional[Verdict]:
+    """Fewer steps than a per-step figure can rest on."""
+    if ctx.report.run.step_source == "whole_trace" or ctx.steps >= MIN_STEPS.value:
+        return None
+    return Verdict(
+        title=f"Only {ctx.steps} step(s) captured: too few for a reliable verdict",
+        share=None,
+        evidence={"steps": ctx.steps, "minimum": int(MIN_STEPS.value)},
+        recommendation="Capture at least 3 steady-state steps: schedule(wait=1, warmup=1, active=3) or more.",
+    )
+
+
+WARMUP_STEPS = Threshold(1, "steps 0 or 1 inside the window (profiler recipe: warm up before recording)")
+
+
+@rule("trace_quality.warmup_in_window", "trace_quality", WARMUP_STEPS, fixes=(WAIT, WARMUP))
+def warmup_in_window(ctx: Context) -> Optional[Verdict]:
+    """The first training steps, which pay one-time costs, are inside the profiled window."""
+    early = sorted({s.step for s in ctx.report.steps if 0 <= s.step <= WARMUP_STEPS.value})
+    if not early or ctx.report.run.step_source == "whole_trace":
+        return None
+    return Verdict(
+        title=f"The profiled window includes the first training step(s) {early}",
+        share=None,
+        evidence={"early_steps": early},
+        recommendation="The first steps pay one-time costs (lazy initialisation, allocator growth, cuDNN "
+        "autotuning, compilation): profile later steps with schedule(wait=1, warmup=1, active=3) or skip_first.",
+    )
+
+
+OUTLIER_FACTOR = Threshold(1.5, "a step over 1.5x the median step (TRACELENS anomaly threshold)")
+
+
+# No fix as data: the outliers' cause (GC, checkpointing, a slow batch) is for the timeline to show.
+@rule("trace_quality.outlier_steps", "trace_quality", OUTLIER_FACTOR)
+def outlier_steps(ctx: Context) -> Optional[Verdict]:
+    """Steps far slower than the median, which skew every per-step mean."""
+    steps = ctx.report.steps
+    durations = np.array([s.duration_us for s in steps])
+    if durations.size < MIN_STEPS.value:
+        return None
+    median_us = median(durations)
+    outliers = [s.step for s in steps if s.duration_us > OUTLIER_FACTOR.value * median_us]
+    if not outliers:
+        return None
+    return Verdict(
+        title=f"{len(outliers)} step(s) took over {OUTLIER_FACTOR.value}x the median step time",
+        share=None,
+        evidence={"outlier_steps": outliers[:20], "median_step_us": median_us, "max_step_us": float(durations.max())},
+        recommendation="Outliers inflate averages: look at those steps in the timeline (GC, checkpointing, "
+        "recompilation, a slow batch) or profile more steps.",
+    )
+
+
+COMPILATION = Threshold(0, "any compilation inside the steps (COMPILE-PROF: compile ids, `(dynamo_timed)` events)")
+
+
+@rule(
+    "trace_quality.compilation_in_window",
+    "trace_quality",
+    COMPILATION,
+    severity=WARNING,
+    fixes=(
+        Fix(kind="profiler_option", target="skip_first", summary="schedule: start after the steps that compiled"),
+        Fix(kind="env_var", target="TORCH_LOGS", value="recompiles", summary="diagnostic: logs why each recompilation happened"),
+    ),
+)
+def compilation_in_window(ctx: Context) -> Optional[Verdict]:
+    """torch.compile compiled inside the profiled steps (first compilation or recompilation)."""
+    compile_us = ctx.report.measurements.compile.compilation_us_per_step
+    if compile_us <= COMPILATION.value:
+        return None
+    last_step = max((s.step for s in ctx.report.steps), default=-1)
+    numbered = ctx.report.run.step_source == "profiler_step" and last_step >= 0
+    return Verdict(
+        title="torch.compile compiled code inside the profiled steps",
+        share=ctx.share(compile_us),
+        evidence={"compilation_us_per_step": compile_us},
+        recommendation="Warm up before profiling (schedule(skip_first=..., wait=..., warmup=...)) and avoid "
+        "recompilation (mark dynamic dims, keep Python scalars such as the learning rate in tensors).",
+        # Start recording after the last step profiled here: the compilations seen here are then behind it.
+        fix_values={"skip_first": last_step + 1 if numbered else None},
+    )
+
+
+NO_DEVICE_EVENTS = Threshold(0, "CUDA in the manifest's activities, no device event in the trace")
+
+
+# No fix as data: the cause is outside PyTorch (driver/CUPTI, another profiler).
+@rule("trace_quality.no_device_events", "trace_quality", NO_DEVICE_EVENTS, severity=WARNING)
+def no_device_events(ctx: Context) -> Optional[Verdict]:
+    """CUDA activity was requested, yet no kernel, copy or memset was recorded."""
+    activities = ctx.report.run.manifest.get("activities") or []
+    if "cuda" not in activities or ctx.report.device.present:
+        return None
+    return Verdict(
+        title="CUDA activity was requested but the trace has no GPU events",
+        share=None,
+        evidence={"activities": activities},
+        recommendation="CUPTI could not record kernels (driver/CUPTI mismatch, WSL, or another profiler holding "
+        "CUPTI). Check the profiler's warnings at startup; device-side verdicts are not possible.",
+    )
+
+
+PARTIAL = Threshold(0, "an interrupted capture or skipped malformed events")
+
+
+# No fix as data: re-running the capture to completion is the only change.
+@rule("trace_quality.partial", "trace_quality", PARTIAL)
+def partial(ctx: Context) -> Optional[Verdict]:
+    """The trace is partial: figures cover only what was captured."""
+    if not ctx.report.run.partial:
+        return None
+    return Verdict(
+        title="The trace is partial (interrupted capture or malformed events were skipped)",
+        share=None,
+        evidence={"warnings": ctx.report.warnings[:5], "status": ctx.report.run.manifest.get("status")},
+        recommendation="Figures cover only what was captured; re-run the capture to completion for a full picture.",
+    )

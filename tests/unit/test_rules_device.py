@@ -1,0 +1,167 @@
+"""Device rules on hand-built Reports: idle.device, compute.* (the compute.bound verdict included) and
+memory.near_capacity."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from test_rules_support import finding, findings, fixes, gpu, report
+from torchscope.report.measurements import DataLoader, DeviceIdle, LaunchOverhead, Measurements
+from torchscope.report.model import Finding, KernelRow, MemorySummary, OperatorRow
+
+COMPILE_FIX = {"torch.compile": ("code_change", "model = torch.compile(model)")}
+
+
+def _idle(idle_us: float, explained_us: float, host_ops: Optional[dict[str, float]] = None) -> Measurements:
+    return Measurements(
+        launch=LaunchOverhead(short_kernel_fraction=0.1),
+        idle=DeviceIdle(idle_us_per_step=idle_us, explained_us_per_step=explained_us, host_ops_us_per_step=host_ops or {}),
+    )
+
+
+def test_idle_device_names_the_host_work_in_the_gaps() -> None:
+    rep = report(measurements=_idle(7000, 2000, {"aten::nonzero": 4000.0, "aten::cat": 100.0}), device=gpu(utilization=0.3))
+    f = finding(rep, "idle.device")
+    assert (f.category, f.severity, f.time_share) == ("idle", "critical", 0.5)
+    assert f.evidence == {
+        "device_idle_share": 0.7,
+        "gpu_utilization": 0.3,
+        "unexplained_idle_share": 0.5,
+        "host_ops_during_idle_us_per_step": {"aten::nonzero": 4000.0, "aten::cat": 100.0},
+    }
+    assert f.recommendation.startswith("During the gaps the host was busy with: aten::nonzero, aten::cat.")
+    assert f.fixes == []
+
+
+def test_idle_device_thresholds() -> None:
+    def idle(utilization: Optional[float], idle_us: float = 7000, explained_us: float = 2000) -> list[str]:
+        rep = report(measurements=_idle(idle_us, explained_us), device=gpu(utilization=utilization))
+        return [f.recommendation for f in findings(rep).values() if f.id == "idle.device"]
+
+    assert idle(0.49) == ["Raise the batch size or overlap host work with GPU work."]
+    assert idle(0.5) == []  # TB / nsys: utilisation from 50 % is not low
+    assert idle(None) == []
+    assert idle(0.3, idle_us=2000, explained_us=2000) == []  # all idle time belongs to loading or syncs
+    small = finding(report(measurements=_idle(2400, 2000), device=gpu(utilization=0.3)), "idle.device")
+    assert (small.severity, small.time_share) == ("info", 0.04)
+
+
+def _tensor_cores(capability: str = "8.0", tc_share: float = 0.0, eligible: float = 0.8) -> list[str]:
+    return list(findings(report(device=gpu(compute_capability=capability, tensor_core_kernel_share=tc_share, tensor_core_eligible_share=eligible), breakdown={"kernel": 0.9})))
+
+
+def test_tensor_cores_unused() -> None:
+    device = gpu(compute_capability="8.0", tensor_core_kernel_share=0.0, tensor_core_eligible_share=0.8)
+    f = finding(report(device=device, breakdown={"kernel": 0.9}), "compute.tensor_cores_unused")
+    assert (f.category, f.severity, f.time_share) == ("compute", "critical", 0.36)  # 0.5 x 0.8 x 0.9
+    assert f.evidence == {
+        "tensor_core_kernel_share": 0.0,
+        "eligible_kernel_share": 0.8,
+        "kernel_step_share": 0.9,
+        "compute_capability": "8.0",
+        "estimated_saving_share": 0.36,
+    }
+    assert fixes(f) == {
+        "torch.autocast": ("code_change", "torch.autocast('cuda', dtype=torch.bfloat16)"),
+        "torch.backends.cuda.matmul.allow_tf32": ("torch_flag", True),
+    }
+
+
+def test_tensor_cores_rule_needs_volta_no_tc_kernel_and_eligible_time() -> None:
+    assert "compute.tensor_cores_unused" in _tensor_cores("7.0")
+    assert "compute.tensor_cores_unused" not in _tensor_cores("6.1")
+    assert "compute.tensor_cores_unused" not in _tensor_cores(tc_share=0.2)
+    assert "compute.tensor_cores_unused" not in _tensor_cores(eligible=0.0)
+
+
+def _kernel(name: str, calls: int, total_us: float) -> KernelRow:
+    return KernelRow(name=name, calls=calls, total_us=total_us, mean_us=total_us / calls, min_us=0.0, max_us=0.0)
+
+
+def test_layout_transposes() -> None:
+    kernels = [
+        _kernel("void nchwToNhwcKernel<float, float, float, true, false>(int, int)", 8, 1200.0),
+        _kernel("sm80_xmma_fprop_implicit_gemm_f16f16_f16f32_f32_nhwckrsc_nhwc", 4, 30000.0),
+    ]
+    f = finding(report(device=gpu(), kernels=kernels), "compute.layout_transposes")
+    assert (f.category, f.severity, f.time_share) == ("compute", "info", 0.03)
+    assert "(2 transpose kernels per step)" in f.title
+    assert f.evidence == {"transpose_us_per_step": 300.0, "kernels": [kernels[0].name]}
+    assert fixes(f) == {"channels_last": ("code_change", "model = model.to(memory_format=torch.channels_last)")}
+    assert "compute.layout_transposes" not in findings(report(device=gpu(), kernels=kernels[1:]))
+    assert "compute.layout_transposes" not in findings(report(kernels=kernels))  # no device
+
+
+def _cudnn(benchmark: object, conv: bool = True) -> dict[str, Finding]:
+    operators = [OperatorRow(name="aten::cudnn_convolution" if conv else "aten::mm", calls=4, host_self_us=10, host_total_us=40)]
+    environment = {} if benchmark is None else {"cudnn_benchmark": benchmark}
+    return findings(report(device=gpu(), operators=operators, manifest={"environment": environment}))
+
+
+def test_cudnn_benchmark_off() -> None:
+    f = _cudnn(False)["compute.cudnn_benchmark_off"]
+    assert (f.category, f.severity, f.time_share) == ("compute", "info", None)
+    assert f.evidence == {"cudnn_benchmark": False}
+    assert fixes(f) == {"torch.backends.cudnn.benchmark": ("torch_flag", True)}
+    assert "compute.cudnn_benchmark_off" not in _cudnn(True)
+    assert "compute.cudnn_benchmark_off" not in _cudnn(None)  # not recorded: no verdict
+    assert "compute.cudnn_benchmark_off" not in _cudnn(False, conv=False)
+
+
+def test_low_occupancy() -> None:
+    def occupancy(pct: float, kernel_share: float) -> list[str]:
+        rep = report(device=gpu(achieved_occupancy_pct=pct, sm_efficiency=0.6), breakdown={"kernel": kernel_share})
+        return [f.id for f in findings(rep).values() if f.id == "compute.low_occupancy"]
+
+    f = finding(report(device=gpu(achieved_occupancy_pct=20.0, sm_efficiency=0.6), breakdown={"kernel": 0.8}), "compute.low_occupancy")
+    assert (f.category, f.severity, f.time_share) == ("compute", "info", None)
+    assert f.evidence == {"achieved_occupancy_pct": 20.0, "sm_efficiency": 0.6}
+    assert fixes(f) == COMPILE_FIX
+    assert occupancy(30.0, 0.8) == []
+    assert occupancy(20.0, 0.5) == []
+
+
+def test_compute_bound_gpu_verdict() -> None:
+    operators = [OperatorRow(name=n, calls=1, host_self_us=1, host_total_us=1) for n in ("aten::mm", "aten::addmm", "aten::relu", "aten::add")]
+    f = finding(report(device=gpu(), breakdown={"kernel": 0.8}, operators=operators), "compute.bound")
+    assert (f.category, f.severity, f.time_share) == ("compute", "info", None)
+    assert f.evidence == {"compute_share": 0.8, "top_operators": ["aten::mm", "aten::addmm", "aten::relu"]}
+    assert fixes(f) == {"torch.autocast": ("code_change", "torch.autocast('cuda', dtype=torch.bfloat16)"), **COMPILE_FIX}
+
+
+def test_compute_bound_cpu_verdict_reads_forward_and_backward() -> None:
+    f = finding(report(phases={"forward": 0.3, "backward": 0.4}), "compute.bound")
+    assert f.evidence["compute_share"] == 0.7
+    assert "forward and backward operators fill 70.0%" in f.title
+    assert fixes(f)["torch.autocast"] == ("code_change", "torch.autocast('cpu', dtype=torch.bfloat16)")
+
+
+def test_compute_bound_reads_the_other_findings() -> None:
+    loading = Measurements(dataloader=DataLoader(single_process_fetches=4))
+    blocked = report(measurements=loading, device=gpu(), breakdown={"kernel": 0.8, "data_loading": 0.1})
+    assert "compute.bound" not in findings(blocked)  # a data-loading warning: not bound by compute
+    info_only = report(measurements=loading, device=gpu(), breakdown={"kernel": 0.8, "data_loading": 0.01})
+    assert "compute.bound" in findings(info_only)
+    # Compute findings themselves do not contradict the verdict.
+    tensor_cores = gpu(tensor_core_kernel_share=0.0, tensor_core_eligible_share=0.8)
+    assert {"compute.bound", "compute.tensor_cores_unused"} <= set(findings(report(device=tensor_cores, breakdown={"kernel": 0.8})))
+    assert "compute.bound" not in findings(report(device=gpu(), breakdown={"kernel": 0.49}))
+    assert "compute.bound" not in findings(report(device=gpu(), breakdown={"kernel": 0.8}, steps=0))
+
+
+def _memory(peak: int, device: str = "cuda:0") -> MemorySummary:
+    return MemorySummary(present=True, peak_allocated_bytes={device: peak, "cpu": 100 * 2**30})
+
+
+def test_memory_near_capacity() -> None:
+    total = 10 * 2**30
+    f = finding(report(device=gpu(total_memory_bytes=total), memory=_memory(int(0.95 * total))), "memory.near_capacity")
+    assert (f.category, f.severity, f.time_share) == ("memory", "warning", None)
+    assert f.evidence == {"peak_allocated_bytes": int(0.95 * total), "total_memory_bytes": total, "ratio": 0.95}
+    assert "cuda:0" in f.title
+    assert fixes(f) == {
+        "PYTORCH_CUDA_ALLOC_CONF": ("env_var", "expandable_segments:True"),
+        "torch.utils.checkpoint": ("code_change", "torch.utils.checkpoint.checkpoint(block, x, use_reentrant=False)"),
+    }
+    assert "memory.near_capacity" not in findings(report(device=gpu(total_memory_bytes=total), memory=_memory(int(0.89 * total))))
+    assert "memory.near_capacity" not in findings(report(device=gpu(total_memory_bytes=None), memory=_memory(total)))

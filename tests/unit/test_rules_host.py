@@ -1,0 +1,212 @@
+"""Host-side rules on hand-built Reports: host_overhead.*, optimizer.*, outside_steps.work and
+synchronization.host_device."""
+
+from __future__ import annotations
+
+from test_rules_support import finding, findings, fixes, gpu, report
+from torchscope.report.measurements import (
+    DataLoader,
+    DeviceIdle,
+    Dispatch,
+    LaunchOverhead,
+    Measurements,
+    Optimizer,
+    OutsideSteps,
+    Synchronization,
+)
+
+COMPILE_FIX = {"torch.compile": ("code_change", "model = torch.compile(model)")}
+
+
+def _dispatch(tiny_ops: float, tiny_us: float, gap_us: float) -> Measurements:
+    return Measurements(
+        dispatch=Dispatch(
+            tiny_ops_per_step=tiny_ops, tiny_op_us_per_step=tiny_us, python_gap_us_per_step=gap_us, ops_per_step=800, median_op_us=4.0
+        )
+    )
+
+
+def test_dispatch_bound_cpu_run() -> None:
+    f = finding(report(measurements=_dispatch(500, 1500, 1000)), "host_overhead.dispatch")
+    assert (f.category, f.severity, f.time_share) == ("host_overhead", "warning", 0.25)
+    assert f.evidence == {
+        "tiny_ops_per_step": 500,
+        "tiny_op_us_per_step": 1500,
+        "python_gap_us_per_step": 1000,
+        "ops_in_forward_backward_per_step": 800,
+        "median_op_us": 4.0,
+        "step_share": 0.25,
+    }
+    assert fixes(f) == COMPILE_FIX
+    assert "host_overhead.python" not in findings(report(measurements=_dispatch(500, 1500, 1000)))
+
+
+def test_dispatch_is_reported_from_200_tiny_ops_whatever_their_share() -> None:
+    f = finding(report(measurements=_dispatch(200, 100, 0)), "host_overhead.dispatch")
+    assert (f.severity, f.time_share) == ("info", 0.01)
+    assert "host_overhead.dispatch" not in findings(report(measurements=_dispatch(199, 3000, 0)))
+    assert "host_overhead.dispatch" not in findings(report(measurements=_dispatch(500, 3000, 0), device=gpu()))
+
+
+def test_python_between_ops_with_cpu_contention() -> None:
+    measurements = _dispatch(50, 100, 3500)
+    measurements.dataloader = DataLoader(multi_process_fetches=4)
+    f = finding(report(measurements=measurements, manifest={"environment": {"cpu_count": 4}}), "host_overhead.python")
+    assert (f.category, f.severity, f.time_share) == ("host_overhead", "critical", 0.35)
+    assert f.evidence["cpu_count"] == 4 and f.evidence["python_gap_us_per_step"] == 3500
+    assert "4 CPU(s) are shared" in f.recommendation
+    assert fixes(f) == COMPILE_FIX
+
+
+def test_python_gaps_below_ten_percent_are_not_reported() -> None:
+    assert finding(report(measurements=_dispatch(50, 100, 1000)), "host_overhead.python").severity == "warning"
+    assert "host_overhead.python" not in findings(report(measurements=_dispatch(50, 100, 999)))
+
+
+def _launch(short: float, idle_us: float, explained_us: float) -> Measurements:
+    host_ops = {f"op{i}": 1000.0 - 100 * i for i in range(7)}
+    return Measurements(
+        launch=LaunchOverhead(short_kernel_fraction=short, kernels_per_step=400, median_kernel_us=2.0, median_launch_us=15.0),
+        idle=DeviceIdle(idle_us_per_step=idle_us, explained_us_per_step=explained_us, host_ops_us_per_step=host_ops),
+    )
+
+
+def test_launch_bound_claims_only_the_unexplained_idle_time() -> None:
+    rep = report(measurements=_launch(0.9, 7000, 1000), device=gpu(utilization=0.3))
+    f = finding(rep, "host_overhead.launch_bound")
+    assert (f.category, f.severity, f.time_share) == ("host_overhead", "critical", 0.6)
+    assert f.evidence == {
+        "short_kernel_fraction": 0.9,
+        "kernels_per_step": 400,
+        "median_kernel_us": 2.0,
+        "median_launch_us": 15.0,
+        "gpu_utilization": 0.3,
+        "device_idle_share": 0.7,
+        "unexplained_idle_share": 0.6,
+        "host_ops_during_idle_us_per_step": {f"op{i}": 1000.0 - 100 * i for i in range(5)},
+    }
+    assert fixes(f) == {
+        **COMPILE_FIX,
+        "CUDA graphs": ("code_change", "model = torch.compile(model, mode='reduce-overhead')"),
+    }
+    assert "idle.device" not in findings(rep)  # the same gaps, reported once
+
+
+def test_launch_bound_needs_short_kernels_low_utilization_and_unexplained_idle() -> None:
+    def found(short: float, utilization: float, explained_us: float) -> bool:
+        rep = report(measurements=_launch(short, 7000, explained_us), device=gpu(utilization=utilization))
+        return "host_overhead.launch_bound" in findings(rep)
+
+    assert found(0.5, 0.69, 0)
+    assert not found(0.49, 0.3, 0)
+    assert not found(0.9, 0.7, 0)
+    assert not found(0.9, 0.3, 7000)
+
+
+def _optimizer(implementation: str, per_param: float = 0.0) -> Measurements:
+    return Measurements(
+        optimizer=Optimizer(optimizers=["AdamW"], implementation=implementation, per_param_ops_per_step=per_param)
+    )
+
+
+def test_optimizer_for_loop_on_cpu_gets_foreach() -> None:
+    rep = report(measurements=_optimizer("for_loop", 300), phases={"optimizer": 0.15})
+    f = finding(rep, "optimizer.step")
+    assert (f.category, f.severity, f.time_share) == ("optimizer", "warning", 0.15)
+    assert f.evidence == {
+        "optimizer_us_per_step": 1500.0,
+        "step_share": 0.15,
+        "optimizers": ["AdamW"],
+        "implementation": "for_loop",
+        "per_param_ops_per_step": 300,
+        "foreach_ops_per_step": 0.0,
+        "fused_ops_per_step": 0.0,
+    }
+    assert "per-parameter loop (300 small ops per step)" in f.title
+    assert "torch.optim.AdamW(..., foreach=True)" in f.recommendation
+    assert fixes(f) == {"foreach": ("optimizer_kwarg", True)}
+
+
+def test_optimizer_fix_by_device_and_implementation() -> None:
+    def optimizer_fixes(implementation: str, on_gpu: bool) -> dict[str, object]:
+        rep = report(measurements=_optimizer(implementation), phases={"optimizer": 0.35}, device=gpu() if on_gpu else None)
+        f = finding(rep, "optimizer.step")
+        assert f.severity == "critical"
+        return fixes(f)
+
+    assert optimizer_fixes("for_loop", on_gpu=True) == {"fused": ("optimizer_kwarg", True)}
+    assert optimizer_fixes("foreach", on_gpu=False) == {"fused": ("optimizer_kwarg", True)}
+    assert optimizer_fixes("fused", on_gpu=True) == {}
+
+
+def test_optimizer_loop_is_reported_below_ten_percent_only_with_many_per_param_ops() -> None:
+    small_loop = finding(report(measurements=_optimizer("for_loop", 50), phases={"optimizer": 0.02}), "optimizer.step")
+    assert (small_loop.severity, small_loop.time_share) == ("info", 0.02)
+    assert "optimizer.step" not in findings(report(measurements=_optimizer("for_loop", 49), phases={"optimizer": 0.09}))
+    assert "optimizer.step" not in findings(report(measurements=_optimizer("foreach", 500), phases={"optimizer": 0.09}))
+
+
+def test_zero_grad_filling_gradients() -> None:
+    measurements = Measurements(optimizer=Optimizer(zero_grad_fill_ops_per_step=120, zero_grad_us_per_step=300))
+    f = finding(report(measurements=measurements), "optimizer.zero_grad_fill")
+    assert (f.category, f.severity, f.time_share) == ("optimizer", "info", 0.03)
+    assert f.evidence == {"zero_fill_ops_per_step": 120, "zero_grad_us_per_step": 300}
+    assert fixes(f) == {"optimizer.zero_grad": ("code_change", "optimizer.zero_grad(set_to_none=True)")}
+    assert "optimizer.zero_grad_fill" not in findings(report(measurements=Measurements(optimizer=Optimizer(zero_grad_us_per_step=300))))
+
+
+def _outside(other: float, culprits: dict[str, float]) -> tuple[Measurements, dict[str, float]]:
+    return Measurements(outside_steps=OutsideSteps(culprits_us_per_step=culprits)), {"other": other}
+
+
+def test_outside_steps_names_its_culprits_and_claims_only_what_they_explain() -> None:
+    measurements, phases = _outside(0.3, {"torch/serialization.py(400): save": 1500.0, "aten::item": 500.0})
+    f = finding(report(measurements=measurements, phases=phases), "outside_steps.work")
+    assert (f.category, f.severity, f.time_share) == ("outside_steps", "warning", 0.2)
+    assert f.evidence == {
+        "outside_us_per_step": 2000.0,
+        "step_share": 0.2,
+        "unattributed_other_us_per_step": 1000.0,
+        "culprits_us_per_step": {"torch/serialization.py(400): save": 1500.0, "aten::item": 500.0},
+    }
+    assert "write checkpoints every N steps" in f.recommendation and "log metrics every N steps" in f.recommendation
+    assert f.fixes == []
+
+
+def test_outside_steps_below_five_percent_or_beyond_the_other_phase() -> None:
+    measurements, phases = _outside(0.3, {"evaluate": 400.0})
+    assert "outside_steps.work" not in findings(report(measurements=measurements, phases=phases))
+    measurements, phases = _outside(0.1, {"evaluate": 5000.0})
+    assert finding(report(measurements=measurements, phases=phases), "outside_steps.work").time_share == 0.1
+
+
+def _sync(by_op: dict[str, float], sites: dict[str, float]) -> Measurements:
+    return Measurements(sync=Synchronization(syncs_per_step=3, sync_us_per_step=sum(by_op.values()), by_op=by_op, call_sites=sites))
+
+
+def test_synchronization_leaves_copy_syncs_to_h2d_copy() -> None:
+    sites = {"train.py(57): train_step": 1500.0}
+    rep = report(measurements=_sync({"aten::item": 1500.0, "aten::to": 400.0}, sites), device=gpu())
+    f = finding(rep, "synchronization.host_device")
+    assert (f.category, f.severity, f.time_share) == ("synchronization", "warning", 0.15)
+    assert f.title.endswith("mostly in aten::item")
+    assert f.evidence == {
+        "syncs_per_step_incl_copies": 3,
+        "sync_us_per_step": 1500.0,
+        "step_share": 0.15,
+        "by_op_us_per_step": {"aten::item": 1500.0},
+        "call_sites_us_per_step": sites,
+    }
+    assert "Call sites: train.py(57): train_step." in f.recommendation
+    assert fixes(f) == {
+        "Tensor.item": ("code_change", "running_loss += loss.detach()"),
+        "torch.cuda.set_sync_debug_mode": ("torch_flag", "warn"),
+    }
+
+
+def test_synchronization_thresholds() -> None:
+    small = finding(report(measurements=_sync({"aten::item": 200.0}, {}), device=gpu()), "synchronization.host_device")
+    assert (small.severity, small.time_share) == ("info", 0.02)
+    assert finding(report(measurements=_sync({"aten::item": 300.0}, {}), device=gpu()), "synchronization.host_device").severity == "warning"
+    assert "synchronization.host_device" not in findings(report(measurements=_sync({"aten::to": 400.0}, {}), device=gpu()))
+    assert "synchronization.host_device" not in findings(report(measurements=_sync({"aten::item": 400.0}, {})))
