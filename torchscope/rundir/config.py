@@ -1,0 +1,47 @@
+"""What a capture records: the ``torch.profiler`` schedule and options, with their defaults.
+
+:class:`CaptureConfig` is the one place these defaults live: ``torchscope.profile()`` takes its fields as
+keywords, ``torchscope run`` makes one command-line option per field, and the manifest records the schedule
+and options from it (docs/capture.md says why each default is what it is).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from torchscope.errors import CaptureError
+
+# The fields of the torch.profiler schedule, each with its smallest value (a cycle records at least one step).
+SCHEDULE_MINIMUM = {"skip_first": 0, "wait": 0, "warmup": 0, "active": 1, "repeat": 0}
+SCHEDULE_FIELDS = tuple(SCHEDULE_MINIMUM)
+
+
+@dataclass(frozen=True)
+class CaptureConfig:
+    """Where the run directory goes and what ``torch.profiler`` records.
+
+    The default schedule records steps 2-4: step 0 (lazy initialisation, allocator growth) is skipped and
+    step 1 warms the profiler up. ``repeat`` cycles write one trace file each (0: until the end).
+    Shapes, memory, stacks and FLOPs are all on: they are what let a finding name the culprit.
+    ``stop_after_active`` ends the script once the last active window is saved.
+    """
+
+    out: str | os.PathLike[str] = "runs"
+    skip_first: int = 0
+    wait: int = 1
+    warmup: int = 1
+    active: int = 3
+    repeat: int = 1
+    record_shapes: bool = True
+    profile_memory: bool = True
+    with_stack: bool = True
+    with_flops: bool = True
+    phase_labels: bool = True
+    stop_after_active: bool = False
+
+    def __post_init__(self) -> None:
+        wrong = [f"{name} must be >= {low}" for name, low in SCHEDULE_MINIMUM.items() if getattr(self, name) < low]
+        if wrong:
+            schedule = " ".join(f"{name}={getattr(self, name)}" for name in SCHEDULE_FIELDS)
+            raise CaptureError(f"invalid schedule: {schedule} ({', '.join(wrong)})")
