@@ -6,12 +6,16 @@ Trace files are checked by parsing their JSON directly, independently of torchsc
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
+import inspect
 import json
 import re
 import sys
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 pytest.importorskip("torch")
@@ -19,21 +23,16 @@ pytest.importorskip("torch")
 import torch  # noqa: E402
 
 import torchscope  # noqa: E402
-from torchscope.capture import manifest as manifest_module  # noqa: E402
 from torchscope.capture.phases import BACKWARD, FORWARD, OPTIMIZER, PhaseHooks  # noqa: E402
 from torchscope.capture.profiler import CaptureComplete, Profiler  # noqa: E402
-from torchscope.capture.rundir import (  # noqa: E402
-    LAUNCH_MARKER,
-    DistEnv,
-    choose_run_dir,
-    dist_env_from,
-    launch_tag,
-    manifest_name,
-    worker_name,
-)
+from torchscope.capture.rundir import DistEnv, choose_run_dir, dist_env_from, launch_tag, worker_name  # noqa: E402
 from torchscope.capture.steps import StepDetector  # noqa: E402
 from torchscope.capture.tracewriter import TraceWriter  # noqa: E402
+from torchscope.cli.run import add_capture_options, config_from_args  # noqa: E402
 from torchscope.errors import CaptureError  # noqa: E402
+from torchscope.rundir.config import CaptureConfig  # noqa: E402
+from torchscope.rundir.layout import LAUNCH_MARKER, manifest_name  # noqa: E402
+from torchscope.rundir.manifest import Manifest, read_manifests, write_manifest  # noqa: E402
 
 MANIFEST_FIELDS = {
     "schema_version", "torchscope_version", "torch_version", "python_version", "command", "cwd", "host", "pid",
@@ -146,7 +145,7 @@ def test_manifest_fields(captured: Profiler) -> None:
     assert manifest["activities"] == ["cpu"]
     assert manifest["options"] == {
         "record_shapes": True, "profile_memory": True, "with_stack": True, "with_flops": True,
-        "phase_labels": True, "step_source": "manual",
+        "phase_labels": True, "step_marking": "manual",
     }
     assert manifest["trace_files"] == [p.name for p in captured.trace_files]
     assert manifest["steps_seen"] == 8
@@ -257,8 +256,19 @@ def test_profiler_that_fails_to_start_leaves_training_alone(
 
 
 def test_invalid_schedule_is_a_capture_error() -> None:
-    with pytest.raises(CaptureError):
+    with pytest.raises(CaptureError, match="active must be >= 1"):
         Profiler(active=0)
+
+
+def test_capture_defaults_agree_everywhere() -> None:
+    """`torchscope.profile()`'s keywords, `torchscope run`'s options and CaptureConfig() have one set of defaults."""
+    config = CaptureConfig()
+    keywords = inspect.signature(Profiler).parameters
+    assert {f.name: keywords[f.name].default for f in dataclasses.fields(CaptureConfig)} == dataclasses.asdict(config)
+    parser = argparse.ArgumentParser()
+    add_capture_options(parser)
+    assert config_from_args(parser.parse_args([])) == config
+    assert Profiler().config == config
 
 
 # -- phase hooks ------------------------------------------------------------------------------------------
@@ -383,7 +393,7 @@ def test_ranks_of_one_launch_agree_on_one_folder(tmp_path: Path) -> None:
     nxt = dist_env_from({**environ, "TORCHELASTIC_RUN_ID": "def456", "RANK": "1"}, parent_pid=4343)
     joined = choose_run_dir(out, "train", nxt)
     assert joined.parent == out and joined == choose_run_dir(out, "train", nxt)
-    assert (manifest_name(rank0), manifest_name(rank1)) == ("run.rank0.json", "run.rank1.json")
+    assert [manifest_name(env.rank, env.distributed) for env in (rank0, rank1)] == ["run.rank0.json", "run.rank1.json"]
     assert worker_name(rank1, host="h") == "h_rank1"
 
 
@@ -409,7 +419,16 @@ def test_trace_writer_reports_instead_of_raising(tmp_path: Path) -> None:
 
 def test_manifest_write_is_atomic(tmp_path: Path) -> None:
     path = tmp_path / "run.json"
-    manifest_module.write_manifest(path, {"schema_version": 1})  # type: ignore[typeddict-item]
-    manifest_module.write_manifest(path, {"schema_version": 1, "status": "complete"})  # type: ignore[typeddict-item]
-    assert json.loads(path.read_text())["status"] == "complete"
+    write_manifest(path, Manifest(schema_version=1))
+    write_manifest(path, Manifest(schema_version=1, status="complete"))
+    assert json.loads(path.read_text()) == {"schema_version": 1, "status": "complete"}
     assert [p.name for p in tmp_path.iterdir()] == ["run.json"]
+
+
+def test_a_captured_manifest_reads_back_whole(captured: Profiler) -> None:
+    assert captured.run_dir is not None
+    written = json.loads((captured.run_dir / "run.json").read_text())
+    [manifest] = read_manifests(captured.run_dir)
+    assert list(written) == list(Manifest.__struct_fields__)  # every field, in the declared order
+    assert msgspec.to_builtins(manifest) == written
+

@@ -127,7 +127,7 @@ def test_script_sees_what_python_gives_it(workdir: Path, end: str, exit_code: in
     manifest = json.loads((run_dir / "run.json").read_text())
     assert manifest["status"] == status and manifest["exit_code"] == exit_code
     assert manifest["command"] == args
-    assert manifest["options"]["step_source"] == "optimizer"
+    assert manifest["options"]["step_marking"] == "optimizer"
     assert manifest["steps_seen"] >= 5
     events = trace_events(run_dir)
     assert step_numbers(events) == [2, 3, 4]
@@ -188,7 +188,7 @@ def test_dataloader_fallback_without_an_optimizer(workdir: Path) -> None:
     profiled = torchscope("run", "--no-report", "--active", "4", "--out", "runs", "infer.py", cwd=workdir)
     assert profiled.returncode == 0 and profiled.stdout == "inference done\n", profiled.stderr
     run_dir = only_run_dir(workdir / "runs")
-    assert json.loads((run_dir / "run.json").read_text())["options"]["step_source"] == "dataloader"
+    assert json.loads((run_dir / "run.json").read_text())["options"]["step_marking"] == "dataloader"
     events = trace_events(run_dir)
     assert step_numbers(events) == [2, 3, 4, 5]
     names = user_annotations(events)
@@ -221,9 +221,9 @@ def test_stop_after_active_ends_the_script_early(workdir: Path) -> None:
     run_dir = only_run_dir(workdir / "runs")
     manifest = json.loads((run_dir / "run.json").read_text())
     assert manifest["status"] == "stopped" and manifest["steps_seen"] == 5
-    assert manifest["options"] | {"step_source": None} == {
+    assert manifest["options"] | {"step_marking": None} == {
         "record_shapes": False, "profile_memory": False, "with_stack": False, "with_flops": True,
-        "phase_labels": True, "step_source": None,
+        "phase_labels": True, "step_marking": None,
     }
     assert step_numbers(trace_events(run_dir)) == [2, 3, 4]
 
@@ -247,7 +247,7 @@ def test_demo_profiles_a_planted_data_loading_bottleneck(tmp_path: Path) -> None
     assert "demo_train: 12 steps" in demo.stdout
     run_dir = tmp_path / "demo"
     manifest = json.loads((run_dir / "run.json").read_text())
-    assert manifest["status"] == "complete" and manifest["options"]["step_source"] == "optimizer"
+    assert manifest["status"] == "complete" and manifest["options"]["step_marking"] == "optimizer"
     events = trace_events(run_dir)
     steps = [e for e in events if e.get("name", "").startswith("ProfilerStep#")]
     loading = [e for e in events if e.get("name", "").startswith("enumerate(DataLoader)#_SingleProcess")]

@@ -60,7 +60,7 @@ def check_launch(run_dir: Path) -> None:
     for rank in (0, 1):
         manifest = json.loads((run_dir / f"run.rank{rank}.json").read_text())
         assert (manifest["rank"], manifest["world_size"], manifest["local_rank"]) == (rank, 2, rank)
-        assert manifest["status"] == "complete" and manifest["options"]["step_source"] == "optimizer"
+        assert manifest["status"] == "complete" and manifest["options"]["step_marking"] == "optimizer"
         [trace] = manifest["trace_files"]
         assert re.fullmatch(rf"{re.escape(host)}_rank{rank}\.\d{{13}}\.pt\.trace\.json", trace)
         document = json.loads((run_dir / trace).read_text())

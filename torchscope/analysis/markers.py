@@ -20,16 +20,10 @@ from typing import Callable
 
 import numpy as np
 
-from torchscope.analysis.steps import STEP_PREFIX
+from torchscope.rundir.labels import LABEL_PREFIX, PHASE_LABELS, STEP_PREFIX
 from torchscope.trace.kinds import Kind, kind_mask
 from torchscope.trace.tables import EventTable
 
-LABEL_PREFIX = "torchscope:"
-PHASE_LABELS = {
-    "forward": "torchscope:forward",
-    "backward": "torchscope:backward",
-    "optimizer": "torchscope:optimizer",
-}
 COMM_OP_PREFIXES = ("nccl:", "gloo:", "c10d::", "mpi:", "ucc:")
 COMM_KERNEL_PREFIXES = ("ncclKernel", "ncclDevKernel", "rcclKernel")
 

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from torchscope.capture.notices import describe, warn_line
+from torchscope.rundir.layout import manifest_name
 
 # How long rank 0 waits for the other ranks' manifests before analysing (single-node launches only).
 RANK_WAIT_S = 30.0
@@ -19,7 +20,7 @@ RANK_WAIT_S = 30.0
 def wait_for_manifests(run_dir: Path, world_size: int, timeout_s: float = RANK_WAIT_S) -> bool:
     """Wait until ``run.rank<R>.json`` exists for every rank (they are written last). True if all came."""
     deadline = time.monotonic() + timeout_s
-    expected = [run_dir / f"run.rank{rank}.json" for rank in range(world_size)]
+    expected = [run_dir / manifest_name(rank, distributed=True) for rank in range(world_size)]
     while True:
         if all(path.exists() for path in expected):
             return True

@@ -1,6 +1,7 @@
 """Global hooks that label training phases and report phase boundaries.
 
-Labels are ``record_function`` ranges (``user_annotation`` events in the trace) with fixed names:
+Labels are ``record_function`` ranges (``user_annotation`` events in the trace) with fixed names
+(:mod:`torchscope.rundir.labels`, where the analyses look them up):
 
 * ``torchscope:forward``   -- the outermost ``nn.Module`` call (global forward pre/post hooks)
 * ``torchscope:backward``  -- ``Tensor.backward`` / ``torch.autograd.backward``
@@ -37,11 +38,7 @@ import torch.utils.data.dataloader as dataloader_module
 from torch.nn.modules import module as nn_module
 
 from torchscope.capture.notices import describe
-
-FORWARD = "torchscope:forward"
-BACKWARD = "torchscope:backward"
-OPTIMIZER = "torchscope:optimizer"
-PHASE_NAMES = (FORWARD, BACKWARD, OPTIMIZER)
+from torchscope.rundir.labels import BACKWARD, FORWARD, OPTIMIZER
 
 Boundary = Literal["data", "forward", "backward"]
 

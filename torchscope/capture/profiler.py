@@ -22,22 +22,19 @@ from typing import Any
 import torch
 import torch.profiler
 
-from torchscope.capture.manifest import (
-    CaptureOptions,
-    Schedule,
-    Status,
-    StepSource,
-    build_manifest,
-    utc_now_iso,
-    write_manifest,
-)
+from torchscope.capture.environment import capture_environment
 from torchscope.capture.notices import describe, warn_line
 from torchscope.capture.phases import PhaseHooks
-from torchscope.capture.rundir import DistEnv, choose_run_dir, detect_dist_env, manifest_name, worker_name
+from torchscope.capture.rundir import DistEnv, choose_run_dir, detect_dist_env, worker_name
 from torchscope.capture.signals import DeferredSignals, SigtermSaver
 from torchscope.capture.steps import StepDetector
 from torchscope.capture.tracewriter import TraceWriter
 from torchscope.errors import CaptureError
+from torchscope.rundir.config import CaptureConfig
+from torchscope.rundir.layout import manifest_name
+from torchscope.rundir.manifest import Status, StepMarking, build_manifest, utc_now_iso, write_manifest
+
+_DEFAULT = CaptureConfig()  # the keywords' defaults: declared once, in CaptureConfig
 
 
 class CaptureComplete(SystemExit):
@@ -53,14 +50,15 @@ class CaptureComplete(SystemExit):
 class Profiler:
     """Context manager around ``torch.profiler.profile`` that writes a torchscope run directory.
 
+    The first keywords are the fields of :class:`~torchscope.rundir.config.CaptureConfig` (the defaults,
+    and why they are what they are, are declared there); :attr:`config` holds them.
+
     Args:
         out: output folder. If it does not exist it becomes the run directory; otherwise a new
             ``<name>-<YYYYmmdd-HHMMSS>[-N]`` folder is made inside it.
-        wait, warmup, active, repeat, skip_first: the ``torch.profiler.schedule`` (steps are counted by
-            :meth:`step`). Defaults record steps 2-4: step 0 (first iteration: lazy initialisation,
-            allocator growth) is skipped and step 1 warms the profiler up.
+        skip_first, wait, warmup, active, repeat: the ``torch.profiler.schedule`` (steps are counted by
+            :meth:`step`). Raises :class:`~torchscope.errors.CaptureError` when invalid.
         record_shapes, profile_memory, with_stack, with_flops: passed to ``torch.profiler.profile``.
-            All on by default: shapes, memory and stacks are what let a diagnosis name the culprit.
         phase_labels: label forward/backward/optimizer with ``torchscope:*`` ranges (global hooks).
         name: run name used for the run folder (default: the script's name).
         auto_step: detect steps by themselves (optimizer steps, else DataLoader fetches) instead of
@@ -73,39 +71,40 @@ class Profiler:
 
     def __init__(
         self,
-        out: str | os.PathLike[str] = "runs",
+        out: str | os.PathLike[str] = _DEFAULT.out,
         *,
-        wait: int = 1,
-        warmup: int = 1,
-        active: int = 3,
-        repeat: int = 1,
-        skip_first: int = 0,
-        record_shapes: bool = True,
-        profile_memory: bool = True,
-        with_stack: bool = True,
-        with_flops: bool = True,
-        phase_labels: bool = True,
+        skip_first: int = _DEFAULT.skip_first,
+        wait: int = _DEFAULT.wait,
+        warmup: int = _DEFAULT.warmup,
+        active: int = _DEFAULT.active,
+        repeat: int = _DEFAULT.repeat,
+        record_shapes: bool = _DEFAULT.record_shapes,
+        profile_memory: bool = _DEFAULT.profile_memory,
+        with_stack: bool = _DEFAULT.with_stack,
+        with_flops: bool = _DEFAULT.with_flops,
+        phase_labels: bool = _DEFAULT.phase_labels,
+        stop_after_active: bool = _DEFAULT.stop_after_active,
         name: str | None = None,
         auto_step: bool = False,
-        stop_after_active: bool = False,
         command: list[str] | None = None,
         save_on_sigterm: bool = True,
     ) -> None:
-        if min(wait, warmup, repeat, skip_first) < 0 or active < 1:
-            raise CaptureError(
-                f"invalid schedule: wait={wait} warmup={warmup} active={active} repeat={repeat} "
-                f"skip_first={skip_first} (active must be >= 1, the others >= 0)"
-            )
-        self.out = Path(out)
-        self.schedule = Schedule(skip_first=skip_first, wait=wait, warmup=warmup, active=active, repeat=repeat)
-        self.record_shapes = record_shapes
-        self.profile_memory = profile_memory
-        self.with_stack = with_stack
-        self.with_flops = with_flops
-        self.phase_labels = phase_labels
+        self.config = CaptureConfig(
+            out=out,
+            skip_first=skip_first,
+            wait=wait,
+            warmup=warmup,
+            active=active,
+            repeat=repeat,
+            record_shapes=record_shapes,
+            profile_memory=profile_memory,
+            with_stack=with_stack,
+            with_flops=with_flops,
+            phase_labels=phase_labels,
+            stop_after_active=stop_after_active,
+        )
         self.name = name or _default_name()
         self.auto_step = auto_step
-        self.stop_after_active = stop_after_active
         self.command = list(command) if command is not None else list(sys.argv)
         self.save_on_sigterm = save_on_sigterm
 
@@ -143,7 +142,8 @@ class Profiler:
         return self._prof is not None
 
     @property
-    def step_source(self) -> StepSource:
+    def step_marking(self) -> StepMarking:
+        """How steps were marked: ``prof.step()`` calls (``manual``), or what ``auto_step`` found."""
         return self._detector.source if self._detector is not None else "manual"
 
     def __enter__(self) -> Profiler:
@@ -170,7 +170,7 @@ class Profiler:
     def _start(self) -> None:
         self.dist = detect_dist_env()
         try:
-            self.run_dir = choose_run_dir(self.out, self.name, self.dist)
+            self.run_dir = choose_run_dir(self.config.out, self.name, self.dist)
         except CaptureError as exc:
             self._problem(f"{exc}; profiling is off for this run")
             return
@@ -178,7 +178,7 @@ class Profiler:
             self._sigterm.install()
         with self._signals:
             self._start_profiler()
-        if self._prof is not None and (self.phase_labels or self.auto_step):
+        if self._prof is not None and (self.config.phase_labels or self.auto_step):
             self._install_hooks()
 
     def _abandon(self) -> None:
@@ -205,18 +205,18 @@ class Profiler:
                 if self._hooks is not None:
                     self._hooks.retire()
         if self.capture_complete:
-            if self.stop_after_active:
+            if self.config.stop_after_active:
                 raise CaptureComplete()
-            if self._hooks is not None and self.schedule["repeat"] > 0:
+            if self._hooks is not None and self.config.repeat > 0:
                 self._hooks.retire()  # nothing more will be recorded: the rest of the run pays nothing
 
     @property
     def capture_complete(self) -> bool:
         """True once the scheduled active windows have ended and were handed to the trace writer
         (``repeat`` windows; the first one when ``repeat`` is 0, i.e. endless)."""
-        s = self.schedule
-        cycles = s["repeat"] or 1
-        return self.steps_seen >= s["skip_first"] + cycles * (s["wait"] + s["warmup"] + s["active"])
+        c = self.config
+        cycles = c.repeat or 1
+        return self.steps_seen >= c.skip_first + cycles * (c.wait + c.warmup + c.active)
 
     def close(self, status: Status = "complete", exit_code: int | None = None) -> None:
         """Stop profiling (saving a partial active window), remove the hooks, write the manifest.
@@ -252,22 +252,18 @@ class Profiler:
         except Exception:  # a broken CUDA install must not stop a CPU capture
             pass
         self._writer = TraceWriter(self.run_dir, worker_name(self.dist), self._trace_problem)
-        s = self.schedule
+        c = self.config
         try:
             prof = torch.profiler.profile(
                 activities=activities,
                 schedule=torch.profiler.schedule(
-                    wait=s["wait"],
-                    warmup=s["warmup"],
-                    active=s["active"],
-                    repeat=s["repeat"],
-                    skip_first=s["skip_first"],
+                    wait=c.wait, warmup=c.warmup, active=c.active, repeat=c.repeat, skip_first=c.skip_first
                 ),
                 on_trace_ready=self._writer,
-                record_shapes=self.record_shapes,
-                profile_memory=self.profile_memory,
-                with_stack=self.with_stack,
-                with_flops=self.with_flops,
+                record_shapes=c.record_shapes,
+                profile_memory=c.profile_memory,
+                with_stack=c.with_stack,
+                with_flops=c.with_flops,
             )
             prof.start()
         except Exception as exc:
@@ -281,7 +277,7 @@ class Profiler:
             self._detector = StepDetector(self.step)
         detector = self._detector
         self._hooks = PhaseHooks(
-            labels=self.phase_labels,
+            labels=self.config.phase_labels,
             on_boundary=detector.on_boundary if detector else None,
             on_optimizer_step=detector.on_optimizer_step if detector else None,
             on_error=self._problem,
@@ -309,8 +305,8 @@ class Profiler:
     def _note_missing_trace(self) -> None:
         if self.run_dir is None or self._prof_failed or self.trace_files or self._trace_failed:
             return
-        s = self.schedule
-        first_active = s["skip_first"] + s["wait"] + s["warmup"]
+        c = self.config
+        first_active = c.skip_first + c.wait + c.warmup
         if self.auto_step and self.steps_seen == 0:
             why = "no training steps were detected (no optimizer.step() and no DataLoader iteration)"
         else:
@@ -321,29 +317,25 @@ class Profiler:
         if self.run_dir is None:
             return
         manifest = build_manifest(
+            config=self.config,
+            step_marking=self.step_marking,
+            phase_labels=self.config.phase_labels and self._hooks is not None,
             command=self.command,
             rank=self.dist.rank,
             world_size=self.dist.world_size,
             local_rank=self.dist.local_rank,
             start_time=self._start_time,
-            schedule=self.schedule,
             activities=self._activities,
-            options=CaptureOptions(
-                record_shapes=self.record_shapes,
-                profile_memory=self.profile_memory,
-                with_stack=self.with_stack,
-                with_flops=self.with_flops,
-                phase_labels=self.phase_labels and self._hooks is not None,
-                step_source=self.step_source,
-            ),
             trace_files=[p.name for p in self.trace_files],
             steps_seen=self.steps_seen,
             status=self.status or "complete",
             errors=list(self.errors),
             exit_code=self.exit_code,
+            torch_version=str(torch.__version__),
+            environment=capture_environment(),
         )
         try:
-            write_manifest(self.run_dir / manifest_name(self.dist), manifest)
+            write_manifest(self.run_dir / manifest_name(self.dist.rank, self.dist.distributed), manifest)
         except OSError as exc:
             self._problem(f"could not write the manifest in {self.run_dir}: {describe(exc)}", record=False)
 

@@ -25,9 +25,8 @@ from pathlib import Path
 from typing import Mapping
 
 from torchscope.errors import CaptureError
+from torchscope.rundir import layout
 
-# Marker written inside an ``out`` folder that a distributed launch created, so its other ranks join it.
-LAUNCH_MARKER = ".torchscope-launch"
 _MAX_SUFFIX = 1000
 
 
@@ -89,16 +88,9 @@ def detect_dist_env() -> DistEnv:
 
 
 def worker_name(env: DistEnv, host: str | None = None, pid: int | None = None) -> str:
-    """``<host>_<pid>`` single-process, ``<host>_rank<R>`` distributed (the trace file prefix)."""
+    """This process's trace file prefix (:func:`torchscope.rundir.layout.worker_name`), from a safe host name."""
     host = safe_name(host or socket.gethostname(), "host")
-    if env.distributed:
-        return f"{host}_rank{env.rank}"
-    return f"{host}_{os.getpid() if pid is None else pid}"
-
-
-def manifest_name(env: DistEnv) -> str:
-    """``run.json`` single-process, ``run.rank<R>.json`` distributed."""
-    return f"run.rank{env.rank}.json" if env.distributed else "run.json"
+    return layout.worker_name(host, env.rank if env.distributed else None, os.getpid() if pid is None else pid)
 
 
 def safe_name(text: str, default: str = "run") -> str:
@@ -152,7 +144,7 @@ def _join_launch_dir(out: Path, name: str, tag: str) -> Path:
         out.parent.mkdir(parents=True, exist_ok=True)
         staging = out.parent / f".{out.name}.{tag}.{os.getpid()}.tmp"
         staging.mkdir(parents=True, exist_ok=True)
-        (staging / LAUNCH_MARKER).write_text(tag + "\n")
+        (staging / layout.LAUNCH_MARKER).write_text(tag + "\n")
         try:
             os.rename(staging, out)
             return out
@@ -169,7 +161,7 @@ def _join_launch_dir(out: Path, name: str, tag: str) -> Path:
 
 def _is_launch_dir(path: Path, tag: str) -> bool:
     try:
-        return (path / LAUNCH_MARKER).read_text().strip() == tag
+        return (path / layout.LAUNCH_MARKER).read_text().strip() == tag
     except OSError:
         return False
 

@@ -25,8 +25,9 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Literal
 
-from torchscope.capture.manifest import Status
 from torchscope.errors import InputError, TorchscopeError
+from torchscope.rundir.config import CaptureConfig
+from torchscope.rundir.manifest import Status
 
 if TYPE_CHECKING:  # pragma: no cover - the profiler imports torch; only run_target needs it
     from torchscope.capture.profiler import Profiler
@@ -50,24 +51,6 @@ class Target:
         """The command line as the user would type it after ``python``."""
         head = [self.name] if self.kind == "script" else ["-m", self.name]
         return [*head, *self.args]
-
-
-@dataclass(frozen=True)
-class CaptureConfig:
-    """Profiler settings of ``torchscope run`` (see :class:`torchscope.capture.profiler.Profiler`)."""
-
-    out: str = "runs"
-    wait: int = 1
-    warmup: int = 1
-    active: int = 3
-    repeat: int = 1
-    skip_first: int = 0
-    record_shapes: bool = True
-    profile_memory: bool = True
-    with_stack: bool = True
-    with_flops: bool = True
-    phase_labels: bool = True
-    stop_after_active: bool = False
 
 
 @dataclass
@@ -106,8 +89,8 @@ def run_target(target: Target, config: CaptureConfig) -> RunOutcome:
     check_target(target)
     from torchscope.capture.profiler import CaptureComplete, Profiler
 
-    options = {name: value for name, value in asdict(config).items() if name != "out"}  # Profiler's keywords
-    profiler = Profiler(config.out, **options, name=target.run_name, auto_step=True, command=target.command)
+    # The config's fields are the Profiler's first keywords.
+    profiler = Profiler(**asdict(config), name=target.run_name, auto_step=True, command=target.command)
     saved_argv, saved_path = sys.argv[:], sys.path[:]
     outcome: RunOutcome | None = None
     try:

@@ -21,11 +21,12 @@ from __future__ import annotations
 import weakref
 from typing import Any, Callable
 
-from torchscope.capture.manifest import StepSource
+from torchscope.rundir.manifest import StepMarking
 
 
 class StepDetector:
-    """Turns phase events into ``step()`` calls; ``source`` says what drove them."""
+    """Turns phase events into ``step()`` calls; ``source`` says what drove them (the manifest's
+    ``options.step_marking``)."""
 
     def __init__(self, step: Callable[[], None]) -> None:
         self._step = step
@@ -33,7 +34,7 @@ class StepDetector:
         self._pending = False
         self._fetches = 0
         self._dataloader_steps = 0
-        self.source: StepSource = "none"
+        self.source: StepMarking = "none"
 
     def on_boundary(self, kind: str) -> None:
         """A top-level fetch (``"data"``), forward or backward is about to start."""

@@ -13,8 +13,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from torchscope.capture.notices import describe, log
-
-TRACE_SUFFIX = ".pt.trace.json"
+from torchscope.rundir.layout import trace_name
 
 
 class TraceWriter:
@@ -51,8 +50,9 @@ class TraceWriter:
     def _free_name(self) -> str:
         # Milliseconds as in the documented layout; two cycles ending in one millisecond take the next one.
         stamp_ms = int(time.time() * 1000)
-        while (self.run_dir / f"{self.worker}.{stamp_ms}{TRACE_SUFFIX}").exists() or any(
-            f.startswith(f"{self.worker}.{stamp_ms}.") for f in self.files
-        ):
+        while self._taken(trace_name(self.worker, stamp_ms)):
             stamp_ms += 1
-        return f"{self.worker}.{stamp_ms}{TRACE_SUFFIX}"
+        return trace_name(self.worker, stamp_ms)
+
+    def _taken(self, name: str) -> bool:
+        return name in self.files or (self.run_dir / name).exists()

@@ -11,6 +11,9 @@ import argparse
 import sys
 from typing import Any
 
+from torchscope.cli.run import add_out_option, present, print_script_ending
+from torchscope.rundir.config import CaptureConfig
+
 DEMO_MODULE = "torchscope.examples.demo_train"
 
 
@@ -21,14 +24,12 @@ def register(subparsers: Any) -> None:
         description="Profile a small bundled CPU training run (synthetic data, nothing downloaded) "
         "whose DataLoader is the bottleneck, and print the diagnosis.",
     )
-    parser.add_argument("--out", metavar="DIR", default="runs",
-                        help="run directory if DIR does not exist, else a new folder inside it (default: runs)")
+    add_out_option(parser)
     parser.set_defaults(func=execute)
 
 
 def execute(args: argparse.Namespace) -> int:
-    from torchscope.capture.runner import CaptureConfig, Target, run_target
-    from torchscope.cli.run import present, print_script_ending
+    from torchscope.capture.runner import Target, run_target
 
     print(
         f"torchscope demo: profiling `python -m {DEMO_MODULE}` "

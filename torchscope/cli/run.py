@@ -8,47 +8,63 @@ code is the script's. Under torchrun every rank captures; rank 0 reports.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, Any, Callable, TextIO
 
 from torchscope.errors import UsageError
+from torchscope.rundir.config import SCHEDULE_MINIMUM, CaptureConfig
+from torchscope.rundir.layout import REPORT_NAME
 
 if TYPE_CHECKING:  # pragma: no cover - the runner imports torch; load it only when running
-    from torchscope.capture.runner import CaptureConfig, RunOutcome, Target
+    from torchscope.capture.runner import RunOutcome, Target
+
+# One option per CaptureConfig field; its name, default and bounds come from there, its words from here.
+_SCHEDULE_HELP = {
+    "skip_first": "steps ignored first",
+    "wait": "steps idle per cycle",
+    "warmup": "profiler warm-up steps",
+    "active": "steps recorded per cycle",
+    "repeat": "cycles, one trace file each; 0 = until the end",
+}
+_SWITCHES = {  # field: (flag, help); the flag turns the field's default around
+    "profile_memory": ("--no-memory", "do not record memory events"),
+    "with_stack": ("--no-stack", "do not record Python stacks (less overhead)"),
+    "record_shapes": ("--no-shapes", "do not record input shapes"),
+    "with_flops": ("--no-flops", "do not estimate FLOPs"),
+    "phase_labels": ("--no-phases", "do not label forward/backward/optimizer"),
+    "stop_after_active": ("--stop-after-active", "end the script (exit 0) once the active window(s) are captured"),
+}
 
 
-def _non_negative(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
-    return value
+def _at_least(minimum: int) -> Callable[[str], int]:
+    def count(text: str) -> int:
+        value = int(text)
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {value}")
+        return value
+
+    return count
 
 
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
+def add_out_option(parser: argparse._ActionsContainer) -> None:  # a parser or an argument group
+    """``--out DIR``, shared by ``run`` and ``demo``."""
+    parser.add_argument("--out", metavar="DIR", default=CaptureConfig().out,
+                        help="run directory if DIR does not exist, else a new folder inside it (default: %(default)s)")
 
 
 def add_capture_options(parser: argparse.ArgumentParser) -> None:
-    """The profiler options shared by ``run`` (defaults: docs/capture.md)."""
+    """The profiler options of ``run``: one per :class:`CaptureConfig` field, with its default."""
     group = parser.add_argument_group("capture")
-    group.add_argument("--out", metavar="DIR", default="runs",
-                       help="run directory if DIR does not exist, else a new folder inside it (default: runs)")
-    group.add_argument("--skip-first", type=_non_negative, default=0, metavar="N", help="steps ignored first (0)")
-    group.add_argument("--wait", type=_non_negative, default=1, metavar="N", help="steps idle per cycle (1)")
-    group.add_argument("--warmup", type=_non_negative, default=1, metavar="N", help="profiler warm-up steps (1)")
-    group.add_argument("--active", type=_positive, default=3, metavar="N", help="steps recorded per cycle (3)")
-    group.add_argument("--repeat", type=_non_negative, default=1, metavar="N",
-                       help="cycles, one trace file each; 0 = until the end (1)")
-    group.add_argument("--no-memory", action="store_true", help="do not record memory events")
-    group.add_argument("--no-stack", action="store_true", help="do not record Python stacks (less overhead)")
-    group.add_argument("--no-shapes", action="store_true", help="do not record input shapes")
-    group.add_argument("--no-flops", action="store_true", help="do not estimate FLOPs")
-    group.add_argument("--no-phases", action="store_true", help="do not label forward/backward/optimizer")
-    group.add_argument("--stop-after-active", action="store_true",
-                       help="end the script (exit 0) once the active window(s) are captured")
+    add_out_option(group)
+    defaults = CaptureConfig()
+    for name, minimum in SCHEDULE_MINIMUM.items():
+        group.add_argument(f"--{name.replace('_', '-')}", dest=name, type=_at_least(minimum),
+                           default=getattr(defaults, name), metavar="N", help=f"{_SCHEDULE_HELP[name]} (%(default)s)")
+    for name, (flag, words) in _SWITCHES.items():
+        default = getattr(defaults, name)
+        group.add_argument(flag, dest=name, action="store_false" if default else "store_true", default=default,
+                           help=words)
     group.add_argument("--no-report", action="store_true", help="do not analyse and print the report at the end")
 
 
@@ -81,22 +97,8 @@ def target_from_args(args: argparse.Namespace) -> Target:
 
 
 def config_from_args(args: argparse.Namespace) -> CaptureConfig:
-    from torchscope.capture.runner import CaptureConfig
-
-    return CaptureConfig(
-        out=args.out,
-        wait=args.wait,
-        warmup=args.warmup,
-        active=args.active,
-        repeat=args.repeat,
-        skip_first=args.skip_first,
-        record_shapes=not args.no_shapes,
-        profile_memory=not args.no_memory,
-        with_stack=not args.no_stack,
-        with_flops=not args.no_flops,
-        phase_labels=not args.no_phases,
-        stop_after_active=args.stop_after_active,
-    )
+    """The :class:`CaptureConfig` of the parsed ``run`` options (each option is stored under its field's name)."""
+    return CaptureConfig(**{field.name: getattr(args, field.name) for field in dataclasses.fields(CaptureConfig)})
 
 
 def execute(args: argparse.Namespace) -> int:
@@ -157,7 +159,7 @@ def present(outcome: RunOutcome, *, report: bool, stream: TextIO, json_report: b
                     stream.write(text if text.endswith("\n") else text + "\n")
                     stream.flush()
                 if json_report:
-                    endreport.write_json_report(built, run_dir / "report.json")
+                    endreport.write_json_report(built, run_dir / REPORT_NAME)
         print(f"torchscope: run directory: {run_dir}", file=sys.stderr)
     except KeyboardInterrupt:
         print("torchscope: report interrupted", file=sys.stderr)

@@ -4,20 +4,18 @@ Accepted: one trace file (`.json`, `.json.gz`), a directory of traces, or a run 
 follow `torch.profiler.tensorboard_trace_handler`: `<worker>.<timestamp_ms>.pt.trace.json[.gz]`; several
 files of one worker are consecutive schedule cycles ("spans"). The rank comes from the trace header
 (`distributedInfo.rank`), else from a `rank<N>` in the worker name, else the manifest, else the order.
+Names are the run directory's (torchscope.rundir.layout): manifests, reports, hidden folders (caches),
+`sidecars/` (extra data) and `variants/` (runs of their own) below the given path are not read as traces.
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from torchscope.errors import InputError
+from torchscope.rundir import layout
 
-TRACE_SUFFIXES = (".json", ".json.gz")
-NOT_TRACES = re.compile(r"^(run(\.rank\d+)?|report|manifest|.*\.report)\.json$")
-WORKER_PATTERN = re.compile(r"^(?P<worker>.*?)(?:\.(?P<span>\d+))?\.pt\.trace\.json(?:\.gz)?$")
-RANK_IN_NAME = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
 MAX_DEPTH = 3
 
 
@@ -48,20 +46,19 @@ def _walk(directory: Path, depth: int) -> list[Path]:
     except OSError as exc:
         raise InputError(f"{directory}: cannot list directory ({exc.strerror or exc})") from None
     for entry in entries:
-        if entry.name.startswith("."):
-            continue  # caches and hidden files
-        if entry.is_dir() and depth < MAX_DEPTH:
-            found.extend(_walk(entry, depth + 1))
-        elif entry.is_file() and entry.name.endswith(TRACE_SUFFIXES) and not NOT_TRACES.match(entry.name):
+        if entry.is_dir():
+            if depth < MAX_DEPTH and layout.may_hold_traces(entry.name):
+                found.extend(_walk(entry, depth + 1))
+        elif entry.is_file() and layout.is_trace_name(entry.name):
             found.append(entry)
     return found
 
 
 def _ref(path: Path) -> TraceFileRef:
-    match = WORKER_PATTERN.match(path.name)
+    match = layout.TRACE_NAME.match(path.name)
     if match:
         worker, span = match.group("worker"), match.group("span") or ""
     else:
         worker, span = path.name.removesuffix(".gz").removesuffix(".json"), ""
-    rank = RANK_IN_NAME.search(worker)
+    rank = layout.RANK_IN_WORKER.search(worker)
     return TraceFileRef(path, worker, span.rjust(20, "0"), int(rank.group(1)) if rank else None)
