@@ -5,7 +5,7 @@
 MODE is one of
   floor        read (gunzip when gzipped) + orjson.loads each file in turn: the floor for a JSON loader
   ts-load      torchscope.trace.parse.parse_trace on each file in turn (parse only, no cache)
-  ts-analyze   torchscope.report.build.analyze(PATH, jobs=N, use_cache=False): load + full analysis
+  ts-analyze   torchscope.pipeline.analyze.analyze(PATH, jobs=N, use_cache=False): load + full analysis
   ts-cached    the same with use_cache=True (run twice: the first writes the cache, the second reads it)
   hta-load     hta.trace_analysis.TraceAnalysis(trace_dir=PATH): HTA's load (in the HTA venv)
 Prints one line `BENCH-RESULT {json}` with the time of the operation itself (imports excluded) and a few
@@ -55,7 +55,7 @@ def ts_load(paths: list[str], jobs: int) -> dict[str, Any]:
 
 
 def _analyze(paths: list[str], jobs: int, use_cache: bool) -> dict[str, Any]:
-    from torchscope.report.build import analyze
+    from torchscope.pipeline.analyze import analyze
 
     target = paths[0] if len(paths) == 1 else paths
     report = analyze(target, jobs=jobs, use_cache=use_cache)
@@ -84,8 +84,8 @@ def hta_load(paths: list[str], jobs: int) -> dict[str, Any]:
 MODES: dict[str, Callable[[list[str], int], dict[str, Any]]] = {
     "floor": floor, "ts-load": ts_load, "ts-analyze": ts_analyze, "ts-cached": ts_cached, "hta-load": hta_load,
 }
-_IMPORTS = {"floor": "orjson", "ts-load": "torchscope.trace.parse", "ts-analyze": "torchscope.report.build",
-            "ts-cached": "torchscope.report.build", "hta-load": "hta.trace_analysis"}
+_IMPORTS = {"floor": "orjson", "ts-load": "torchscope.trace.parse", "ts-analyze": "torchscope.pipeline.analyze",
+            "ts-cached": "torchscope.pipeline.analyze", "hta-load": "hta.trace_analysis"}
 
 
 def main() -> int:

@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import BinaryIO, Callable, Union
+
+Content = Union[bytes, Callable[[BinaryIO], None]]
 
 
-def write_atomic(path: Path, data: bytes, *, fsync: bool = False) -> None:
-    """Write `data` to `path` through a temporary file in the same folder; raises OSError.
+def write_atomic(path: Path, content: Content, *, fsync: bool = False) -> None:
+    """Write `content` (bytes, or a function that writes to a binary file) to `path` through a temporary
+    file in the same folder; raises OSError.
 
     `fsync` also forces the bytes to disk before the rename (for manifests, which must survive a crash
     right after the capture)."""
@@ -17,7 +21,10 @@ def write_atomic(path: Path, data: bytes, *, fsync: bool = False) -> None:
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
+            if isinstance(content, bytes):
+                handle.write(content)
+            else:
+                content(handle)
             if fsync:
                 handle.flush()
                 os.fsync(handle.fileno())

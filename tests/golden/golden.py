@@ -20,7 +20,7 @@ NEW_IN_V2 = ("schema_version", "torchscope_version", "measurements", "metrics", 
 # Version 1's untyped `signals` became typed `measurements` in version 2: kept in the golden files, compared
 # through `legacy_signals` by the test.
 RENAMED_IN_V2 = ("signals",)
-NEW_FINDING_FIELDS = ("fixes", "rule")
+NEW_FINDING_FIELDS = ("fixes",)
 
 
 def inputs(source: str) -> Iterator[tuple[str, Path]]:

@@ -35,11 +35,6 @@ class StepBreakdown:
     categories: tuple[str, ...]
     per_step_us: np.ndarray
 
-    def mean_us(self) -> dict[str, float]:
-        if self.per_step_us.shape[0] == 0:
-            return {c: 0.0 for c in self.categories}
-        return {c: float(v) for c, v in zip(self.categories, self.per_step_us.mean(axis=0))}
-
 
 def _set(events: EventTable, mask: np.ndarray) -> intervals.IntervalSet:
     start = events.ts_us[mask]
@@ -96,7 +91,7 @@ def _forward_through_loss(sets: dict[str, intervals.IntervalSet], steps: StepWin
     bwd_start = sets["backward"][0]
     if fwd_start.size == 0 or bwd_start.size == 0:
         return sets["forward"]
-    step = np.searchsorted(steps.start_us, fwd_start, side="right") - 1
+    step = steps.index_of(fwd_start)
     step_end = np.where(step >= 0, steps.end_us[np.maximum(step, 0)], -np.inf)
     following = np.searchsorted(bwd_start, fwd_end, side="left")
     next_backward = bwd_start[np.minimum(following, bwd_start.size - 1)]
@@ -112,8 +107,8 @@ def _implicit_forward(
     ops = np.flatnonzero(events.kind == Kind.CPU_OP)
     ops = ops[~step_marker_mask(events)[ops]]
     ts = events.ts_us[ops]
-    step = np.searchsorted(steps.start_us, ts, side="right") - 1
-    inside = (step >= 0) & (ts < steps.end_us[np.maximum(step, 0)])
+    step = steps.index_of(ts)
+    inside = step >= 0
     first_backward = np.full(len(steps), np.inf)
     if backward[0].size:
         b = np.searchsorted(backward[0], steps.start_us, side="left")

@@ -1,6 +1,7 @@
-"""Host-side signals used by the diagnosis rules: dispatch overhead, host-device synchronisation,
-host-to-device copies, the optimizer's implementation, and the work done inside a step but outside its
-phases. Each function returns plain numbers and names per step; none prints or decides.
+"""Host-side measurements used by the diagnosis rules: dispatch overhead, host-device synchronisation,
+host-to-device copies, the optimizer's implementation, the work done inside a step but outside its
+phases, and torch.compile activity. Each function returns one typed section of per-step figures
+(report/measurements.py); none prints or decides.
 """
 
 from __future__ import annotations
@@ -12,10 +13,11 @@ import numpy as np
 
 from torchscope.analysis import intervals
 from torchscope.analysis.markers import HOST_RANGES, name_mask, own_marker_mask, phase_masks
-from torchscope.analysis.nesting import HostTree, nearest_ancestor_of, outermost_ancestor_of
+from torchscope.analysis.nesting import HostTree, launcher_of_device_events, nearest_ancestor_of, outermost_ancestor_of
 from torchscope.analysis.operators import OpTimes
 from torchscope.analysis.steps import StepWindows, step_name_mask
 from torchscope.arrays import distinct, median, nanmedian
+from torchscope.report.measurements import Compile, Copies, DataLoader, Dispatch, LaunchOverhead, Optimizer, OutsideSteps, Synchronization
 from torchscope.trace.kinds import Kind, kind_mask
 from torchscope.trace.tables import EventTable
 
@@ -36,15 +38,8 @@ _FRAME_NAME = re.compile(r"^(?P<file>.*?)\((?P<line>\d+)\): (?P<func>.*)$")
 
 
 def _event_steps(events: EventTable, steps: StepWindows) -> np.ndarray:
-    """`_step_index` of every event's start, computed once per table and step windows."""
-    return events.memo(f"step_index:{id(steps)}", lambda: _step_index(events.ts_us, steps))
-
-
-def _step_index(ts: np.ndarray, steps: StepWindows) -> np.ndarray:
-    """Index of the step window containing each timestamp, -1 outside all windows."""
-    step = np.searchsorted(steps.start_us, ts, side="right") - 1
-    inside = (step >= 0) & (ts < steps.end_us[np.maximum(step, 0)])
-    return np.where(inside, step, -1)
+    """The step holding each event's start (-1: none), computed once per table and step windows."""
+    return events.memo(f"step_index:{id(steps)}", lambda: steps.index_of(events.ts_us))
 
 
 def main_thread_mask(events: EventTable) -> np.ndarray:
@@ -68,7 +63,7 @@ TINY_OP_US = 30.0  # a CPU aten op this short is mostly dispatch cost (a few to 
 
 def dispatch_overhead(
     events: EventTable, steps: StepWindows, tree: HostTree, times: OpTimes, compute: intervals.IntervalSet
-) -> dict[str, float]:
+) -> Dispatch:
     """Within forward/backward time (`compute`): time spent in tiny top-level ops and in Python between
     ops on the main thread. Both shrink with vectorisation, torch.compile or larger batches."""
     n = max(len(steps), 1)
@@ -82,36 +77,35 @@ def dispatch_overhead(
     covered = intervals.intersect(intervals.union(start, end), compute)
     gap_us = intervals.total_length(compute) - intervals.total_length(covered)
     counted = in_compute > 0
-    return {
-        "compute_phase_us_per_step": intervals.total_length(compute) / n,
-        "ops_per_step": float(counted.sum() / n),
-        "tiny_ops_per_step": float((counted & tiny).sum() / n),
-        "tiny_op_us_per_step": float(in_compute[tiny].sum() / n),
-        "python_gap_us_per_step": float(max(gap_us, 0.0) / n),
-        "median_op_us": float(median(events.dur_us[top][counted])) if counted.any() else 0.0,
-    }
+    return Dispatch(
+        compute_phase_us_per_step=intervals.total_length(compute) / n,
+        ops_per_step=float(counted.sum() / n),
+        tiny_ops_per_step=float((counted & tiny).sum() / n),
+        tiny_op_us_per_step=float(in_compute[tiny].sum() / n),
+        python_gap_us_per_step=float(max(gap_us, 0.0) / n),
+        median_op_us=float(median(events.dur_us[top][counted])) if counted.any() else 0.0,
+    )
 
 
-def launch_overhead(events: EventTable, steps: StepWindows) -> dict[str, float]:
-    """Kernels shorter than the runtime call that launched them (HTA's "short kernels")."""
-    from torchscope.analysis.nesting import launcher_of_device_events
-
+def launch_overhead(events: EventTable, steps: StepWindows) -> LaunchOverhead | None:
+    """Kernels shorter than the runtime call that launched them (HTA's "short kernels"); None without
+    kernels in the steps."""
     kernels = np.flatnonzero((events.kind == Kind.KERNEL) & (_event_steps(events, steps) >= 0))
     if kernels.size == 0:
-        return {}
+        return None
     launcher = launcher_of_device_events(events, kernels)
     ok = launcher >= 0
     shorter = events.dur_us[kernels][ok] < events.dur_us[launcher[ok]]
     n = max(len(steps), 1)
-    return {
-        "kernels_per_step": float(kernels.size / n),
-        "short_kernel_fraction": float(shorter.mean()) if ok.any() else 0.0,
-        "median_kernel_us": float(median(events.dur_us[kernels])),
-        "median_launch_us": float(median(events.dur_us[launcher[ok]])) if ok.any() else 0.0,
-        "runtime_us_per_step": float(
+    return LaunchOverhead(
+        kernels_per_step=float(kernels.size / n),
+        short_kernel_fraction=float(shorter.mean()) if ok.any() else 0.0,
+        median_kernel_us=float(median(events.dur_us[kernels])),
+        median_launch_us=float(median(events.dur_us[launcher[ok]])) if ok.any() else 0.0,
+        runtime_us_per_step=float(
             events.dur_us[kind_mask(events.kind, (Kind.RUNTIME, Kind.DRIVER)) & (_event_steps(events, steps) >= 0)].sum() / n
         ),
-    }
+    )
 
 
 def _user_frame(events: EventTable, tree: HostTree, index: int) -> str:
@@ -146,12 +140,12 @@ def idle_explained_us_per_step(events: EventTable, steps: StepWindows, busy: int
     return intervals.total_length(explained) / max(len(steps), 1)
 
 
-def synchronization(events: EventTable, steps: StepWindows, tree: HostTree, times: OpTimes) -> dict[str, object]:
+def synchronization(events: EventTable, steps: StepWindows, tree: HostTree, times: OpTimes) -> Synchronization:
     """Host-blocking device synchronisations inside steps: count, time, the ops and call sites causing them."""
     syncs = np.flatnonzero(sync_mask(events) & (_event_steps(events, steps) >= 0))
     n = max(len(steps), 1)
     if syncs.size == 0:
-        return {"syncs_per_step": 0.0, "sync_us_per_step": 0.0, "by_op": {}, "call_sites": {}}
+        return Synchronization()
     op = outermost_ancestor_of(tree, times.op_mask, syncs)
     by_op: dict[str, float] = {}
     sites: dict[str, float] = {}
@@ -161,33 +155,33 @@ def synchronization(events: EventTable, steps: StepWindows, tree: HostTree, time
         site = _user_frame(events, tree, owner if owner >= 0 else index)
         if site:
             sites[site] = sites.get(site, 0.0) + float(events.dur_us[index])
-    return {
-        "syncs_per_step": float(syncs.size / n),
-        "sync_us_per_step": float(events.dur_us[syncs].sum() / n),
-        "by_op": {k: v / n for k, v in sorted(by_op.items(), key=lambda kv: -kv[1])[:8]},
-        "call_sites": {k: v / n for k, v in sorted(sites.items(), key=lambda kv: -kv[1])[:5]},
-    }
+    return Synchronization(
+        syncs_per_step=float(syncs.size / n),
+        sync_us_per_step=float(events.dur_us[syncs].sum() / n),
+        by_op={k: v / n for k, v in sorted(by_op.items(), key=lambda kv: -kv[1])[:8]},
+        call_sites={k: v / n for k, v in sorted(sites.items(), key=lambda kv: -kv[1])[:5]},
+    )
 
 
-def host_to_device_copies(events: EventTable, steps: StepWindows) -> dict[str, float]:
+def host_to_device_copies(events: EventTable, steps: StepWindows) -> Copies:
     copies = np.flatnonzero((events.kind == Kind.MEMCPY) & (_event_steps(events, steps) >= 0))
     n = max(len(steps), 1)
     names = np.array(events.text(events.name[copies]), dtype=object)
     htod = np.array(["HtoD" in s for s in names], dtype=bool)
     pageable = np.array(["Pageable" in s for s in names], dtype=bool) & htod
     nbytes = np.maximum(events.nbytes[copies], 0)
-    return {
-        "htod_per_step": float(htod.sum() / n),
-        "htod_us_per_step": float(events.dur_us[copies][htod].sum() / n),
-        "htod_bytes_per_step": float(nbytes[htod].sum() / n),
-        "pageable_htod_per_step": float(pageable.sum() / n),
-        "pageable_htod_us_per_step": float(events.dur_us[copies][pageable].sum() / n),
-        "pageable_htod_bytes_per_step": float(nbytes[pageable].sum() / n),
-        "pageable_bandwidth_gbps": float(nanmedian(events.bandwidth_gbps[copies][pageable])) if pageable.any() else 0.0,
-    }
+    return Copies(
+        htod_per_step=float(htod.sum() / n),
+        htod_us_per_step=float(events.dur_us[copies][htod].sum() / n),
+        htod_bytes_per_step=float(nbytes[htod].sum() / n),
+        pageable_htod_per_step=float(pageable.sum() / n),
+        pageable_htod_us_per_step=float(events.dur_us[copies][pageable].sum() / n),
+        pageable_htod_bytes_per_step=float(nbytes[pageable].sum() / n),
+        pageable_bandwidth_gbps=float(nanmedian(events.bandwidth_gbps[copies][pageable])) if pageable.any() else 0.0,
+    )
 
 
-def optimizer_details(events: EventTable, steps: StepWindows, tree: HostTree, times: OpTimes) -> dict[str, object]:
+def optimizer_details(events: EventTable, steps: StepWindows, tree: HostTree, times: OpTimes) -> Optimizer:
     """How the optimizer step is implemented: fused / foreach kernels or a per-parameter loop; whether
     zero_grad fills gradients with zeros instead of setting them to None."""
     n = max(len(steps), 1)
@@ -209,17 +203,17 @@ def optimizer_details(events: EventTable, steps: StepWindows, tree: HostTree, ti
     fills = count(zero_ops, lambda s: s in ("aten::zero_", "aten::fill_"))
     optimizer_names = sorted({s.split("#", 1)[1].rsplit(".", 1)[0] for s in events.text(distinct(events.name[step_range]))})
     implementation = "fused" if fused else "foreach" if foreach else ("for_loop" if per_param else "unknown")
-    return {
-        "optimizers": optimizer_names,
-        "implementation": implementation,
-        "ops_per_step": float(step_ops.sum() / n),
-        "per_param_ops_per_step": float(per_param / n),
-        "foreach_ops_per_step": float(foreach / n),
-        "fused_ops_per_step": float(fused / n),
-        "step_us_per_step": float(events.dur_us[step_range & in_steps].sum() / n),
-        "zero_grad_fill_ops_per_step": float(fills / n),
-        "zero_grad_us_per_step": float(events.dur_us[zero_range & in_steps].sum() / n),
-    }
+    return Optimizer(
+        optimizers=optimizer_names,
+        implementation=implementation,
+        ops_per_step=float(step_ops.sum() / n),
+        per_param_ops_per_step=float(per_param / n),
+        foreach_ops_per_step=float(foreach / n),
+        fused_ops_per_step=float(fused / n),
+        step_us_per_step=float(events.dur_us[step_range & in_steps].sum() / n),
+        zero_grad_fill_ops_per_step=float(fills / n),
+        zero_grad_us_per_step=float(events.dur_us[zero_range & in_steps].sum() / n),
+    )
 
 
 def _starts_inside(events: EventTable, ranges: np.ndarray) -> np.ndarray:
@@ -236,7 +230,7 @@ def _starts_inside(events: EventTable, ranges: np.ndarray) -> np.ndarray:
 
 def outside_phases(
     events: EventTable, steps: StepWindows, tree: HostTree, other: intervals.IntervalSet
-) -> dict[str, float]:
+) -> OutsideSteps:
     """Host work in the step time no phase covers (`other`), by name (us per step), largest first.
 
     Candidates are the outermost ops, ranges and Python frames that neither lie inside a phase range
@@ -253,13 +247,13 @@ def outside_phases(
     parent = tree.parent
     chosen = np.flatnonzero(candidate & ((parent < 0) | ~candidate[np.maximum(parent, 0)]))
     if chosen.size == 0 or other[0].size == 0:
-        return {}
+        return OutsideSteps()
     start = events.ts_us[chosen]
     overlap = intervals.overlap_per_window(other, start, start + events.dur_us[chosen])
     names, group = np.unique(events.name[chosen], return_inverse=True)
     totals = np.bincount(group, overlap, names.size) / max(len(steps), 1)
     top = np.argsort(-totals)[:10]
-    return {events.strings[int(names[i])]: float(totals[i]) for i in top if totals[i] > 0}
+    return OutsideSteps(culprits_us_per_step={events.strings[int(names[i])]: float(totals[i]) for i in top if totals[i] > 0})
 
 
 def _is_profiler_frame(name: str) -> bool:
@@ -279,13 +273,21 @@ def _encloses(tree: HostTree, mask: np.ndarray) -> np.ndarray:
     return flag
 
 
-def compile_activity(events: EventTable, steps: StepWindows) -> dict[str, float]:
+def compile_activity(events: EventTable, steps: StepWindows) -> Compile:
     """torch.compile work inside the steps: compiled regions entered and compilation time, per step."""
     n = max(len(steps), 1)
     marker = events.name_mask(lambda s: s.startswith(COMPILE_MARKERS) or "(dynamo_timed)" in s)
     inside = marker & (_event_steps(events, steps) >= 0)
     compile_events = events.name_mask(lambda s: "(dynamo_timed)" in s or s.startswith("compile_inner"))
-    return {
-        "compiled_regions_per_step": float(inside.sum() / n),
-        "compilation_us_per_step": float(events.dur_us[compile_events & inside].sum() / n),
-    }
+    return Compile(
+        compiled_regions_per_step=float(inside.sum() / n),
+        compilation_us_per_step=float(events.dur_us[compile_events & inside].sum() / n),
+    )
+
+
+def dataloader_kind(events: EventTable) -> DataLoader:
+    """DataLoader fetches by iterator: `_SingleProcessDataLoaderIter` means num_workers=0."""
+    fetches = np.flatnonzero(events.name_mask(lambda s: s.startswith("enumerate(DataLoader)#")))
+    single = events.name_mask(lambda s: "_SingleProcessDataLoaderIter" in s, fetches)
+    multi = events.name_mask(lambda s: "_MultiProcessingDataLoaderIter" in s, fetches)
+    return DataLoader(single_process_fetches=float(single.sum()), multi_process_fetches=float(multi.sum()))

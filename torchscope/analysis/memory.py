@@ -1,14 +1,19 @@
 """Memory timeline from `[memory]` instant events (recorded with `profile_memory=True`).
 
-Each event carries the allocation size (`Bytes`) and, since PyTorch 1.10,'s running totals (`Total Allocated`, `Total Reserved`) for its device;
-the timeline is the allocated total per device, thinned to at most `MAX_POINTS` points (keeping each bucket's
-maximum, so the peak is never lost).
+Each event carries the allocation size (`Bytes`) and, since PyTorch 1.10, the device's running totals
+(`Total Allocated`, `Total Reserved`). The timeline is the allocated total per device, thinned to at most
+`MAX_POINTS` points (keeping each bucket's maximum, so the peak is never lost). Over a run, peaks are the
+maximum over spans and ranks; the timeline is the first span's.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
+from torchscope.analysis.registry import Analysis, Part
+from torchscope.analysis.span import SpanInput
 from torchscope.arrays import distinct
 from torchscope.report.model import MemorySummary
 from torchscope.trace.kinds import Kind
@@ -57,3 +62,27 @@ def _thin(t: np.ndarray, values: np.ndarray) -> list[list[float]]:
         best = bucket[np.argmax(values[bucket])]
         out.append([float(t[best]), float(values[best])])
     return out
+
+
+def extract_memory(span: SpanInput) -> MemorySummary:
+    steps = span.steps
+    origin = float(steps.start_us[0]) if len(steps) else float(span.events.ts_us.min(initial=0.0))
+    return memory_summary(span.events, origin)
+
+
+def reduce_memory(parts: list[Part[MemorySummary]]) -> dict[str, Any]:
+    out = MemorySummary()
+    for memory in (p.value for p in parts):
+        if not memory.present:
+            continue
+        out.present = True
+        for label, peak in memory.peak_allocated_bytes.items():
+            out.peak_allocated_bytes[label] = max(peak, out.peak_allocated_bytes.get(label, 0))
+        for label, peak in memory.peak_reserved_bytes.items():
+            out.peak_reserved_bytes[label] = max(peak, out.peak_reserved_bytes.get(label, 0))
+        for label, series in memory.timeline.items():
+            out.timeline.setdefault(label, series)
+    return {"memory": out}
+
+
+MEMORY = Analysis(name="memory", extract=extract_memory, extract_type=MemorySummary, reduce=reduce_memory, fills=("memory",))

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from torchscope.analysis.nesting import launcher_of_device_events
+from torchscope.report.model import StepSource
 from torchscope.rundir.labels import STEP_PREFIX
 from torchscope.trace.kinds import DEVICE_KINDS, Kind, kind_mask
 from torchscope.trace.tables import EventTable
@@ -25,12 +26,9 @@ class StepWindows:
     """Step windows of one trace file, sorted by start; all arrays have one entry per step."""
 
     number: np.ndarray
-    host_start_us: np.ndarray
-    host_end_us: np.ndarray
     start_us: np.ndarray
     end_us: np.ndarray
-    source: str  # "profiler_step" | "whole_trace"
-    device_stretched: bool
+    source: StepSource
 
     def __len__(self) -> int:
         return int(self.number.size)
@@ -38,6 +36,12 @@ class StepWindows:
     @property
     def duration_us(self) -> np.ndarray:
         return self.end_us - self.start_us
+
+    def index_of(self, ts_us: np.ndarray) -> np.ndarray:
+        """Index of the step window holding each timestamp (start inclusive, end exclusive), else -1."""
+        step = np.searchsorted(self.start_us, ts_us, side="right") - 1
+        inside = (step >= 0) & (ts_us < self.end_us[np.maximum(step, 0)])
+        return np.where(inside, step, -1)
 
 
 def step_marker_mask(events: EventTable) -> np.ndarray:
@@ -81,8 +85,7 @@ def _whole_trace(events: EventTable) -> StepWindows:
     end = float((events.ts_us[timed] + events.dur_us[timed]).max(initial=-np.inf))
     if not np.isfinite(start) or end < start:
         start = end = 0.0
-    one = np.array([start])
-    return StepWindows(np.array([-1]), one, np.array([end]), one, np.array([end]), "whole_trace", False)
+    return StepWindows(np.array([-1]), np.array([start]), np.array([end]), "whole_trace")
 
 
 def _stretch_to_device(
@@ -91,7 +94,7 @@ def _stretch_to_device(
     device = np.flatnonzero(kind_mask(events.kind, DEVICE_KINDS))
     owner = _device_owner_step(events, device, host_start, host_end)
     if device.size == 0 or not (owner >= 0).any():
-        return StepWindows(numbers, host_start, host_end, host_start.copy(), host_end.copy(), "profiler_step", False)
+        return StepWindows(numbers, host_start.copy(), host_end.copy(), "profiler_step")
     dev_start = events.ts_us[device]
     dev_end = dev_start + events.dur_us[device]
     n = numbers.size
@@ -110,7 +113,7 @@ def _stretch_to_device(
         end[i] = max(host_end[i], dev_max[i]) if matched[i] else max(host_end[i], start[i])
         prev_end = end[i]
     keep = _steps_with_complete_device_work(matched)
-    return StepWindows(numbers[keep], host_start[keep], host_end[keep], start[keep], end[keep], "profiler_step", True)
+    return StepWindows(numbers[keep], start[keep], end[keep], "profiler_step")
 
 
 def _device_owner_step(

@@ -10,7 +10,6 @@ Modules (each imports torch only where it needs it, so the CLI can import this p
 * :mod:`~torchscope.capture.steps`      -- step detection for unmodified scripts
 * :mod:`~torchscope.capture.signals`    -- SIGINT/SIGTERM handling around the profiler
 * :mod:`~torchscope.capture.runner`     -- run a script or module like ``python`` would, under the profiler
-* :mod:`~torchscope.capture.endreport`  -- the report printed at the end of a run (never fails the run)
 
 The file names, the manifest and the capture options are the run-directory contract, :mod:`torchscope.rundir`.
 """

@@ -20,7 +20,7 @@ import runpy
 import sys
 import types
 import zipfile
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Literal
@@ -62,7 +62,6 @@ class RunOutcome:
     profiler: Profiler
     exception: BaseException | None = None  # to print as Python would (traceback already trimmed)
     exit_message: str | None = None  # sys.exit("msg"): Python prints it on stderr
-    notes: list[str] = field(default_factory=list)
 
     @property
     def run_dir(self) -> Path | None:

@@ -10,6 +10,7 @@ from torchscope.cli.progress import load_progress
 from torchscope.errors import InputError, UsageError
 
 MIN_WIDTH = 20  # narrower, the tables have no room for a single column
+FORMATS = ("terminal", "json")  # registered renderers (torchscope.render); listed here so --help needs no import
 
 
 def _positive(text: str) -> int:
@@ -22,11 +23,11 @@ def _positive(text: str) -> int:
 def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     parser = subparsers.add_parser("analyze", help="analyse Kineto traces and print the diagnosis")
     parser.add_argument("paths", nargs="+", metavar="PATH", help="trace file(s) (.json/.json.gz) or directory")
-    parser.add_argument("--format", choices=("terminal", "json"), default="terminal")
+    parser.add_argument("--format", choices=FORMATS, default="terminal")
     parser.add_argument("-o", "--output", metavar="FILE", help="write the report to FILE instead of stdout")
     parser.add_argument(
         "--jobs", type=int, default=None,
-        help="processes: ranks analysed in parallel, or one large trace parsed in byte ranges (default: CPU count)",
+        help="workers: ranks analysed in parallel processes, or one large trace parsed in byte ranges on threads (default: CPU count)",
     )
     parser.add_argument("--no-cache", action="store_true", help="do not read or write the parsed-trace cache")
     parser.add_argument("--width", type=int, default=None, help="terminal report width")
@@ -36,7 +37,8 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
 
 
 def execute(args: argparse.Namespace) -> int:
-    from torchscope.report.build import analyze
+    from torchscope.pipeline.analyze import analyze
+    from torchscope.render.registry import RenderOptions, renderer
 
     if args.jobs is not None and args.jobs < 1:
         raise InputError("--jobs must be at least 1")
@@ -44,15 +46,9 @@ def execute(args: argparse.Namespace) -> int:
         raise UsageError(f"--width must be at least {MIN_WIDTH}")
     with load_progress(enabled=sys.stderr.isatty()) as progress:
         report = analyze(args.paths, jobs=args.jobs, use_cache=not args.no_cache, progress=progress)
-    if args.format == "json":
-        from torchscope.render.json import render_json
-
-        text = render_json(report)
-    else:
-        from torchscope.render.terminal import render_terminal
-
-        color = args.output is None and sys.stdout.isatty()
-        text = render_terminal(report, width=args.width, color=color, by_shape=args.by_shape, top=args.top)
+    color = args.output is None and sys.stdout.isatty()
+    options = RenderOptions(width=args.width, color=color, by_shape=args.by_shape, top=args.top)
+    text = renderer(args.format).render(report, options)
     if args.output:
         try:
             Path(args.output).write_text(text if text.endswith("\n") else text + "\n")

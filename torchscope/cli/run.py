@@ -140,7 +140,7 @@ def print_script_ending(outcome: RunOutcome) -> None:
 def present(outcome: RunOutcome, *, report: bool, stream: TextIO, json_report: bool = False) -> None:
     """After the run: the report (rank 0 only, once every local rank has written its manifest) and
     where the run directory is. Never raises, never changes the exit code."""
-    from torchscope.capture import endreport
+    from torchscope.cli import endreport
 
     prof = outcome.profiler
     run_dir = prof.run_dir
@@ -154,12 +154,12 @@ def present(outcome: RunOutcome, *, report: bool, stream: TextIO, json_report: b
         if report and prof.trace_files:
             built = endreport.build_report(run_dir)
             if built is not None:
-                text = endreport.render_terminal(built)
+                text = endreport.render(built, "terminal")
                 if text is not None:
                     stream.write(text if text.endswith("\n") else text + "\n")
                     stream.flush()
                 if json_report:
-                    endreport.write_json_report(built, run_dir / REPORT_NAME)
+                    endreport.write_report(built, run_dir / REPORT_NAME, "json")
         print(f"torchscope: run directory: {run_dir}", file=sys.stderr)
     except KeyboardInterrupt:
         print("torchscope: report interrupted", file=sys.stderr)

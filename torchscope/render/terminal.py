@@ -12,6 +12,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from torchscope.render.registry import RenderOptions, register
 from torchscope.report.model import CategoryTime, Finding, Report
 
 # Names come from the trace (user code): control characters would move the cursor or recolour the
@@ -46,8 +47,8 @@ def render_terminal(
     for block in (
         _header(report),
         _findings(report.findings),
-        _breakdown("Step time breakdown (mean per step)", report.breakdown, _mean_step(report)),
-        _breakdown("Training phases (host)", report.phases, _mean_step(report)) if report.run.device_kind != "cpu" else None,
+        _breakdown("Step time breakdown (mean per step)", report.breakdown, report.mean_step_us),
+        _breakdown("Training phases (host)", report.phases, report.mean_step_us) if report.run.device_kind != "cpu" else None,
         _operators(report, by_shape, top),
         _kernels(report, top),
         _ranges(report, top),
@@ -60,17 +61,13 @@ def render_terminal(
     return buffer.getvalue()
 
 
-def _mean_step(report: Report) -> float:
-    return sum(s.duration_us for s in report.steps) / len(report.steps) if report.steps else 0.0
-
-
 def _ms(us: float) -> str:
     return f"{us / 1000:,.2f} ms" if abs(us) >= 1000 else f"{us:,.0f} us"
 
 
 def _header(report: Report) -> Text:
     durations = [s.duration_us for s in report.steps]
-    mean = _mean_step(report)
+    mean = report.mean_step_us
     spread = (max(durations) - min(durations)) if durations else 0.0
     text = Text()
     text.append("torchscope", style="bold")
@@ -229,3 +226,14 @@ def _warnings(report: Report) -> Text | None:
     if not report.warnings:
         return None
     return Text("warnings:\n" + "\n".join(f"  {_safe(w, cell=True)}" for w in report.warnings[:10]), style="yellow")
+
+
+class TerminalRenderer:
+    name = "terminal"
+    extension = ".txt"
+
+    def render(self, report: Report, options: RenderOptions) -> str:
+        return render_terminal(report, width=options.width, color=options.color, by_shape=options.by_shape, top=options.top)
+
+
+register(TerminalRenderer())

@@ -3,15 +3,20 @@
 All types are msgspec structs so that a Report encodes to JSON and decodes back (with defaults for fields
 an older writer did not know) without hand-written (de)serialisers. Times are microseconds; shares are
 fractions 0..1 unless a field name says `percent`.
+
+Version 2 replaced version 1's untyped `signals` with typed `measurements` (report/measurements.py), and
+added `metrics` (report/metrics.py), `findings[].fixes` and `extra`. `decode_report` reads both versions.
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal, Optional
+from typing import Any, Literal, Optional, Union
 
 import msgspec
 
-SCHEMA_VERSION = 1
+from torchscope.report.measurements import SECTION_TYPES, Measurements
+
+SCHEMA_VERSION = 2
 
 Severity = Literal["critical", "warning", "info"]
 Category = Literal[
@@ -28,7 +33,7 @@ Category = Literal[
     "memory",
     "trace_quality",
 ]
-CATEGORIES: tuple[str, ...] = Category.__args__  # type: ignore[attr-defined]
+StepSource = Literal["profiler_step", "whole_trace"]
 
 
 class CategoryTime(msgspec.Struct, kw_only=True):
@@ -117,6 +122,24 @@ class SpanSummary(msgspec.Struct, kw_only=True):
     breakdown: dict[str, CategoryTime]
 
 
+FixKind = Literal["env_var", "torch_flag", "dataloader_kwarg", "optimizer_kwarg", "profiler_option", "code_change"]
+FixValue = Union[bool, int, float, str, None]
+
+
+class Fix(msgspec.Struct, kw_only=True, frozen=True):
+    """One concrete change a finding recommends, as data (what `tune` can apply and measure).
+
+    `kind` says where the change goes and `target` what it sets: an environment variable
+    (`PYTORCH_CUDA_ALLOC_CONF`), a torch flag (`torch.backends.cudnn.benchmark`), a DataLoader or optimizer
+    keyword (`num_workers`, `foreach`), a profiler option, or a code change that no setting makes (then
+    `target` names the construct, e.g. `torch.compile`). `value` is what to set (None: to be chosen)."""
+
+    kind: FixKind
+    target: str
+    value: FixValue = None
+    summary: str = ""
+
+
 class Finding(msgspec.Struct, kw_only=True):
     id: str
     category: Category
@@ -125,6 +148,20 @@ class Finding(msgspec.Struct, kw_only=True):
     evidence: dict[str, Any]
     time_share: Optional[float]
     recommendation: str
+    fixes: list[Fix] = []
+
+
+Direction = Literal["lower", "higher", "none"]
+Unit = Literal["us", "bytes", "percent", "fraction", "count", "per_second", "gbps"]
+
+
+class Metric(msgspec.Struct, kw_only=True, frozen=True):
+    """One run-level figure with its unit and which direction is better (for diff, gates and tune)."""
+
+    name: str
+    value: float
+    unit: Unit
+    better: Direction
 
 
 class RunInfo(msgspec.Struct, kw_only=True):
@@ -132,7 +169,7 @@ class RunInfo(msgspec.Struct, kw_only=True):
     trace_files: list[str]
     ranks: list[int]
     device_kind: Literal["cpu", "cuda", "rocm", "other"]
-    step_source: str = "profiler_step"
+    step_source: StepSource = "profiler_step"
     manifest: dict[str, Any] = {}
     partial: bool = False
 
@@ -152,9 +189,16 @@ class Report(msgspec.Struct, kw_only=True):
     memory: MemorySummary = msgspec.field(default_factory=MemorySummary)
     ranks: list[RankSummary] = []
     spans: list[SpanSummary] = []
-    signals: dict[str, Any] = {}
+    measurements: Measurements = msgspec.field(default_factory=Measurements)
+    metrics: list[Metric] = []
     findings: list[Finding] = []
     warnings: list[str] = []
+    extra: dict[str, Any] = {}  # results of analyses registered outside torchscope, by analysis name
+
+    @property
+    def mean_step_us(self) -> float:
+        """Mean step duration over every step of every rank (0 without steps)."""
+        return sum(s.duration_us for s in self.steps) / len(self.steps) if self.steps else 0.0
 
 
 def encode_report(report: Report) -> bytes:
@@ -162,4 +206,34 @@ def encode_report(report: Report) -> bytes:
 
 
 def decode_report(data: bytes) -> Report:
-    return msgspec.json.decode(data, type=Report)
+    """A Report from its JSON, version 1 or 2 (version 1's `signals` become `measurements`)."""
+    document = msgspec.json.decode(data)
+    if isinstance(document, dict) and document.get("schema_version", 1) == 1:
+        document = upgrade_v1(document)
+    return msgspec.convert(document, type=Report)
+
+
+# Version 1 `signals` keys that moved within their section in version 2: (v1 group, v1 key) -> (section, key).
+_V1_MOVED = {
+    ("outside_steps", None): ("outside_steps", "culprits_us_per_step"),
+    ("idle_host_ops", None): ("idle", "host_ops_us_per_step"),
+    ("idle_us_per_step", None): ("idle", "idle_us_per_step"),
+    ("idle_explained_us_per_step", None): ("idle", "explained_us_per_step"),
+}
+
+
+def upgrade_v1(document: dict[str, Any]) -> dict[str, Any]:
+    """A version-1 report document in the version-2 layout (figures kept, untyped extras dropped)."""
+    signals = document.get("signals") or {}
+    measurements: dict[str, dict[str, Any]] = {}
+    for group, value in signals.items() if isinstance(signals, dict) else ():
+        moved = _V1_MOVED.get((group, None))
+        if moved is not None:
+            measurements.setdefault(moved[0], {})[moved[1]] = value
+        elif group in SECTION_TYPES and isinstance(value, dict):
+            fields = {f.name for f in msgspec.structs.fields(SECTION_TYPES[group])}
+            measurements.setdefault(group, {}).update({k: v for k, v in value.items() if k in fields})
+    upgraded = {k: v for k, v in document.items() if k != "signals"}
+    upgraded["measurements"] = measurements
+    upgraded["schema_version"] = SCHEMA_VERSION
+    return upgraded

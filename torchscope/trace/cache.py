@@ -10,6 +10,7 @@ A corrupt or foreign entry is ignored and rebuilt.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import zlib
@@ -18,6 +19,9 @@ from typing import Any
 
 import numpy as np
 
+from torchscope import __version__
+from torchscope.files import write_atomic
+from torchscope.trace import fastscan, schema
 from torchscope.trace.tables import (
     ALL_COLUMNS,
     DERIVED_COLUMNS,
@@ -38,18 +42,37 @@ _DTYPES = {
 _PROBE_BYTES = 1 << 20
 
 
+@functools.lru_cache(maxsize=1)
+def schema_fingerprint() -> str:
+    """What decides how a trace becomes tables: torchscope's version, the cache format, the declared
+    argument fields and kinds (trace/schema.py) and the compiled scanner's spec version. A table cached
+    under another fingerprint is never served (a scanner or schema fix invalidates old entries)."""
+    declared = (
+        __version__,
+        CACHE_FORMAT,
+        fastscan.SPEC_VERSION,
+        sorted((column, key, repr(kind), repr(default)) for column, (key, kind, default) in schema.ARG_FIELDS.items()),
+        [(sorted(int(k) for k in group.kinds), list(group.columns)) for group in schema.ARG_GROUPS],
+        sorted(NUMERIC_COLUMNS.items()),
+        list(STRING_COLUMNS),
+    )
+    return repr(declared)
+
+
 def cache_key(path: Path) -> str:
+    """Key of a trace file's tables: the file (path, size, mtime, CRCs of its first and last MiB) and the
+    schema fingerprint."""
     stat = path.stat()
     with path.open("rb") as handle:
         head = handle.read(_PROBE_BYTES)
         handle.seek(max(stat.st_size - _PROBE_BYTES, 0))
         tail = handle.read(_PROBE_BYTES)
-    parts = (CACHE_FORMAT, str(path.resolve()), stat.st_size, stat.st_mtime_ns, zlib.crc32(head), zlib.crc32(tail))
+    parts = (schema_fingerprint(), str(path.resolve()), stat.st_size, stat.st_mtime_ns, zlib.crc32(head), zlib.crc32(tail))
     import hashlib  # on use: it maps OpenSSL (~4 MB), which uncached runs do not need
     return hashlib.sha256(repr(parts).encode()).hexdigest()
 
 
-def _locations(path: Path) -> list[Path]:
+def locations(path: Path) -> list[Path]:
     local = path.resolve().parent / ".torchscope-cache" / f"{path.name}.npz"
     base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
     import hashlib  # on use: it maps OpenSSL (~4 MB), which uncached runs do not need
@@ -60,7 +83,7 @@ def _locations(path: Path) -> list[Path]:
 def writable_locations(path: Path) -> list[Path]:
     """The cache locations we may write. A folder without any write permission bit is treated as
     read-only even for root (which the kernel would let through), so shared trace folders stay clean."""
-    return [location for location in _locations(path) if _may_write(location.parent)]
+    return [location for location in locations(path) if _may_write(location.parent)]
 
 
 def _may_write(folder: Path) -> bool:
@@ -77,7 +100,7 @@ def _may_write(folder: Path) -> bool:
 
 
 def load_cached(path: Path, key: str) -> TraceFile | None:
-    for location in _locations(path):
+    for location in locations(path):
         if not location.is_file():
             continue
         try:
@@ -107,8 +130,6 @@ def _read_entry(location: Path, key: str, path: Path) -> TraceFile | None:
 
 
 def _string_columns(columns: dict[str, np.ndarray]) -> list[np.ndarray]:
-    from torchscope.trace.tables import STRING_COLUMNS
-
     return [columns[c] for c in STRING_COLUMNS]
 
 
@@ -127,17 +148,10 @@ def store(path: Path, key: str, trace: TraceFile) -> Path | None:
     for location in writable_locations(path):
         try:
             location.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = temp_file_in(location.parent)
-            with os.fdopen(fd, "wb") as handle:
-                np.savez(handle, **arrays)
-            os.replace(tmp, location)
+            write_atomic(location, lambda handle: np.savez(handle, **arrays))
             return location
         except OSError as exc:
             log.debug("cannot write cache entry %s: %s", location, exc)
-            try:
-                os.unlink(tmp)
-            except (OSError, UnboundLocalError, NameError):
-                pass
     return None
 
 
@@ -147,11 +161,3 @@ def _json() -> Any:
     import json
 
     return json
-
-
-def temp_file_in(folder: Path) -> tuple[int, str]:
-    """`tempfile.mkstemp` in `folder`; tempfile is imported here, when an entry is written, because it
-    pulls in shutil, random, bz2 and lzma (about 6 ms of every start)."""
-    import tempfile
-
-    return tempfile.mkstemp(dir=folder, suffix=".tmp")

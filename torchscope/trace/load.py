@@ -19,7 +19,7 @@ def load_trace_file(
 ) -> TraceFile:
     """Parse one trace file, or read its tables from the cache when the file is unchanged.
 
-    `jobs` > 1 parses a large file on that many processes; `on_bytes` follows the parse (see parse_trace)."""
+    `jobs` > 1 parses a large file on that many threads (processes without the compiled scanner); `on_bytes` follows the parse (see parse_trace)."""
     started = time.perf_counter()
     try:
         key = cache.cache_key(path) if use_cache else ""

@@ -4,8 +4,8 @@ How: the text is read in chunks and its events array is cut into batches of a fe
 boundaries (`stream.EventStream`); each batch is decoded with msgspec into small typed structs
 (`schema.Event`, with the args torchscope reads) and written into preallocated numpy columns
 (`columns.ColumnBuilder`), then dropped. One large plain file can be parsed in byte ranges on several
-processes (`ranges.py`). Peak memory is the columns plus one batch, whatever the file size: the JSON text is never held
-whole. Strings are interned as they are seen. A batch whose events do not all fit the strict shape is
+threads, or processes without the compiled scanner (`ranges.py`). Peak memory is the columns plus one
+batch, whatever the file size: the JSON text is never held whole. Strings are interned as they are seen. A batch whose events do not all fit the strict shape is
 decoded event by event with type coercion; events that still do not fit are dropped and counted. Text
 that the streaming walk cannot follow (non-standard NaN literals, UTF-16, damage) is parsed whole, which
 also gives the precise error for a damaged file.
@@ -17,27 +17,23 @@ import codecs
 import logging
 import re
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Optional, Union
+from typing import Any, Callable, Iterable, Iterator
 
 import msgspec
 import numpy as np
 
 from torchscope.errors import TraceFormatError
-from torchscope.trace import fastscan, ranges, schema
+from torchscope.trace import ranges, schema
 from torchscope.trace.columns import ColumnBuilder
 from torchscope.trace.kinds import Kind
 from torchscope.trace.read import GZIP_MAGIC, estimated_text_bytes, iter_trace_chunks, read_trace_bytes
-from torchscope.trace.stream import BATCH_BYTES, EventStream, NotStreamable, Span, bracketed, locate_events
+from torchscope.trace.decode import Batch, DecodedBatch, batch_decoder, decode_array, decode_header, decode_leniently
+from torchscope.trace.stream import BATCH_BYTES, EventStream, NotStreamable, locate_events
 from torchscope.trace.tables import EventTable, TraceFile
 
 log = logging.getLogger(__name__)
 
 BATCH_EVENTS = 100_000  # events per batch when a whole text is parsed (the fallback path)
-_MAX_HEADER_VALUE_BYTES = 64 << 20
-
-_Batch = tuple[list[schema.Event], int]  # decoded events, and how many malformed ones were dropped
-Batch = Union[fastscan.ScannedBatch, _Batch]  # what `batch_decoder` gives: columns, or decoded events
-
 
 BytesDone = Callable[[int], None]  # called with the bytes of text parsed since the last call
 
@@ -49,7 +45,8 @@ def _ignore_bytes(nbytes: int) -> None:
 def parse_trace(path: Path, jobs: int = 1, on_bytes: BytesDone | None = None) -> TraceFile:
     """Read and parse one trace file, streaming it (the text is never held whole when it can be helped).
 
-    With `jobs` > 1, a large uncompressed file is parsed in byte ranges on that many processes.
+    With `jobs` > 1, a large uncompressed file is parsed in byte ranges on that many threads (processes
+    without the compiled scanner).
     `on_bytes`, if given, is told how much text has been parsed as the parse goes (for a progress bar)."""
     report = on_bytes or _ignore_bytes
     if jobs > 1 and _splittable(path):
@@ -76,7 +73,7 @@ def _splittable(path: Path) -> bool:
 
 
 def _parse_parallel(path: Path, jobs: int, on_bytes: BytesDone) -> TraceFile:
-    """Parse a plain file in byte ranges on `jobs` processes (see `trace/ranges.py`)."""
+    """Parse a plain file in byte ranges on `jobs` threads or processes (see `trace/ranges.py`)."""
     header_before, events_start, object_mode = locate_events(iter_trace_chunks(path))
     header = decode_header(header_before)
     size = path.stat().st_size
@@ -136,35 +133,6 @@ def _without_utf8_bom(chunks: Iterable[bytes]) -> Iterator[bytes]:
             chunk = chunk[len(codecs.BOM_UTF8) :]
         first = False
         yield chunk
-
-
-def batch_decoder(builder: ColumnBuilder) -> Callable[[bytes, Optional[Span]], Optional[Batch]]:
-    """Decode the events of a JSON array for `builder` (see `EventStream` for `text` and `span`): with the
-    compiled scanner when it is built and the batch has the strict shape it decodes exactly, in place;
-    with msgspec otherwise (`decode_array`). None when the text is not a JSON array (a false cut: only
-    msgspec decides that)."""
-    if not fastscan.available():
-        return lambda text, span: decode_array(bracketed(text, span))
-    scanner = fastscan.BatchScanner(builder.interner)
-
-    def decode(text: bytes, span: Span | None) -> Batch | None:
-        scanned = scanner.scan(text, span)
-        return scanned if scanned is not None else decode_array(bracketed(text, span))
-
-    return decode
-
-
-def decode_array(text: bytes) -> _Batch | None:
-    """A JSON array of events, decoded; None when `text` is not a JSON array (a false cut)."""
-    try:
-        return schema.EVENT_LIST_DECODER.decode(text), 0
-    except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
-        pass
-    try:
-        raw = schema.RAW_LIST_DECODER.decode(text)
-    except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
-        return None
-    return _decode_leniently(raw)
 
 
 def _parse_whole(data: bytes, path: Path | str) -> TraceFile:
@@ -262,76 +230,12 @@ def _split_top_level(top: Any, path: Path | str) -> tuple[dict[str, Any], list[m
     return decode_header(top), events
 
 
-def decode_header(raw_header: dict[str, msgspec.Raw]) -> dict[str, Any]:
-    header: dict[str, Any] = {}
-    for key, value in raw_header.items():
-        if len(value) > _MAX_HEADER_VALUE_BYTES:
-            continue  # never let a foreign, giant header field dominate memory
-        try:
-            header[key] = msgspec.json.decode(value)
-        except (msgspec.DecodeError, RecursionError):
-            continue
-    return header
-
-
-def _event_batches(raw_events: list[msgspec.Raw], path: Path | str) -> Iterator[_Batch]:
+def _event_batches(raw_events: list[msgspec.Raw], path: Path | str) -> Iterator[DecodedBatch]:
     """Decoded events in batches, with the number of malformed events dropped from each."""
     for start in range(0, len(raw_events), BATCH_EVENTS):
         batch = raw_events[start : start + BATCH_EVENTS]
         decoded = decode_array(b"[" + b",".join(batch) + b"]")
-        yield decoded if decoded is not None else _decode_leniently(batch)
-
-
-def _decode_leniently(raws: list[msgspec.Raw]) -> _Batch:
-    events = [e for e in map(_decode_one_leniently, raws) if e is not None]
-    return events, len(raws) - len(events)
-
-
-def _decode_one_leniently(raw: msgspec.Raw) -> schema.Event | None:
-    """Decode one event, coercing types (e.g. a numeric string); None when it cannot be used."""
-    try:
-        return schema.EVENT_DECODER.decode(raw)
-    except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
-        pass
-    try:
-        fields = schema.RAW_OBJECT_DECODER.decode(raw)
-        args = fields.pop("args", None)
-        obj = {key: msgspec.json.decode(value) for key, value in fields.items()}
-    except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
-        return None
-    if not isinstance(obj.get("ph"), str):
-        return None
-    obj = {key: value for key, value in obj.items() if value is not None}  # null = absent: use the default
-    try:
-        event = msgspec.convert(obj, schema.Event, strict=False)
-    except (msgspec.ValidationError, TypeError, RecursionError):
-        return None
-    if args is not None:
-        event.args = _decode_args_leniently(args)
-    return event
-
-
-_LENIENT_ARGS_DECODER = msgspec.json.Decoder(schema.Args, strict=False)
-
-
-def _decode_args_leniently(raw_args: msgspec.Raw) -> Any:
-    """The args keys whose values can be used (coerced where needed); the others keep their defaults.
-
-    Works on each value's own JSON text, so raw-text columns (shapes, grid, block) keep exactly the text
-    their neighbours in the same trace have, and group with them."""
-    try:
-        items = schema.RAW_OBJECT_DECODER.decode(raw_args)
-    except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
-        return schema.NO_ARGS  # not an object: no usable args
-    usable = []
-    for key, value in items.items():
-        member = msgspec.json.encode(key) + b":" + bytes(value)
-        try:
-            _LENIENT_ARGS_DECODER.decode(b"{" + member + b"}")
-        except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
-            continue
-        usable.append(member)
-    return _LENIENT_ARGS_DECODER.decode(b"{" + b",".join(usable) + b"}")
+        yield decoded if decoded is not None else decode_leniently(batch)
 
 
 def _check_events(table: EventTable, path: Path | str, dropped: int) -> None:

@@ -27,6 +27,8 @@ from typing import TYPE_CHECKING, Any, Iterator
 import numpy as np
 
 from torchscope.trace import fastscan
+from torchscope.trace.columns import ColumnBuilder
+from torchscope.trace.decode import Batch, batch_decoder, decode_header
 from torchscope.trace.read import READ_CHUNK_BYTES
 from torchscope.trace.stream import EVENT_SEPARATOR, MAX_PIECE_BYTES, EventStream, NotStreamable
 from torchscope.workers import process_pool
@@ -78,7 +80,7 @@ def plan_ranges(size: int, events_start: int, jobs: int) -> list[int]:
 
 
 def parse_ranges(path: Path, events_start: int, object_mode: bool, jobs: int) -> Iterator[RangePart]:
-    """The parts of the file, in order, parsed on `jobs` processes; NotStreamable when the ranges do not
+    """The parts of the file, in order, parsed on `jobs` threads or processes; NotStreamable when the ranges do not
     join up exactly (the caller then parses sequentially)."""
     size = path.stat().st_size
     starts = plan_ranges(size, events_start, jobs)
@@ -117,9 +119,6 @@ def _pool(workers: int) -> Executor:
 
 def parse_range(path: str, start: int, stop: int | None, object_mode: bool, exact_start: bool) -> RangePart:
     """Parse the events of one byte range (run in a worker thread or process)."""
-    from torchscope.trace.columns import ColumnBuilder
-    from torchscope.trace.parse import Batch, batch_decoder, decode_header
-
     with open(path, "rb") as handle:
         if exact_start:
             first_start = start

@@ -1,6 +1,7 @@
 """The report printed at the end of ``torchscope run`` / ``torchscope demo``.
 
-The analysis side is imported lazily and every failure (not installed, no trace, a bug) becomes one
+The analysis and rendering are imported when used (`torchscope run` must not pay for them before the
+script runs), and every failure (not installed, no trace, a bug) becomes one
 ``torchscope: warning:`` line: the report is a bonus after the run, never a reason to change its exit code.
 """
 
@@ -8,10 +9,14 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from torchscope.capture.notices import describe, warn_line
+from torchscope.files import write_atomic
 from torchscope.rundir.layout import manifest_name
+
+if TYPE_CHECKING:
+    from torchscope.report.model import Report
 
 # How long rank 0 waits for the other ranks' manifests before analysing (single-node launches only).
 RANK_WAIT_S = 30.0
@@ -29,10 +34,10 @@ def wait_for_manifests(run_dir: Path, world_size: int, timeout_s: float = RANK_W
         time.sleep(0.1)
 
 
-def build_report(run_dir: Path) -> Any | None:
-    """``torchscope.report.build.analyze(run_dir)``, or None (and one warning line) if that fails."""
+def build_report(run_dir: Path) -> Report | None:
+    """The run directory's Report, or None (and one warning line) if the analysis fails."""
     try:
-        from torchscope.report.build import analyze
+        from torchscope.pipeline.analyze import analyze
 
         return analyze(run_dir)
     except KeyboardInterrupt:
@@ -42,12 +47,12 @@ def build_report(run_dir: Path) -> Any | None:
     return None
 
 
-def render_terminal(report: Any) -> str | None:
-    """The terminal rendering of ``report``, or None (and one warning line)."""
+def render(report: Report, format: str) -> str | None:
+    """`report` in `format` (a registered renderer), or None (and one warning line)."""
     try:
-        from torchscope.render.terminal import render_terminal as render
+        from torchscope.render.registry import RenderOptions, renderer
 
-        return str(render(report, width=None))
+        return renderer(format).render(report, RenderOptions())
     except KeyboardInterrupt:
         warn_line("report interrupted")
     except Exception as exc:
@@ -55,15 +60,13 @@ def render_terminal(report: Any) -> str | None:
     return None
 
 
-def write_json_report(report: Any, path: Path) -> bool:
-    """Write ``render_json(report)`` to ``path``; False (and one warning line) on failure."""
+def write_report(report: Report, path: Path, format: str = "json") -> bool:
+    """Write `report` in `format` to `path` atomically; False (and one warning line) on failure."""
+    text = render(report, format)
+    if text is None:
+        return False
     try:
-        from torchscope.render.json import render_json
-
-        text = render_json(report)
-        tmp = path.with_name(f".{path.name}.tmp")
-        tmp.write_text(text if text.endswith("\n") else text + "\n", encoding="utf-8")
-        tmp.replace(path)
+        write_atomic(path, (text if text.endswith("\n") else text + "\n").encode("utf-8"))
         return True
     except KeyboardInterrupt:
         warn_line("report interrupted")

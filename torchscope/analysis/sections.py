@@ -1,0 +1,83 @@
+"""The measurement sections (report/measurements.py) as registered analyses: each extracts its typed
+section per span and merges the spans' sections by the rules its fields declare."""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Any, Callable, Optional
+
+from torchscope.analysis import host
+from torchscope.analysis.reduce import merge_sections
+from torchscope.analysis.registry import Analysis, Part
+from torchscope.analysis.span import SpanInput
+from torchscope.report import measurements as m
+
+
+def launch(s: SpanInput) -> m.LaunchOverhead | None:
+    return host.launch_overhead(s.events, s.steps)
+
+
+def sync(s: SpanInput) -> m.Synchronization:
+    return host.synchronization(s.events, s.steps, s.tree, s.times)
+
+
+def copies(s: SpanInput) -> m.Copies:
+    return host.host_to_device_copies(s.events, s.steps)
+
+
+def optimizer(s: SpanInput) -> m.Optimizer:
+    return host.optimizer_details(s.events, s.steps, s.tree, s.times)
+
+
+def dispatch(s: SpanInput) -> m.Dispatch | None:
+    # Main-thread dispatch figures mean something on CPU traces only (GPU backward runs on another thread).
+    return None if s.has_device else host.dispatch_overhead(s.events, s.steps, s.tree, s.times, s.compute_set)
+
+
+def outside_steps(s: SpanInput) -> m.OutsideSteps:
+    return host.outside_phases(s.events, s.steps, s.tree, s.phase_sets["other"])
+
+
+def compile_(s: SpanInput) -> m.Compile:
+    return host.compile_activity(s.events, s.steps)
+
+
+def dataloader(s: SpanInput) -> m.DataLoader:
+    return host.dataloader_kind(s.events)
+
+
+def idle(s: SpanInput) -> m.DeviceIdle:
+    if not s.has_device:
+        return m.DeviceIdle(host_ops_us_per_step=s.device.gap_host_ops)
+    return m.DeviceIdle(
+        idle_us_per_step=float(s.device.idle_us_per_step.mean()) if len(s.steps) else 0.0,
+        explained_us_per_step=host.idle_explained_us_per_step(s.events, s.steps, s.device.busy),
+        host_ops_us_per_step=s.device.gap_host_ops,
+    )
+
+
+def _reduce(name: str, parts: list[Part[Optional[m.Section]]]) -> dict[str, Any]:
+    return {f"measurements.{name}": merge_sections(parts, m.SECTION_TYPES[name])}
+
+
+def _section(name: str, extract: Callable[[SpanInput], Optional[m.Section]]) -> Analysis[Optional[m.Section]]:
+    return Analysis(
+        name=f"measurements.{name}",
+        extract=extract,
+        extract_type=Optional[m.SECTION_TYPES[name]],
+        reduce=partial(_reduce, name),
+        fills=(f"measurements.{name}",),
+    )
+
+
+SECTIONS: tuple[Analysis[Any], ...] = (
+    _section("launch", launch),
+    _section("sync", sync),
+    _section("copies", copies),
+    _section("optimizer", optimizer),
+    _section("dispatch", dispatch),
+    _section("outside_steps", outside_steps),
+    _section("compile", compile_),
+    _section("dataloader", dataloader),
+    _section("idle", idle),
+)

@@ -1,0 +1,62 @@
+"""What the pipeline itself needs to know of each span: where it starts, which rank wrote it, how many
+steps it holds and how long they take (the weights of run-level means), its device kind and warnings."""
+
+from __future__ import annotations
+
+from typing import Any, Literal, Optional
+
+import msgspec
+
+from torchscope.analysis.registry import Analysis, Part
+from torchscope.analysis.span import SpanInput
+from torchscope.report.model import StepSource
+from torchscope.trace.kinds import Kind
+
+DeviceKind = Literal["cpu", "cuda", "rocm"]
+
+
+class SpanMeta(msgspec.Struct, kw_only=True):
+    file: str
+    first_ts_us: float
+    header_rank: Optional[int]  # distributedInfo.rank of the trace header, when it has one
+    steps: int
+    step_us: float
+    has_device: bool
+    device_kind: DeviceKind
+    step_source: StepSource
+    warnings: list[str]
+
+
+def extract_meta(span: SpanInput) -> SpanMeta:
+    events = span.events
+    info = span.header.get("distributedInfo")
+    rank = info.get("rank") if isinstance(info, dict) else None
+    return SpanMeta(
+        file=span.file,
+        first_ts_us=float(events.ts_us.min()) if len(events) else 0.0,
+        header_rank=int(rank) if isinstance(rank, int) and not isinstance(rank, bool) else None,
+        steps=len(span.steps),
+        step_us=float(span.steps.duration_us.sum()),
+        has_device=span.has_device,
+        device_kind=_device_kind(span),
+        step_source=span.steps.source,
+        warnings=list(span.trace.warnings),
+    )
+
+
+def _device_kind(span: SpanInput) -> DeviceKind:
+    if not span.has_device:
+        return "cpu"
+    events = span.events
+    name = span.device.summary.name
+    runtime_names = events.name_mask(lambda s: s.startswith("hip")) & (events.kind == Kind.RUNTIME)
+    if runtime_names.any() or "AMD" in name or "Radeon" in name or "Instinct" in name:
+        return "rocm"
+    return "cuda"
+
+
+def _no_fields(parts: list[Part[Any]]) -> dict[str, Any]:
+    return {}  # the pipeline reads the metas itself (RunInfo, ranks, weights)
+
+
+META = Analysis(name="span", extract=extract_meta, extract_type=SpanMeta, reduce=_no_fields)

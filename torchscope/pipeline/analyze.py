@@ -1,0 +1,127 @@
+"""`analyze(path)`: discover the traces, extract every analysis per rank (in parallel, through the
+caches), reduce them into a Report, diagnose it and compute its metrics."""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+import warnings
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Callable, Iterator, Sequence
+
+import numpy as np
+
+from torchscope.analysis.catalogue import all_analyses
+from torchscope.analysis.registry import Analysis
+from torchscope.diagnose.engine import diagnose
+from torchscope.errors import InputError, TorchscopeError
+from torchscope.pipeline.assemble import assemble
+from torchscope.pipeline.manifests import run_manifest
+from torchscope.pipeline.progress import ByteProgress, Progress, no_progress
+from torchscope.pipeline.rank_extracts import RankExtracts, extract_rank
+from torchscope.report.metrics import metrics_of
+from torchscope.report.model import Report
+from torchscope.trace.discover import TraceFileRef, discover
+from torchscope.trace.load import group_by_worker
+from torchscope.workers import process_pool
+
+log = logging.getLogger(__name__)
+
+
+def default_jobs() -> int:
+    try:
+        return max(len(os.sched_getaffinity(0)), 1)
+    except AttributeError:  # pragma: no cover - not Linux
+        return max(os.cpu_count() or 1, 1)
+
+
+def analyze(
+    path: str | Path | Sequence[str | Path],
+    jobs: int | None = None,
+    use_cache: bool = True,
+    progress: Progress | None = None,
+) -> Report:
+    """Load, analyse and diagnose the traces at `path` (file, trace directory or run directory, or a list).
+
+    `jobs`: ranks analysed in parallel processes, or threads parsing one large trace (default: CPUs).
+    `use_cache`: read and write the table and extract caches. `progress`, if given, is called with
+    (done, total) in bytes of trace text. Raises `InputError` (one-line message) on unusable input."""
+    started = time.perf_counter()
+    paths = [Path(p) for p in ([path] if isinstance(path, (str, Path)) else path)]
+    refs = [ref for p in paths for ref in discover(p)]
+    analyses = all_analyses()
+    with quiet_numerics():
+        ranks, failures = _extract_ranks(group_by_worker(refs), analyses, jobs or default_jobs(), use_cache, progress or no_progress)
+        manifest, statuses = run_manifest(paths)
+        report = assemble(ranks, analyses, manifest, statuses, [str(p) for p in paths])
+        if failures:  # the other ranks still make a meaningful, partial report
+            report.warnings = [f"{exc} (rank skipped)" for exc in failures] + report.warnings
+            report.run.partial = True
+        report.metrics = metrics_of(report)
+        report.findings = diagnose(report)
+    log.debug("analysed %d file(s) in %.3f s", len(refs), time.perf_counter() - started)
+    return report
+
+
+@contextmanager
+def quiet_numerics() -> Iterator[None]:
+    """No numpy RuntimeWarnings (all-NaN slices, 0/0) on stderr: damaged traces produce NaNs that the
+    analyses handle, and the warnings would only break the CLI's one-line contract."""
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore", RuntimeWarning)
+        yield
+
+
+def _extract_ranks(
+    groups: list[list[TraceFileRef]], analyses: Sequence[Analysis[Any]], jobs: int, use_cache: bool, progress: Progress
+) -> tuple[list[RankExtracts], list[InputError]]:
+    """Extracts of the ranks that could be read, and the input errors of those that could not."""
+    total = len(groups)
+    done = ByteProgress(progress, groups)
+    if jobs <= 1 or total <= 1:  # one rank: its large files are parsed on `jobs` threads instead
+
+        def serial(i: int) -> RankExtracts:
+            return extract_rank(groups[i], analyses, use_cache, i, parse_jobs=jobs, on_bytes=done.parsed)
+
+        return _collect(serial, total, done.rank_done)
+    from concurrent.futures import as_completed
+    from concurrent.futures.process import BrokenProcessPool
+
+    try:
+        with process_pool(min(jobs, total)) as pool:
+            futures = [pool.submit(_extract_rank_quietly, group, analyses, use_cache, i) for i, group in enumerate(groups)]
+            index_of = {future: i for i, future in enumerate(futures)}
+            for future in as_completed(futures):
+                done.rank_done(index_of[future])
+            return _collect(lambda i: futures[i].result(), total, _no_rank_done)
+    except BrokenProcessPool:
+        raise TorchscopeError(
+            "a worker process died while analysing the ranks (out of memory?); retry with --jobs 1"
+        ) from None
+
+
+def _no_rank_done(index: int) -> None:
+    return None
+
+
+def _extract_rank_quietly(refs: list[TraceFileRef], analyses: Sequence[Analysis[Any]], use_cache: bool, rank_fallback: int) -> RankExtracts:
+    with quiet_numerics():
+        return extract_rank(refs, analyses, use_cache, rank_fallback)
+
+
+def _collect(
+    result_of: Callable[[int], RankExtracts], count: int, rank_done: Callable[[int], None]
+) -> tuple[list[RankExtracts], list[InputError]]:
+    results: list[RankExtracts] = []
+    failures: list[InputError] = []
+    for index in range(count):
+        try:
+            results.append(result_of(index))
+        except InputError as exc:
+            failures.append(exc)
+        rank_done(index)
+    if failures and not results:
+        raise failures[0]
+    return results, failures

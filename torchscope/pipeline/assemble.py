@@ -1,0 +1,71 @@
+"""Assembly: the ranks' extracts reduced, analysis by analysis, into one Report (before diagnosis)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Sequence
+
+from torchscope import __version__
+from torchscope.analysis.registry import Analysis, Part, SpanKey
+from torchscope.pipeline.rank_extracts import RankExtracts
+from torchscope.report.measurements import Measurements
+from torchscope.report.model import Report, RunInfo
+
+_DONE_STATUSES = (None, "complete", "stopped")
+
+
+def assemble(
+    ranks: list[RankExtracts],
+    analyses: Sequence[Analysis[Any]],
+    manifest: dict[str, Any],
+    manifest_statuses: list[str | None],
+    paths: list[str],
+) -> Report:
+    """The Report of a run: `analyses[0]` is the span metadata, each other analysis fills its fields."""
+    ranks = sorted(ranks, key=lambda r: (r.rank, r.worker))
+    keyed = [(_key(rank, index, span.meta), span) for rank in ranks for index, span in enumerate(rank.spans)]
+    fields: dict[str, Any] = {}
+    sections: dict[str, Any] = {}
+    extra: dict[str, Any] = {}
+    for analysis in analyses[1:]:
+        parts = [Part(key=key, value=span.values[analysis.name]) for key, span in keyed]
+        for target, value in analysis.reduce(parts).items():
+            if target not in analysis.targets():
+                raise ValueError(f"analysis {analysis.name!r} filled {target!r}, which it does not declare")
+            group, _, name = target.partition(".")
+            if group == "extra":
+                extra[name] = value
+            elif group == "measurements":
+                sections[name] = value
+            else:
+                fields[target] = value
+    metas = [span.meta for _, span in keyed]
+    kinds = {meta.device_kind for meta in metas}
+    return Report(
+        torchscope_version=__version__,
+        run=RunInfo(
+            paths=paths,
+            trace_files=[meta.file for meta in metas],
+            ranks=sorted({r.rank for r in ranks}),
+            device_kind=next((k for k in ("cuda", "rocm") if k in kinds), "cpu"),
+            step_source=metas[0].step_source if metas else "profiler_step",
+            manifest=manifest,
+            partial=any(meta.warnings for meta in metas) or any(s not in _DONE_STATUSES for s in manifest_statuses),
+        ),
+        measurements=Measurements(**sections),
+        warnings=[f"{Path(meta.file).name}: {w}" for meta in metas for w in meta.warnings],
+        extra=extra,
+        **fields,
+    )
+
+
+def _key(rank: RankExtracts, index: int, meta: Any) -> SpanKey:
+    return SpanKey(
+        rank=rank.rank,
+        worker=rank.worker,
+        file=meta.file,
+        span=index,
+        steps=meta.steps,
+        step_us=meta.step_us,
+        has_device=meta.has_device,
+    )

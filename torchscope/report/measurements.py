@@ -1,0 +1,149 @@
+"""Typed measurements: the figures analyses hand to the diagnosis rules, one section per topic.
+
+Each field declares, in its type, how values from several trace files (spans) and ranks combine into the
+run's value, so merging is one generic function (`analysis.reduce.merge_sections`) and no figure is
+merged by accident of its Python type (a median averaged, a count turned into a mean):
+
+* `PerStep`: a per-step figure; the run's value is the mean over spans weighted by their step counts.
+* `Median`: a median; the run's value is the step-weighted median of the spans' medians.
+* `Count`: a total; values add up.
+* `PerStepByName`: name -> per-step figure; each name's step-weighted mean (a span without the name
+  counts as zero), largest first.
+* `Names`: a list of names; ordered union.
+* `Choice`: one label; the most common one.
+
+A section that does not apply to a span (no kernels, no CPU dispatch figures on a GPU trace) is left out
+of the merge for that span rather than counted as zeros.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Annotated
+
+import msgspec
+
+
+class Merge(enum.Enum):
+    """How a measurement combines across spans and ranks (see the module docstring)."""
+
+    MEAN = "mean"
+    MEDIAN = "median"
+    SUM = "sum"
+    KEYED_MEAN = "keyed_mean"
+    UNION = "union"
+    MODE = "mode"
+
+
+PerStep = Annotated[float, Merge.MEAN]
+Median = Annotated[float, Merge.MEDIAN]
+Count = Annotated[float, Merge.SUM]
+PerStepByName = Annotated[dict[str, float], Merge.KEYED_MEAN]
+Names = Annotated[list[str], Merge.UNION]
+Choice = Annotated[str, Merge.MODE]
+
+
+class Section(msgspec.Struct, kw_only=True):
+    """Base of the measurement sections (every field annotated with a `Merge`)."""
+
+
+class LaunchOverhead(Section):
+    """Kernels shorter than the runtime call that launched them (HTA's "short kernels")."""
+
+    kernels_per_step: PerStep = 0.0
+    short_kernel_fraction: PerStep = 0.0
+    median_kernel_us: Median = 0.0
+    median_launch_us: Median = 0.0
+    runtime_us_per_step: PerStep = 0.0
+
+
+class Synchronization(Section):
+    """Host-blocking device synchronisations inside steps, with the ops and user call sites that cause them."""
+
+    syncs_per_step: PerStep = 0.0
+    sync_us_per_step: PerStep = 0.0
+    by_op: PerStepByName = {}
+    call_sites: PerStepByName = {}
+
+
+class Copies(Section):
+    """Host-to-device copies, and those from pageable (unpinned) memory."""
+
+    htod_per_step: PerStep = 0.0
+    htod_us_per_step: PerStep = 0.0
+    htod_bytes_per_step: PerStep = 0.0
+    pageable_htod_per_step: PerStep = 0.0
+    pageable_htod_us_per_step: PerStep = 0.0
+    pageable_htod_bytes_per_step: PerStep = 0.0
+    pageable_bandwidth_gbps: Median = 0.0
+
+
+class Optimizer(Section):
+    """How `optimizer.step()` is implemented (fused, foreach or a per-parameter loop) and what zero_grad does."""
+
+    optimizers: Names = []
+    implementation: Choice = "unknown"
+    ops_per_step: PerStep = 0.0
+    per_param_ops_per_step: PerStep = 0.0
+    foreach_ops_per_step: PerStep = 0.0
+    fused_ops_per_step: PerStep = 0.0
+    step_us_per_step: PerStep = 0.0
+    zero_grad_fill_ops_per_step: PerStep = 0.0
+    zero_grad_us_per_step: PerStep = 0.0
+
+
+class Dispatch(Section):
+    """CPU traces: forward/backward time spent in tiny ops and in Python between ops on the main thread."""
+
+    compute_phase_us_per_step: PerStep = 0.0
+    ops_per_step: PerStep = 0.0
+    tiny_ops_per_step: PerStep = 0.0
+    tiny_op_us_per_step: PerStep = 0.0
+    python_gap_us_per_step: PerStep = 0.0
+    median_op_us: Median = 0.0
+
+
+class OutsideSteps(Section):
+    """Host work inside the steps that no phase (data, forward, backward, optimizer) covers, by name."""
+
+    culprits_us_per_step: PerStepByName = {}
+
+
+class Compile(Section):
+    """torch.compile activity inside the profiled steps."""
+
+    compiled_regions_per_step: PerStep = 0.0
+    compilation_us_per_step: PerStep = 0.0
+
+
+class DataLoader(Section):
+    """DataLoader fetches by iterator kind (num_workers=0 uses the single-process iterator)."""
+
+    single_process_fetches: Count = 0.0
+    multi_process_fetches: Count = 0.0
+
+
+class DeviceIdle(Section):
+    """Device idle time inside the steps, the part the host spent loading data or blocked in a sync, and
+    the host ops that ran while the device idled."""
+
+    idle_us_per_step: PerStep = 0.0
+    explained_us_per_step: PerStep = 0.0
+    host_ops_us_per_step: PerStepByName = {}
+
+
+class Measurements(msgspec.Struct, kw_only=True):
+    """Every measurement section of a run (each at its defaults when no span had it)."""
+
+    launch: LaunchOverhead = msgspec.field(default_factory=LaunchOverhead)
+    sync: Synchronization = msgspec.field(default_factory=Synchronization)
+    copies: Copies = msgspec.field(default_factory=Copies)
+    optimizer: Optimizer = msgspec.field(default_factory=Optimizer)
+    dispatch: Dispatch = msgspec.field(default_factory=Dispatch)
+    outside_steps: OutsideSteps = msgspec.field(default_factory=OutsideSteps)
+    compile: Compile = msgspec.field(default_factory=Compile)
+    dataloader: DataLoader = msgspec.field(default_factory=DataLoader)
+    idle: DeviceIdle = msgspec.field(default_factory=DeviceIdle)
+
+
+SECTION_TYPES: dict[str, type[Section]] = {f.name: f.type for f in msgspec.structs.fields(Measurements)}
