@@ -9,7 +9,7 @@ import msgspec
 
 from torchscope.analysis.registry import Analysis, Part
 from torchscope.analysis.span import SpanInput
-from torchscope.report.model import StepSource
+from torchscope.rundir.manifest import StepSource
 from torchscope.trace.kinds import Kind
 
 DeviceKind = Literal["cpu", "cuda", "rocm"]

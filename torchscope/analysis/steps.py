@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from torchscope.analysis.nesting import launcher_of_device_events
-from torchscope.report.model import StepSource
+from torchscope.rundir.manifest import StepSource
 from torchscope.rundir.labels import STEP_PREFIX
 from torchscope.trace.kinds import DEVICE_KINDS, Kind, kind_mask
 from torchscope.trace.tables import EventTable

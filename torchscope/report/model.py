@@ -15,6 +15,7 @@ from typing import Any, Literal, Optional, Union
 import msgspec
 
 from torchscope.report.measurements import SECTION_TYPES, Measurements
+from torchscope.rundir.manifest import StepSource
 
 SCHEMA_VERSION = 2
 
@@ -33,7 +34,6 @@ Category = Literal[
     "memory",
     "trace_quality",
 ]
-StepSource = Literal["profiler_step", "whole_trace"]
 
 
 class CategoryTime(msgspec.Struct, kw_only=True):

@@ -21,6 +21,7 @@ import numpy as np
 
 from torchscope import __version__
 from torchscope.files import write_atomic
+from torchscope.rundir.layout import CACHE_DIR
 from torchscope.trace import fastscan, schema
 from torchscope.trace.tables import (
     ALL_COLUMNS,
@@ -73,7 +74,7 @@ def cache_key(path: Path) -> str:
 
 
 def locations(path: Path) -> list[Path]:
-    local = path.resolve().parent / ".torchscope-cache" / f"{path.name}.npz"
+    local = path.resolve().parent / CACHE_DIR / f"{path.name}.npz"
     base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
     import hashlib  # on use: it maps OpenSSL (~4 MB), which uncached runs do not need
     digest = hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:20]
