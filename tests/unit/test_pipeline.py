@@ -247,3 +247,44 @@ def test_pools_fork_only_from_a_single_threaded_process() -> None:
     finally:
         stop.set()
         thread.join()
+
+
+# --- a sidecar analysis: per-rank detail crosses the pool, and stays out of the Report ------------------
+
+class KernelLane(msgspec.Struct):
+    """Start and duration of every kernel of a span, decimated to at most 50 points (a timeline lane)."""
+
+    start_us: list[float]
+    dur_us: list[float]
+
+
+def kernel_lane(span: SpanInput) -> KernelLane:
+    kernels = (span.events.kind == 4).nonzero()[0]
+    step = max(len(kernels) // 50, 1)
+    chosen = kernels[::step]
+    return KernelLane(span.events.ts_us[chosen].tolist(), span.events.dur_us[chosen].tolist())
+
+
+def lanes_by_rank(parts: list[Part[KernelLane]]) -> dict[str, Any]:
+    return {"kernel_lanes": {str(p.key.rank): p.value for p in parts}}
+
+
+LANES = Analysis(name="kernel_lanes", extract=kernel_lane, extract_type=KernelLane, reduce=lanes_by_rank, sidecar=True)
+
+
+def test_a_sidecar_analysis_is_kept_beside_the_report_and_written_under_sidecars(tmp_path: Path) -> None:
+    from torchscope.pipeline.analyze import analyze_run, write_sidecars
+
+    registry.register(LANES)
+    try:
+        run = analyze_run(TWO_RANKS, jobs=2, use_cache=False)
+    finally:
+        registry.unregister(LANES.name)
+    lanes = run.sidecars["kernel_lanes"]
+    assert set(lanes) == {"0", "1"}
+    assert 0 < len(lanes["0"].start_us) <= 60 and len(lanes["0"].start_us) == len(lanes["0"].dur_us)
+    assert "kernel_lanes" not in run.report.extra and b"kernel_lanes" not in encode_report(run.report)
+    written = write_sidecars(tmp_path, run.sidecars)
+    assert written == [tmp_path / "sidecars" / "kernel_lanes.msgpack"]
+    back = msgspec.msgpack.decode(written[0].read_bytes(), type=dict[str, KernelLane])
+    assert back == lanes

@@ -8,6 +8,10 @@
   capture order, each with its `SpanKey` (rank, span index, step count and step time as weights). It
   fills the Report fields named in `fills`; an analysis registered from outside torchscope fills
   `extra.<name>`.
+* A *sidecar* analysis (`sidecar=True`) produces run-level data too large or too detailed for the Report
+  (timeline lanes, memory events by address, collectives by sequence number): its reduce returns
+  `{name: value}` for the names in `fills`, and the pipeline hands them back beside the Report
+  (`RunAnalysis.sidecars`, written under the run directory's `sidecars/`), never inside it.
 
 The built-in analyses are listed in one place, `analysis/catalogue.py`; `register()` adds one more.
 """
@@ -52,9 +56,12 @@ class Analysis(Generic[E]):
     extract_type: Any  # the type `extract` returns (a msgspec struct, or Optional of one)
     reduce: Callable[[list[Part[E]]], dict[str, Any]]
     fills: tuple[str, ...] = ()
+    sidecar: bool = False
 
     def targets(self) -> tuple[str, ...]:
-        return self.fills or (f"extra.{self.name}",)
+        """What `reduce` may return: Report fields (`measurements.<section>`, `extra.<name>`), or the names
+        of sidecars."""
+        return self.fills or ((self.name,) if self.sidecar else (f"extra.{self.name}",))
 
 
 _REGISTERED: list[Analysis[Any]] = []

@@ -8,21 +8,25 @@ import os
 import time
 import warnings
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
+import msgspec
 import numpy as np
 
 from torchscope.analysis.catalogue import all_analyses
 from torchscope.analysis.registry import Analysis
 from torchscope.diagnose.engine import diagnose
 from torchscope.errors import InputError, TorchscopeError
+from torchscope.files import write_atomic
 from torchscope.pipeline.assemble import assemble
 from torchscope.pipeline.manifests import run_manifest
 from torchscope.pipeline.progress import ByteProgress, Progress, no_progress
 from torchscope.pipeline.rank_extracts import RankExtracts, extract_rank
 from torchscope.report.metrics import metrics_of
 from torchscope.report.model import Report
+from torchscope.rundir.layout import SIDECARS_DIR, sidecar_name
 from torchscope.trace.discover import TraceFileRef, discover
 from torchscope.trace.load import group_by_worker
 from torchscope.workers import process_pool
@@ -37,6 +41,14 @@ def default_jobs() -> int:
         return max(os.cpu_count() or 1, 1)
 
 
+@dataclass
+class RunAnalysis:
+    """A run's Report and its sidecars (run-level data kept out of the Report, by name)."""
+
+    report: Report
+    sidecars: dict[str, Any]
+
+
 def analyze(
     path: str | Path | Sequence[str | Path],
     jobs: int | None = None,
@@ -48,6 +60,16 @@ def analyze(
     `jobs`: ranks analysed in parallel processes, or threads parsing one large trace (default: CPUs).
     `use_cache`: read and write the table and extract caches. `progress`, if given, is called with
     (done, total) in bytes of trace text. Raises `InputError` (one-line message) on unusable input."""
+    return analyze_run(path, jobs, use_cache, progress).report
+
+
+def analyze_run(
+    path: str | Path | Sequence[str | Path],
+    jobs: int | None = None,
+    use_cache: bool = True,
+    progress: Progress | None = None,
+) -> RunAnalysis:
+    """`analyze`, with the sidecars of the analyses that produce them."""
     started = time.perf_counter()
     paths = [Path(p) for p in ([path] if isinstance(path, (str, Path)) else path)]
     refs = [ref for p in paths for ref in discover(p)]
@@ -55,14 +77,26 @@ def analyze(
     with quiet_numerics():
         ranks, failures = _extract_ranks(group_by_worker(refs), analyses, jobs or default_jobs(), use_cache, progress or no_progress)
         manifest, statuses = run_manifest(paths)
-        report = assemble(ranks, analyses, manifest, statuses, [str(p) for p in paths])
+        report, sidecars = assemble(ranks, analyses, manifest, statuses, [str(p) for p in paths])
         if failures:  # the other ranks still make a meaningful, partial report
             report.warnings = [f"{exc} (rank skipped)" for exc in failures] + report.warnings
             report.run.partial = True
         report.metrics = metrics_of(report)
         report.findings = diagnose(report)
     log.debug("analysed %d file(s) in %.3f s", len(refs), time.perf_counter() - started)
-    return report
+    return RunAnalysis(report, sidecars)
+
+
+def write_sidecars(run_dir: Path, sidecars: dict[str, Any]) -> list[Path]:
+    """Write each sidecar as MessagePack under the run directory's `sidecars/`; the paths written."""
+    folder = run_dir / SIDECARS_DIR
+    written = []
+    for name, value in sidecars.items():
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / sidecar_name(name)
+        write_atomic(path, msgspec.msgpack.encode(value))
+        written.append(path)
+    return written
 
 
 @contextmanager

@@ -20,20 +20,24 @@ def assemble(
     manifest: dict[str, Any],
     manifest_statuses: list[str | None],
     paths: list[str],
-) -> Report:
-    """The Report of a run: `analyses[0]` is the span metadata, each other analysis fills its fields."""
+) -> tuple[Report, dict[str, Any]]:
+    """The Report of a run and its sidecars: `analyses[0]` is the span metadata, each other analysis
+    fills its fields (or its sidecars)."""
     ranks = sorted(ranks, key=lambda r: (r.rank, r.worker))
     keyed = [(_key(rank, index, span.meta), span) for rank in ranks for index, span in enumerate(rank.spans)]
     fields: dict[str, Any] = {}
     sections: dict[str, Any] = {}
     extra: dict[str, Any] = {}
+    sidecars: dict[str, Any] = {}
     for analysis in analyses[1:]:
         parts = [Part(key=key, value=span.values[analysis.name]) for key, span in keyed]
         for target, value in analysis.reduce(parts).items():
             if target not in analysis.targets():
                 raise ValueError(f"analysis {analysis.name!r} filled {target!r}, which it does not declare")
             group, _, name = target.partition(".")
-            if group == "extra":
+            if analysis.sidecar:
+                sidecars[target] = value
+            elif group == "extra":
                 extra[name] = value
             elif group == "measurements":
                 sections[name] = value
@@ -41,7 +45,7 @@ def assemble(
                 fields[target] = value
     metas = [span.meta for _, span in keyed]
     kinds = {meta.device_kind for meta in metas}
-    return Report(
+    report = Report(
         torchscope_version=__version__,
         run=RunInfo(
             paths=paths,
@@ -57,6 +61,7 @@ def assemble(
         extra=extra,
         **fields,
     )
+    return report, sidecars
 
 
 def _key(rank: RankExtracts, index: int, meta: Any) -> SpanKey:

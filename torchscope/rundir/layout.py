@@ -42,6 +42,11 @@ _FOREIGN_REPORT_SUFFIX = ".report.json"
 _NOT_TRACE_DIRS = frozenset({SIDECARS_DIR, VARIANTS_DIR})
 
 
+def sidecar_name(name: str) -> str:
+    """File, under ``sidecars/``, of the run-level data an analysis keeps out of the report (e.g. timeline lanes)."""
+    return f"{name}.msgpack"
+
+
 def manifest_name(rank: int, distributed: bool) -> str:
     """``run.json`` for a single process, ``run.rank<R>.json`` for each rank of a distributed run."""
     return f"run.rank{rank}.json" if distributed else MANIFEST_NAME
