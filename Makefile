@@ -20,8 +20,19 @@ setup: $(STAMP)
 demo: $(STAMP)
 	$(VENV)/bin/torchscope demo --out runs/demo
 
+# `make test` runs everything, then a second, short pass (about 1-1.5 min) on the msgspec path that users
+# without a C compiler get (TORCHSCOPE_NO_FASTSCAN=1): the loader, parse, stream, schema, rule, real-trace,
+# bad-input, fuzz and golden tests. Not the scanner's own tests (test_fastscan.py compares both paths in the
+# first pass; test_extension_built.py requires the scanner), nor test_ranges.py (its msgspec half already
+# runs in the first pass, its threads half needs the scanner).
+NO_FASTSCAN_TESTS := tests/unit/test_stream.py tests/unit/test_schema_variants.py tests/unit/test_columns.py \
+	tests/unit/test_tables.py tests/unit/test_cache_and_jobs.py tests/unit/test_real_traces.py \
+	$(wildcard tests/unit/test_rules_*.py) tests/reliability/test_bad_inputs.py tests/reliability/test_fuzz.py \
+	tests/golden/test_golden.py
+
 test: $(STAMP)
 	$(PY) -m pytest -q
+	TORCHSCOPE_NO_FASTSCAN=1 $(PY) -m pytest -q $(NO_FASTSCAN_TESTS)
 
 # Loader/analysis figures vs HTA and the JSON floor (benchmarks/README.md); sets up its own HTA venv.
 # e.g. make bench BENCH_ARGS="--quick"   or   BENCH_ARGS="--sizes 50mb,500mb --skip-hta"

@@ -1,4 +1,8 @@
-"""Shared test fixtures: the real traces in ../shared/traces (skipped, with the reason, when absent)."""
+"""Shared test fixtures: real Kineto traces (tests/helpers/real_traces.py) and an isolated cache.
+
+`real_traces`: the full traces in ../shared/traces (or $TORCHSCOPE_SHARED_TRACES) when present, else the
+tiny real cuts committed under tests/data/traces; never skips. `shared_traces`: the full traces only, for
+figures known only for them; skipped, with the reason, when absent."""
 
 from __future__ import annotations
 
@@ -8,15 +12,22 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED_TRACES = REPO.parent / "shared" / "traces"
 sys.path.insert(0, str(REPO / "tests"))  # `from helpers.trace_builder import TraceBuilder`
+
+from helpers.real_traces import TraceSet, shared_missing_reason, shared_root, trace_set  # noqa: E402
 
 
 @pytest.fixture(scope="session")
 def shared_traces() -> Path:
-    if not SHARED_TRACES.is_dir():
-        pytest.skip(f"real traces not found at {SHARED_TRACES} (the ../shared folder beside the repo)")
-    return SHARED_TRACES
+    reason = shared_missing_reason()
+    if reason:
+        pytest.skip(reason)
+    return shared_root()
+
+
+@pytest.fixture(scope="session")
+def real_traces() -> TraceSet:
+    return trace_set()
 
 
 @pytest.fixture(autouse=True)

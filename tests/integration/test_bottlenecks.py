@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from torchscope.report.build import analyze
+import torchscope
 from torchscope.report.model import Report
 
 pytest.importorskip("torch")
@@ -30,7 +30,7 @@ def _capture(script: str, out: Path) -> tuple[Report, list[dict]]:
     traces = sorted(out.glob("*.pt.trace.json*"))
     assert len(traces) == 1, traces
     events = json.loads(traces[0].read_text())["traceEvents"]
-    return analyze(out, jobs=1, use_cache=False), events
+    return torchscope.analyze(out, jobs=1, use_cache=False), events
 
 
 def _steps(events: list[dict]) -> list[tuple[float, float]]:

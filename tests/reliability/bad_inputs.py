@@ -3,7 +3,8 @@
 Each `BadInput` writes one damaged, hostile or unusual input under a fresh directory and states what
 torchscope must do with it: the exit code (2 = a clear error; 0 = a result, with a one-line warning on
 stderr when the report is partial) and a regular expression for that one stderr line. Real traces come
-from ../shared/traces (beside the repository); cases that need them are skipped when it is absent.
+from ../shared/traces (beside the repository) when present, else from the identical copies committed
+under tests/data/traces (tests/helpers/real_traces.py).
 """
 
 from __future__ import annotations
@@ -20,20 +21,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from helpers.real_traces import trace_set  # tests/ is on sys.path (tests/conftest.py)
+
 REPO = Path(__file__).resolve().parents[2]
-SHARED_TRACES = Path(__file__).resolve().parents[2] / ".." / "shared" / "traces"
-# Small real traces (a few KB to 85 KB of JSON), one per hardware flavour.
+# Small real traces (a few KB to 85 KB of JSON), one per hardware flavour: folder and file, whole copies
+# of ../shared's in tests/data/traces.
 SMALL_TRACES = {
-    "cpu_gloo": "cpu/hta_cpu_only_gloo/rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz",
-    "triton": "gpu/triton_single/triton_example.json.gz",
-    "rocm": "gpu/rocm_mi250/mi250_minitoy_train_ROCm6_2_kineto.json.gz",
-    "tb_unit": "gpu/tb_unit/gpu_metrics_input.json",
+    "cpu_gloo": ("hta_cpu_only_gloo", "rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz"),
+    "triton": ("triton_single", "triton_example.json.gz"),
+    "rocm": ("rocm_mi250", "mi250_minitoy_train_ROCm6_2_kineto.json.gz"),
+    "tb_unit": ("tb_unit", "gpu_metrics_input.json"),
 }
 CLI_TIMEOUT_S = 60
 
 
 def real_trace_path(name: str) -> Path:
-    return SHARED_TRACES / SMALL_TRACES[name]
+    folder, file = SMALL_TRACES[name]
+    return trace_set().folder(folder) / file
 
 
 def real_trace_text(name: str) -> bytes:
@@ -100,7 +104,7 @@ class BadInput:
     build: Callable[[Path], Path]  # writes the input under the given empty directory; returns what to analyse
     exit_code: int  # 2: a clear error; 0: a report
     message: str  # regex for the one stderr line; "" = stderr stays empty
-    needs_real_traces: bool = False
+    needs_real_traces: bool = False  # built from a real trace (../shared's, or the committed copy)
     names_file: bool = True  # the stderr line names the input file (its base name)
     finding: str | None = None  # a finding id the report must contain
     args: tuple[str, ...] = ()  # extra CLI arguments ({dir} is replaced by the case directory)

@@ -1,4 +1,5 @@
-"""Property-based fuzzing of `torchscope analyze` with mutated real traces from ../shared/traces.
+"""Property-based fuzzing of `torchscope analyze` with mutated small real traces (../shared/traces', or the
+identical copies committed under tests/data/traces).
 
 Mutations: truncation at any offset, byte flips (in the JSON text and in the gzip stream), deletion of
 event fields, and type changes of field values. Whatever the mutation, the CLI must answer with exit
@@ -23,12 +24,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bad_inputs import CLI_TIMEOUT_S, SHARED_TRACES, SMALL_TRACES, real_trace_text, run_cli
-
-pytestmark = pytest.mark.skipif(
-    not SHARED_TRACES.is_dir(),
-    reason=f"real traces not found at {SHARED_TRACES.resolve()} (the ../shared folder beside the repo)",
-)
+from bad_inputs import CLI_TIMEOUT_S, SMALL_TRACES, real_trace_text, run_cli
 
 IN_PROCESS_BOUND_S = 20.0  # one in-process example; the small traces take well under 0.1 s intact
 # More examples for a longer hunt: TORCHSCOPE_FUZZ_EXAMPLES=2000 python3 -m pytest tests/reliability/test_fuzz.py

@@ -1,4 +1,5 @@
-"""The parsed-trace cache and the process pool never change results."""
+"""The parsed-trace cache and the process pool never change results (on real traces: ../shared's, or the
+copies committed under tests/data/traces)."""
 
 from __future__ import annotations
 
@@ -7,16 +8,20 @@ from pathlib import Path
 
 import msgspec
 
-from torchscope.report.build import analyze
+import torchscope
+from helpers.real_traces import TraceSet
 from torchscope.report.model import encode_report
 from torchscope.trace import cache
 from torchscope.trace.load import load_trace_file
 
+analyze = torchscope.analyze
 
-def _copy(shared: Path, relative: str, tmp: Path) -> Path:
-    target = tmp / relative
+
+def _copy(source: Path, tmp: Path) -> Path:
+    """A copy of one trace file in a folder of its own under `tmp` (named like the source's folder)."""
+    target = tmp / source.parent.name / source.name
     target.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copy(shared / relative, target)
+    shutil.copy(source, target)
     return target
 
 
@@ -26,8 +31,9 @@ def _comparable(report) -> dict:  # type: ignore[no-untyped-def]
     return data
 
 
-def test_cached_and_uncached_analysis_are_identical(shared_traces: Path, tmp_path: Path) -> None:
-    trace = _copy(shared_traces, "gpu/hta_nccl_rank0/nccl_data.json.gz", tmp_path)
+def test_cached_and_uncached_analysis_are_identical(real_traces: TraceSet, tmp_path: Path) -> None:
+    # The largest real trace at hand: the committed traces lack hta_nccl_rank0.
+    trace = _copy(real_traces.file("hta_nccl_rank0", "resnet50_num_workers_0"), tmp_path)
     fresh = analyze(trace, jobs=1, use_cache=False)
     first = analyze(trace, jobs=1, use_cache=True)  # writes the entry
     entry = trace.parent / ".torchscope-cache" / f"{trace.name}.npz"
@@ -36,16 +42,16 @@ def test_cached_and_uncached_analysis_are_identical(shared_traces: Path, tmp_pat
     assert _comparable(fresh) == _comparable(first) == _comparable(second)
 
 
-def test_changed_file_is_never_served_from_a_stale_entry(shared_traces: Path, tmp_path: Path) -> None:
-    trace = _copy(shared_traces, "gpu/triton_single/triton_example.json.gz", tmp_path)
+def test_changed_file_is_never_served_from_a_stale_entry(real_traces: TraceSet, tmp_path: Path) -> None:
+    trace = _copy(real_traces.file("triton_single"), tmp_path)
     load_trace_file(trace)
-    other = shared_traces / "gpu/rocm_mi250/mi250_minitoy_train_ROCm6_2_kineto.json.gz"
+    other = real_traces.file("rocm_mi250")
     shutil.copy(other, trace)  # same name, different content
     assert len(load_trace_file(trace).events) == len(load_trace_file(other, use_cache=False).events)
 
 
-def test_corrupt_cache_entry_is_rebuilt(shared_traces: Path, tmp_path: Path) -> None:
-    trace = _copy(shared_traces, "gpu/triton_single/triton_example.json.gz", tmp_path)
+def test_corrupt_cache_entry_is_rebuilt(real_traces: TraceSet, tmp_path: Path) -> None:
+    trace = _copy(real_traces.file("triton_single"), tmp_path)
     expected = len(load_trace_file(trace).events)
     entry = trace.parent / ".torchscope-cache" / f"{trace.name}.npz"
     entry.write_bytes(b"not an npz at all")
@@ -53,8 +59,8 @@ def test_corrupt_cache_entry_is_rebuilt(shared_traces: Path, tmp_path: Path) -> 
     assert entry.stat().st_size > 100  # rewritten
 
 
-def test_unwritable_trace_folder_uses_the_user_cache_dir(shared_traces: Path, tmp_path: Path) -> None:
-    trace = _copy(shared_traces, "gpu/triton_single/triton_example.json.gz", tmp_path)
+def test_unwritable_trace_folder_uses_the_user_cache_dir(real_traces: TraceSet, tmp_path: Path) -> None:
+    trace = _copy(real_traces.file("triton_single"), tmp_path)
     local, user = cache._locations(trace)
     # A file where the cache folder should be makes the location next to the trace unwritable (tests run
     # as root, so permissions alone would not).
@@ -65,15 +71,15 @@ def test_unwritable_trace_folder_uses_the_user_cache_dir(shared_traces: Path, tm
     assert cache.load_cached(trace, key) is not None
 
 
-def test_jobs_1_and_jobs_2_give_identical_reports(shared_traces: Path) -> None:
-    folder = shared_traces / "gpu" / "hta_two_ranks_nccl"
+def test_jobs_1_and_jobs_2_give_identical_reports(real_traces: TraceSet) -> None:
+    folder = real_traces.folder("hta_two_ranks_nccl")
     assert _comparable(analyze(folder, jobs=1, use_cache=False)) == _comparable(analyze(folder, jobs=2, use_cache=False))
 
 
-def test_analysis_results_are_cached_and_invalidated(shared_traces: Path, tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_analysis_results_are_cached_and_invalidated(real_traces: TraceSet, tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     from torchscope.analysis import analysis_cache, rank
 
-    trace = _copy(shared_traces, "gpu/triton_single/triton_example.json.gz", tmp_path)
+    trace = _copy(real_traces.file("triton_single"), tmp_path)
     first = analyze(trace, jobs=1, use_cache=True)
     entry = trace.parent / ".torchscope-cache" / f"{trace.name}.analysis.msgpack"
     assert entry.is_file()
@@ -89,13 +95,13 @@ def test_analysis_results_are_cached_and_invalidated(shared_traces: Path, tmp_pa
     monkeypatch.setattr(analysis_cache, "code_fingerprint", lambda: "other analysis code")
     analyze(trace, jobs=1, use_cache=True)
     assert len(calls) == 2  # different analysis code: recomputed
-    shutil.copy(shared_traces / "gpu/rocm_mi250/mi250_minitoy_train_ROCm6_2_kineto.json.gz", trace)
+    shutil.copy(real_traces.file("rocm_mi250"), trace)
     assert analyze(trace, jobs=1, use_cache=True).run.device_kind == "rocm"  # changed file: recomputed
     assert len(calls) == 3
 
 
-def test_folders_without_write_bits_are_left_alone_even_for_root(shared_traces: Path, tmp_path: Path) -> None:
-    trace = _copy(shared_traces, "gpu/triton_single/triton_example.json.gz", tmp_path)
+def test_folders_without_write_bits_are_left_alone_even_for_root(real_traces: TraceSet, tmp_path: Path) -> None:
+    trace = _copy(real_traces.file("triton_single"), tmp_path)
     trace.parent.chmod(0o555)
     try:
         analyze(trace, jobs=1, use_cache=True)

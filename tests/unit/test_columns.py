@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 
+from helpers.real_traces import TraceSet
 from torchscope.trace.columns import ColumnBuilder
 from torchscope.trace.parse import Batch, batch_decoder
 from torchscope.trace.read import read_trace_bytes
@@ -26,10 +25,10 @@ def _same(a: EventTable, b: EventTable) -> None:
 
 
 @pytest.mark.parametrize("split", [0.0, 0.5, 1.0])
-def test_appended_parts_then_batches_equal_batches_alone(shared_traces: Path, split: float) -> None:
+def test_appended_parts_then_batches_equal_batches_alone(real_traces: TraceSet, split: float) -> None:
     """Appending parts allocates columns without defaults (parts write every column); a batch added
     after that relies on defaults, which must then be in place for the rows not written yet."""
-    path = next(p for p in sorted(shared_traces.rglob("*.json.gz")) if p.name.startswith("worker0."))
+    path = real_traces.file("resnet50_num_workers_0")
     data = read_trace_bytes(path)
     reference = ColumnBuilder(len(data))
     for batch in _batches(data, reference):

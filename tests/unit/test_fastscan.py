@@ -2,8 +2,9 @@
 
 Its contract: for any text, it either declines (None) or gives exactly the columns the msgspec path gives,
 and it never accepts text msgspec rejects (a false cut in the stream must stay rejected). Checked on every
-shared trace, on generated events with every JSON type in every declared field, on tricky number
-literals, and on randomly damaged batches."""
+real trace, on generated events with every JSON type in every declared field, on tricky number
+literals, and on randomly damaged batches. The real traces are ../shared's, or the ones committed under
+tests/data/traces (tests/helpers/real_traces.py)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+from helpers.real_traces import TraceSet
 from torchscope.trace import fastscan
 from torchscope.trace import parse as parse_module
 from torchscope.trace.columns import ColumnBuilder
@@ -89,13 +91,9 @@ def _check(text: bytes) -> bool:
 # ------------------------------------------------------------------------------------------- real traces
 
 
-def _all_traces(root: Path) -> list[Path]:
-    return sorted(p for p in root.rglob("*") if p.is_file() and p.name.endswith((".json", ".json.gz")))
-
-
-def test_same_tables_as_msgspec_on_every_shared_trace(shared_traces: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_same_tables_as_msgspec_on_every_real_trace(real_traces: TraceSet, monkeypatch: pytest.MonkeyPatch) -> None:
     accepted = 0
-    for path in _all_traces(shared_traces):
+    for path in real_traces.files():
         monkeypatch.setenv(fastscan.DISABLE_ENV, "1")
         try:
             reference = parse_trace(path)
@@ -114,8 +112,8 @@ def test_same_tables_as_msgspec_on_every_shared_trace(shared_traces: Path, monke
     assert accepted >= 5, "the scanner declined almost every real trace: it is not doing the work"
 
 
-def test_the_scanner_takes_every_batch_of_a_real_resnet_trace(shared_traces: Path) -> None:
-    path = next(p for p in _all_traces(shared_traces) if p.name.startswith("worker0.") and "resnet" in str(p).lower())
+def test_the_scanner_takes_every_batch_of_a_real_resnet_trace(real_traces: TraceSet) -> None:
+    path = real_traces.file("resnet50_num_workers_0")
     data = read_trace_bytes(path)
     scanner = fastscan.BatchScanner(ColumnBuilder(None).interner)
     chunks = [data[i : i + (256 << 10)] for i in range(0, len(data), 256 << 10)]
@@ -252,8 +250,8 @@ def test_out_of_range_int32_arg_takes_the_default_as_the_lenient_path_does() -> 
 
 
 @functools.lru_cache(maxsize=1)
-def _sample_batch(shared: Path) -> bytes:
-    path = next(p for p in _all_traces(shared) if p.name.startswith("worker0."))
+def _sample_batch(traces: TraceSet) -> bytes:
+    path = traces.file("resnet50_num_workers_0")
     data = read_trace_bytes(path)
     start = data.find(b"[", data.find(b'"traceEvents"')) + 1
     end = start
@@ -264,8 +262,8 @@ def _sample_batch(shared: Path) -> bytes:
 
 @settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.data())
-def test_damaged_batches_are_declined_or_decoded_exactly(shared_traces: Path, data: st.DataObject) -> None:
-    text = bytearray(_sample_batch(shared_traces))
+def test_damaged_batches_are_declined_or_decoded_exactly(real_traces: TraceSet, data: st.DataObject) -> None:
+    text = bytearray(_sample_batch(real_traces))
     for _ in range(data.draw(st.integers(1, 3))):
         at = data.draw(st.integers(0, len(text) - 1))
         action = data.draw(st.sampled_from(["replace", "delete", "insert", "truncate"]))
@@ -284,11 +282,11 @@ def test_damaged_batches_are_declined_or_decoded_exactly(shared_traces: Path, da
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.data())
-def test_a_span_scans_exactly_as_its_bracketed_copy(shared_traces: Path, data: st.DataObject) -> None:
+def test_a_span_scans_exactly_as_its_bracketed_copy(real_traces: TraceSet, data: st.DataObject) -> None:
     """The stream hands the scanner the events between two offsets of its buffer (no copy): that must
     decode exactly as `[` + those bytes + `]` does (checked against msgspec by `_check`), reading nothing
     outside the span; spans at event boundaries and at arbitrary bytes alike."""
-    text = _sample_batch(shared_traces)
+    text = _sample_batch(real_traces)
     separators = [m.start() for m in re.finditer(rb"\}\s*,\s*\{", text[: 1 << 16])]
     boundary = st.sampled_from([1, *(s + 1 for s in separators), *(s + 2 for s in separators)])
     start = data.draw(st.one_of(boundary, st.integers(0, len(text))))
@@ -379,7 +377,7 @@ def test_reports_do_not_depend_on_the_parse_path_when_rows_tie(tmp_path: Path, m
     met "B" first in the text. String ids are canonical (sorted text), so both give the same report."""
     import msgspec
 
-    from torchscope.report.build import analyze
+    from torchscope import analyze
     from torchscope.report.model import encode_report
 
     events = []
@@ -404,8 +402,8 @@ def test_reports_do_not_depend_on_the_parse_path_when_rows_tie(tmp_path: Path, m
     assert fast == slow
 
 
-def test_string_ids_are_canonical_and_only_for_strings_in_use(shared_traces: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    path = next(p for p in _all_traces(shared_traces) if p.name.startswith("worker0."))
+def test_string_ids_are_canonical_and_only_for_strings_in_use(real_traces: TraceSet, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = real_traces.file("resnet50_num_workers_0")
     tables = []
     for flag in ("", "1"):
         monkeypatch.setenv(fastscan.DISABLE_ENV, flag)

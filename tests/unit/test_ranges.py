@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from helpers.real_traces import TraceSet
 from test_stream import _assert_same, _tricky_document
 from torchscope.trace import fastscan, ranges
 from torchscope.trace import parse as parse_module
@@ -103,9 +104,9 @@ def test_a_range_starting_inside_a_look_alike_falls_back(tmp_path: Path, monkeyp
 
 
 @pytest.mark.usefixtures("small_ranges")
-def test_plain_shared_traces_in_ranges(shared_traces: Path) -> None:
-    plain = sorted(p for p in shared_traces.rglob("*.json"))
-    assert plain, "no uncompressed trace in ../shared/traces"
+def test_plain_real_traces_in_ranges(real_traces: TraceSet) -> None:
+    plain = [p for p in real_traces.files() if p.suffix == ".json"]
+    assert plain, f"no uncompressed trace in {real_traces.root}"
     for path in plain:
         _assert_same(parse_trace(path, jobs=2), parse_trace(path))
 
@@ -123,17 +124,17 @@ def test_gzip_and_small_files_are_not_split(tmp_path: Path, monkeypatch: pytest.
 
 
 @pytest.mark.usefixtures("small_ranges")
-def test_reports_are_identical_with_ranges(shared_traces: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_reports_are_identical_with_ranges(real_traces: TraceSet, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The whole analysis of a real GPU trace, parsed in ranges (--jobs 2) or in one process."""
     import gzip
 
     import msgspec
 
-    from torchscope.report.build import analyze
+    from torchscope import analyze
     from torchscope.report.model import encode_report
 
     _min_range_bytes(monkeypatch, 1 << 20)
-    source = next((shared_traces / "gpu" / "resnet50_num_workers_0").glob("*.json.gz"))
+    source = real_traces.file("resnet50_num_workers_0")
     plain = tmp_path / source.name.removesuffix(".gz")
     plain.write_bytes(gzip.decompress(source.read_bytes()))
     assert len(ranges.plan_ranges(plain.stat().st_size, 0, 2)) == 8
@@ -151,18 +152,18 @@ def test_reports_are_identical_with_ranges(shared_traces: Path, tmp_path: Path, 
 
 
 @pytest.mark.usefixtures("small_ranges")
-def test_progress_follows_the_bytes_parsed(shared_traces: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_progress_follows_the_bytes_parsed(real_traces: TraceSet, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The progress bar's callback: bytes of text, rising as batches and ranges are parsed, ending at
     the total; for rank sets in the pool, rank by rank."""
     import gzip
 
-    from torchscope.report.build import analyze
+    from torchscope import analyze
 
     _min_range_bytes(monkeypatch, 1 << 20)
-    source = next((shared_traces / "gpu" / "resnet50_num_workers_0").glob("*.json.gz"))
+    source = real_traces.file("resnet50_num_workers_0")
     plain = tmp_path / source.name.removesuffix(".gz")
     plain.write_bytes(gzip.decompress(source.read_bytes()))
-    cases = [(plain, 2), (source, 1), (shared_traces / "gpu" / "hta_two_ranks_nccl", 2)]
+    cases = [(plain, 2), (source, 1), (real_traces.folder("hta_two_ranks_nccl"), 2)]
     for path, jobs in cases:
         calls: list[tuple[int, int]] = []
         analyze(path, jobs=jobs, use_cache=False, progress=lambda done, total: calls.append((done, total)))

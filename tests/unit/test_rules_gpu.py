@@ -7,9 +7,12 @@ from pathlib import Path
 
 import pytest
 
+import torchscope
+from helpers.real_traces import TraceSet
 from helpers.trace_builder import TraceBuilder
-from torchscope.report.build import analyze
 from torchscope.report.model import Finding, Report
+
+analyze = torchscope.analyze
 
 STEP_US = 10_000.0
 STEPS = 4
@@ -259,6 +262,6 @@ def test_tensor_core_eligibility_sees_through_op_wrappers(tmp_path: Path) -> Non
     assert report.device.tensor_core_eligible_share == 1.0
 
 
-def test_trace_without_steps_gets_no_critical_verdict(shared_traces: Path) -> None:
-    report = analyze(shared_traces / "gpu" / "alexnet_sync", jobs=1, use_cache=False)
+def test_trace_without_steps_gets_no_critical_verdict(real_traces: TraceSet) -> None:
+    report = analyze(real_traces.folder("alexnet_sync"), jobs=1, use_cache=False)
     assert all(f.severity == "info" for f in report.findings if f.category != "trace_quality")

@@ -12,6 +12,7 @@ import msgspec
 import numpy as np
 import pytest
 
+from helpers.real_traces import TraceSet
 from torchscope.trace import parse as parse_module
 from torchscope.trace.parse import parse_trace, parse_trace_bytes
 from torchscope.trace.read import gunzip, iter_trace_chunks, max_trace_bytes, read_trace_bytes
@@ -59,12 +60,8 @@ def _streamed_only(data: bytes, batch_bytes: int) -> TraceFile:
     return parse_module._parse_stream(chunks, "<bytes>", len(data), batch_bytes)
 
 
-def _shared_files(shared_traces: Path) -> list[Path]:
-    return sorted(p for p in shared_traces.rglob("*") if p.name.endswith((".json", ".json.gz")))
-
-
-def test_real_traces_stream_to_the_same_tables(shared_traces: Path) -> None:
-    files = _shared_files(shared_traces)
+def test_real_traces_stream_to_the_same_tables(real_traces: TraceSet) -> None:
+    files = real_traces.files()
     assert files
     for path in files:
         data = read_trace_bytes(path)

@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 
+from helpers.real_traces import TraceSet
 from torchscope.trace.kinds import Kind
 from torchscope.trace.parse import parse_trace
 
 
-def test_name_mask_matches_each_events_name_and_asks_only_about_names(shared_traces: Path) -> None:
-    path = next(p for p in sorted(shared_traces.rglob("*.json.gz")) if p.name.startswith("worker0."))
+def test_name_mask_matches_each_events_name_and_asks_only_about_names(real_traces: TraceSet) -> None:
+    path = real_traces.file("resnet50_num_workers_0")
     events = parse_trace(path).events
     asked: list[str] = []
 
