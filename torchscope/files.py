@@ -12,13 +12,13 @@ Content = Union[bytes, Callable[[BinaryIO], None]]
 
 def write_atomic(path: Path, content: Content, *, fsync: bool = False) -> None:
     """Write `content` (bytes, or a function that writes to a binary file) to `path` through a temporary
-    file in the same folder; raises OSError.
+    file in the same folder; raises OSError. The file gets the usual permissions (0666 less the umask).
 
     `fsync` also forces the bytes to disk before the rename (for manifests, which must survive a crash
     right after the capture)."""
-    import tempfile  # here: it pulls in shutil, random, bz2 and lzma, which reads never need
-
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
+    # O_EXCL: never write through a file or link someone put there; 0o666: the umask applies, as for open().
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
     try:
         with os.fdopen(fd, "wb") as handle:
             if isinstance(content, bytes):

@@ -13,7 +13,10 @@ from typing import Any, Iterator
 
 REPO = Path(__file__).resolve().parents[2]
 GOLDEN = Path(__file__).resolve().parent
-SOURCES = {"shared": REPO.parent / "shared" / "traces", "data": REPO / "tests" / "data" / "traces"}
+sys.path.insert(0, str(REPO / "tests"))  # when run as a script
+from helpers.real_traces import COMMITTED_TRACES, shared_root  # noqa: E402
+
+SOURCES = {"shared": shared_root(), "data": COMMITTED_TRACES}
 
 # Fields a later schema may add or rename; they are not compared (see docs/json-schema.md, version 2).
 NEW_IN_V2 = ("schema_version", "torchscope_version", "measurements", "metrics", "extra")

@@ -61,7 +61,7 @@ def test_corrupt_cache_entry_is_rebuilt(real_traces: TraceSet, tmp_path: Path) -
 
 def test_unwritable_trace_folder_uses_the_user_cache_dir(real_traces: TraceSet, tmp_path: Path) -> None:
     trace = _copy(real_traces.file("triton_single"), tmp_path)
-    local, user = cache._locations(trace)
+    local, user = cache.locations(trace)
     # A file where the cache folder should be makes the location next to the trace unwritable (tests run
     # as root, so permissions alone would not).
     local.parent.write_text("not a folder")
@@ -77,22 +77,23 @@ def test_jobs_1_and_jobs_2_give_identical_reports(real_traces: TraceSet) -> None
 
 
 def test_analysis_results_are_cached_and_invalidated(real_traces: TraceSet, tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    from torchscope.analysis import analysis_cache, rank
+    from torchscope.analysis.span import SpanInput
+    from torchscope.pipeline import extract_cache
 
     trace = _copy(real_traces.file("triton_single"), tmp_path)
     first = analyze(trace, jobs=1, use_cache=True)
-    entry = trace.parent / ".torchscope-cache" / f"{trace.name}.analysis.msgpack"
+    entry = trace.parent / ".torchscope-cache" / f"{trace.name}.extracts.msgpack"
     assert entry.is_file()
     calls = []
-    real = rank.analyze_span
-    monkeypatch.setattr(rank, "analyze_span", lambda t: calls.append(t) or real(t))
+    real_init = SpanInput.__init__
+    monkeypatch.setattr(SpanInput, "__init__", lambda self, t: calls.append(t) or real_init(self, t))
     assert _comparable(analyze(trace, jobs=1, use_cache=True)) == _comparable(first)
-    assert calls == []  # served from the analysis cache
+    assert calls == []  # served from the extract cache
     entry.write_bytes(b"\x00garbage")
     assert _comparable(analyze(trace, jobs=1, use_cache=True)) == _comparable(first)
     assert len(calls) == 1  # damaged entry: recomputed (and rewritten)
-    analysis_cache.code_fingerprint.cache_clear()
-    monkeypatch.setattr(analysis_cache, "code_fingerprint", lambda: "other analysis code")
+    extract_cache._layers_digest.cache_clear()
+    monkeypatch.setattr(extract_cache, "_layers_digest", lambda: "other analysis code")
     analyze(trace, jobs=1, use_cache=True)
     assert len(calls) == 2  # different analysis code: recomputed
     shutil.copy(real_traces.file("rocm_mi250"), trace)

@@ -288,3 +288,15 @@ def test_a_sidecar_analysis_is_kept_beside_the_report_and_written_under_sidecars
     assert written == [tmp_path / "sidecars" / "kernel_lanes.msgpack"]
     back = msgspec.msgpack.decode(written[0].read_bytes(), type=dict[str, KernelLane])
     assert back == lanes
+
+
+def test_cache_keys_are_the_same_in_every_process() -> None:
+    """A key that changed between processes (an object's address in it) would make every cache miss."""
+    import subprocess
+    import sys
+
+    from torchscope.trace import cache
+
+    code = f"from pathlib import Path; from torchscope.trace import cache; print(cache.cache_key(Path({str(TRITON)!r})))"
+    other = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    assert other == cache.cache_key(TRITON)

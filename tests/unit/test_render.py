@@ -31,7 +31,7 @@ def test_renderers_on_a_minimal_trace(tmp_path: Path) -> None:
     assert "no ProfilerStep markers" in text
     assert "aten::add" in text
     data = json.loads(render_json(report))
-    assert data["schema_version"] == 1 and data["run"]["step_source"] == "whole_trace"
+    assert data["schema_version"] == 2 and data["run"]["step_source"] == "whole_trace"
 
 
 def test_json_round_trips_to_an_equal_report(real_traces: TraceSet) -> None:

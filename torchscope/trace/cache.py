@@ -17,6 +17,7 @@ import zlib
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import numpy as np
 
 from torchscope import __version__
@@ -52,12 +53,17 @@ def schema_fingerprint() -> str:
         __version__,
         CACHE_FORMAT,
         fastscan.SPEC_VERSION,
-        sorted((column, key, repr(kind), repr(default)) for column, (key, kind, default) in schema.ARG_FIELDS.items()),
+        sorted((column, key, repr(kind), _stable_repr(default)) for column, (key, kind, default) in schema.ARG_FIELDS.items()),
         [(sorted(int(k) for k in group.kinds), list(group.columns)) for group in schema.ARG_GROUPS],
         sorted(NUMERIC_COLUMNS.items()),
         list(STRING_COLUMNS),
     )
     return repr(declared)
+
+
+def _stable_repr(value: Any) -> str:
+    """A repr that is the same in every process (msgspec.Raw's default repr holds its address)."""
+    return f"Raw({bytes(value)!r})" if isinstance(value, msgspec.Raw) else repr(value)
 
 
 def cache_key(path: Path) -> str:
