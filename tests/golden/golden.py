@@ -18,12 +18,8 @@ from helpers.real_traces import COMMITTED_TRACES, shared_root  # noqa: E402
 
 SOURCES = {"shared": shared_root(), "data": COMMITTED_TRACES}
 
-# Fields a later schema may add or rename; they are not compared (see docs/json-schema.md, version 2).
-NEW_IN_V2 = ("schema_version", "torchscope_version", "measurements", "metrics", "extra")
-# Version 1's untyped `signals` became typed `measurements` in version 2: kept in the golden files, compared
-# through `legacy_signals` by the test.
-RENAMED_IN_V2 = ("signals",)
-NEW_FINDING_FIELDS = ("fixes",)
+# Never compared: they change with every release.
+VERSION_FIELDS = ("schema_version", "torchscope_version")
 
 
 def inputs(source: str) -> Iterator[tuple[str, Path]]:
@@ -40,15 +36,14 @@ def golden_path(source: str, name: str) -> Path:
     return GOLDEN / source / (name.strip("/").replace("/", "__") + (".dir" if name.endswith("/") else "") + ".json.gz")
 
 
-def normalised(report: dict[str, Any], root: Path, drop: tuple[str, ...] = NEW_IN_V2) -> dict[str, Any]:
-    """The report without the fields in `drop` and with paths relative to the traces' root."""
-    out = {k: v for k, v in report.items() if k not in drop}
+def normalised(report: dict[str, Any], root: Path) -> dict[str, Any]:
+    """The report without its version fields and with paths relative to the traces' root."""
+    out = {k: v for k, v in report.items() if k not in VERSION_FIELDS}
     run = dict(out["run"])
     run["paths"] = [_relative(p, root) for p in run["paths"]]
     run["trace_files"] = [_relative(p, root) for p in run["trace_files"]]
     out["run"] = run
     out["ranks"] = [{**r, "files": [_relative(p, root) for p in r["files"]]} for r in out.get("ranks", [])]
-    out["findings"] = [{k: v for k, v in f.items() if k not in NEW_FINDING_FIELDS} for f in out["findings"]]
     return out
 
 
@@ -97,7 +92,7 @@ def write_all() -> None:
         for name, path in inputs(source):
             target = golden_path(source, name)
             target.parent.mkdir(parents=True, exist_ok=True)
-            text = json.dumps(normalised(report_json(path), root, drop=("schema_version", "torchscope_version")), indent=1, sort_keys=True)
+            text = json.dumps(normalised(report_json(path), root), indent=1, sort_keys=True)
             target.write_bytes(gzip.compress(text.encode(), mtime=0))
             print(f"{target.relative_to(REPO)}: {target.stat().st_size} bytes")
 
