@@ -15,8 +15,9 @@ from torchscope.analysis.registry import Analysis, registered
 from torchscope.analysis.sections import SECTIONS
 from torchscope.analysis.span_meta import META
 from torchscope.analysis.step_table import STEPS
+from torchscope.analysis.timeline import TIMELINE
 
-BUILTIN: tuple[Analysis[Any], ...] = (STEPS, OPERATORS, RANGES, KERNELS, DEVICE, MEMORY, *SECTIONS)
+BUILTIN: tuple[Analysis[Any], ...] = (STEPS, OPERATORS, RANGES, KERNELS, DEVICE, MEMORY, *SECTIONS, TIMELINE)
 
 
 def all_analyses() -> tuple[Analysis[Any], ...]:

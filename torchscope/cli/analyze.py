@@ -10,7 +10,7 @@ from torchscope.cli.progress import load_progress
 from torchscope.errors import InputError, UsageError
 
 MIN_WIDTH = 20  # narrower, the tables have no room for a single column
-FORMATS = ("terminal", "json")  # registered renderers (torchscope.render); listed here so --help needs no import
+FORMATS = ("terminal", "json", "html")  # registered renderers (torchscope.render); listed here so --help needs no import
 
 
 def _positive(text: str) -> int:
@@ -37,7 +37,7 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
 
 
 def execute(args: argparse.Namespace) -> int:
-    from torchscope.pipeline.analyze import analyze
+    from torchscope.pipeline.analyze import analyze_run
     from torchscope.render.registry import RenderOptions, renderer
 
     if args.jobs is not None and args.jobs < 1:
@@ -45,9 +45,10 @@ def execute(args: argparse.Namespace) -> int:
     if args.width is not None and args.width < MIN_WIDTH:
         raise UsageError(f"--width must be at least {MIN_WIDTH}")
     with load_progress(enabled=sys.stderr.isatty()) as progress:
-        report = analyze(args.paths, jobs=args.jobs, use_cache=not args.no_cache, progress=progress)
+        run = analyze_run(args.paths, jobs=args.jobs, use_cache=not args.no_cache, progress=progress)
+    report = run.report
     color = args.output is None and sys.stdout.isatty()
-    options = RenderOptions(width=args.width, color=color, by_shape=args.by_shape, top=args.top)
+    options = RenderOptions(width=args.width, color=color, by_shape=args.by_shape, top=args.top, sidecars=run.sidecars)
     text = renderer(args.format).render(report, options)
     if args.output:
         try:

@@ -1,6 +1,6 @@
-"""Render stage: pure presentation of a Report (terminal, JSON). Renderers never compute analyses.
+"""Render stage: pure presentation of a Report (terminal, JSON, HTML). Renderers never compute analyses.
 
 `render.registry.renderer(name)` gives a registered renderer; importing this package registers the
 built-in ones."""
 
-from torchscope.render import json, terminal  # noqa: F401  - each registers its renderer
+from torchscope.render import html, json, terminal  # noqa: F401  - each registers its renderer

@@ -4,8 +4,8 @@ computes an analysis."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Protocol
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Protocol
 
 from torchscope.report.model import Report
 
@@ -18,6 +18,9 @@ class RenderOptions:
     color: bool = False  # ANSI colours
     by_shape: bool = False  # operator table grouped by input shapes
     top: int = 10  # rows per table
+    # Run-level data kept beside the Report (`pipeline.analyze_run`), by name: the html page draws the
+    # timeline lanes from it. Passed, never computed, by the renderer.
+    sidecars: Mapping[str, Any] = field(default_factory=dict)
 
 
 class Renderer(Protocol):

@@ -1,0 +1,216 @@
+"""Timeline lanes (a sidecar): the events the dashboard's Timeline view draws, one lane per host thread,
+device stream and host phase, with a level of detail that keeps the page small on huge traces.
+
+Level of detail (docs/html.md says the same for users):
+* Each span keeps at most `MAX_EVENTS_PER_SPAN` events, the longest ones (ties broken by time).
+* Every event left out is still counted: per lane, in `HIDDEN_BINS` equal time bins over the span, as a
+  count and busy time, which the page draws as a density band under the lane. So a stretch full of
+  tiny kernels never looks idle.
+* The browser merges whatever is narrower than a pixel at the current zoom (drawing time, not here).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import msgspec
+import numpy as np
+
+from torchscope.analysis.registry import Analysis, Part
+from torchscope.analysis.span import SpanInput
+from torchscope.trace.kinds import DEVICE_KINDS, Kind, kind_mask
+
+MAX_EVENTS_PER_SPAN = 40_000  # about 2.5 MB of JSON per span in the page (measured: docs/performance.md)
+HIDDEN_BINS = 1_000
+MAX_DEPTH = 12  # deeper host nesting is drawn on the last row
+_HOST_KINDS = (Kind.CPU_OP, Kind.USER_ANNOTATION, Kind.PYTHON_FUNCTION, Kind.RUNTIME, Kind.DRIVER, Kind.CUDA_SYNC)
+_PHASES = ("data_loading", "forward", "backward", "optimizer", "communication")
+
+LaneKind = Literal["host", "device", "phase"]
+
+
+class Lane(msgspec.Struct, kw_only=True):
+    """One row group of the timeline; `name` and `detail` index `Timeline.strings`."""
+
+    rank: int = 0
+    kind: LaneKind
+    label: str
+    start_us: list[float]  # relative to `Timeline.origin_us` (absolute within an extract)
+    dur_us: list[float]
+    name: list[int]
+    depth: list[int]
+    detail: list[int]
+    hidden_start_us: list[float] = []  # bins of the events left out by the level of detail
+    hidden_count: list[int] = []
+    hidden_us: list[float] = []
+
+
+class Timeline(msgspec.Struct, kw_only=True):
+    """Every lane of a run (or of one span, as an extract), with their shared string table."""
+
+    origin_us: float = 0.0
+    strings: list[str]
+    lanes: list[Lane]
+    events: int = 0  # events in the traces' lanes
+    shown: int = 0  # events kept (the rest are in the hidden bins)
+
+
+def extract_timeline(span: SpanInput) -> Timeline:
+    """The span's lanes, with at most `MAX_EVENTS_PER_SPAN` events kept."""
+    events = span.events
+    host = kind_mask(events.kind, _HOST_KINDS)
+    device = kind_mask(events.kind, DEVICE_KINDS)
+    rows = np.flatnonzero(host | device)
+    kept = _longest(events.dur_us[rows], events.ts_us[rows], MAX_EVENTS_PER_SPAN)
+    keep = np.zeros(len(events), dtype=bool)
+    keep[rows[kept]] = True
+    strings = _Strings()
+    bounds = _bounds(events.ts_us[rows], events.dur_us[rows])
+    lanes = [
+        _lane(span, strings, lane_rows, keep, kind, label, bounds)
+        for kind, label, lane_rows in _lane_rows(span, rows, device)
+    ]
+    lanes.extend(_phase_lanes(span, strings))
+    return Timeline(strings=strings.table, lanes=lanes, events=int(rows.size), shown=int(kept.size))
+
+
+def _longest(dur_us: np.ndarray, ts_us: np.ndarray, limit: int) -> np.ndarray:
+    """Indices of the `limit` longest events (all when there are fewer), in time order."""
+    if dur_us.size <= limit:
+        return np.arange(dur_us.size)
+    chosen = np.argpartition(-dur_us, limit - 1)[:limit]
+    return chosen[np.argsort(ts_us[chosen], kind="stable")]
+
+
+def _bounds(ts_us: np.ndarray, dur_us: np.ndarray) -> tuple[float, float]:
+    if ts_us.size == 0:
+        return 0.0, 1.0
+    start, end = float(ts_us.min()), float((ts_us + np.maximum(dur_us, 0)).max())
+    return start, max(end, start + 1.0)
+
+
+def _lane_rows(span: SpanInput, rows: np.ndarray, device: np.ndarray) -> list[tuple[LaneKind, str, np.ndarray]]:
+    """(kind, label, event rows) per host thread and per device stream, host first."""
+    events = span.events
+    out: list[tuple[LaneKind, str, np.ndarray]] = []
+    host_rows = rows[~device[rows]]
+    keys = events.pid[host_rows].astype(np.int64) << 32 | events.tid[host_rows].astype(np.int64)
+    for key in np.unique(keys):
+        lane = host_rows[keys == key]
+        out.append(("host", f"{events.text(int(key >> 32))} / thread {events.text(int(key & 0xFFFFFFFF))}", lane))
+    dev_rows = rows[device[rows]]
+    keys = events.device[dev_rows].astype(np.int64) << 32 | events.stream[dev_rows].astype(np.int64)
+    for key in np.unique(keys):
+        lane = dev_rows[keys == key]
+        out.append(("device", f"device {int(key >> 32)} / stream {int(key & 0xFFFFFFFF)}", lane))
+    return out
+
+
+def _lane(
+    span: SpanInput, strings: "_Strings", rows: np.ndarray, keep: np.ndarray, kind: LaneKind, label: str,
+    bounds: tuple[float, float],
+) -> Lane:
+    events = span.events
+    shown, hidden = rows[keep[rows]], rows[~keep[rows]]
+    depth = np.clip(span.tree.depth[shown], 0, MAX_DEPTH) if kind == "host" else np.zeros(shown.size, np.int64)
+    lane = Lane(
+        kind=kind,
+        label=label,
+        start_us=events.ts_us[shown].tolist(),
+        dur_us=np.maximum(events.dur_us[shown], 0.0).round(3).tolist(),
+        name=strings.ids(events, events.name[shown]),
+        depth=depth.tolist(),
+        detail=strings.details(events, shown),
+    )
+    if hidden.size:
+        _fill_hidden(lane, events.ts_us[hidden], events.dur_us[hidden], bounds)
+    return lane
+
+
+def _fill_hidden(lane: Lane, ts_us: np.ndarray, dur_us: np.ndarray, bounds: tuple[float, float]) -> None:
+    """Count and busy time of the left-out events per time bin (only the bins that have some)."""
+    width = (bounds[1] - bounds[0]) / HIDDEN_BINS
+    index = np.clip(((ts_us - bounds[0]) / width).astype(np.int64), 0, HIDDEN_BINS - 1)
+    counts = np.bincount(index, minlength=HIDDEN_BINS)
+    busy = np.bincount(index, weights=np.maximum(dur_us, 0.0), minlength=HIDDEN_BINS)
+    used = np.flatnonzero(counts)
+    lane.hidden_start_us = (bounds[0] + used * width).tolist()
+    lane.hidden_count = counts[used].tolist()
+    lane.hidden_us = busy[used].round(3).tolist()
+
+
+def _phase_lanes(span: SpanInput, strings: "_Strings") -> list[Lane]:
+    """One lane of the host phases (forward, backward, ...), at most `MAX_EVENTS_PER_SPAN` ranges."""
+    starts, ends, names = [], [], []
+    for phase in _PHASES:
+        begin, end = span.phase_sets.get(phase, (np.zeros(0), np.zeros(0)))
+        starts.append(np.asarray(begin, dtype=np.float64))
+        ends.append(np.asarray(end, dtype=np.float64))
+        names.append(np.full(len(begin), strings.id(phase), dtype=np.int64))
+    start, end, name = np.concatenate(starts), np.concatenate(ends), np.concatenate(names)
+    if start.size == 0:
+        return []
+    chosen = _longest(end - start, start, MAX_EVENTS_PER_SPAN)
+    zeros = [0] * chosen.size
+    return [Lane(kind="phase", label="phases", start_us=start[chosen].tolist(),
+                 dur_us=(end - start)[chosen].round(3).tolist(), name=name[chosen].tolist(), depth=zeros,
+                 detail=zeros)]
+
+
+class _Strings:
+    """A string table of its own (the trace's also holds stacks and shapes of events never shown)."""
+
+    def __init__(self) -> None:
+        self.table: list[str] = [""]
+        self._index: dict[str, int] = {"": 0}
+
+    def id(self, text: str) -> int:
+        found = self._index.get(text)
+        if found is None:
+            found = self._index[text] = len(self.table)
+            self.table.append(text)
+        return found
+
+    def ids(self, events: Any, trace_ids: np.ndarray) -> list[int]:
+        return [self.id(text) for text in events.text(trace_ids)]
+
+    def details(self, events: Any, rows: np.ndarray) -> list[int]:
+        """Shapes and call stack of host ops; grid and block of kernels: what a click shows."""
+        parts = []
+        for column, title in (("input_dims", "shapes"), ("call_stack", "stack"), ("grid", "grid"), ("block", "block")):
+            ids = getattr(events, column)[rows]
+            parts.append([f"{title}: {t}" if t else "" for t in events.text(ids)])
+        return [self.id("\n".join(p for p in row if p)) for row in zip(*parts)] if rows.size else []
+
+
+def reduce_timeline(parts: list[Part[Timeline]]) -> dict[str, Any]:
+    """Every span's lanes under one string table, times relative to the earliest event of the run."""
+    starts = [min(lane.start_us) for p in parts for lane in p.value.lanes if lane.start_us]
+    origin = min(starts) if starts else 0.0
+    strings = _Strings()
+    lanes = []
+    for part in parts:
+        remap = np.array([strings.id(s) for s in part.value.strings], dtype=np.int64)
+        for lane in part.value.lanes:
+            lanes.append(_rebased(lane, part.key.rank, origin, remap))
+    timeline = Timeline(
+        origin_us=origin, strings=strings.table, lanes=lanes,
+        events=sum(p.value.events for p in parts), shown=sum(p.value.shown for p in parts),
+    )
+    return {"timeline": timeline}
+
+
+def _rebased(lane: Lane, rank: int, origin: float, remap: np.ndarray) -> Lane:
+    def relative(values: list[float]) -> list[float]:
+        return (np.asarray(values, dtype=np.float64) - origin).round(3).tolist()
+
+    return msgspec.structs.replace(
+        lane, rank=rank, start_us=relative(lane.start_us), hidden_start_us=relative(lane.hidden_start_us),
+        name=remap[np.asarray(lane.name, dtype=np.int64)].tolist() if lane.name else [],
+        detail=remap[np.asarray(lane.detail, dtype=np.int64)].tolist() if lane.detail else [],
+    )
+
+
+TIMELINE = Analysis(
+    name="timeline", extract=extract_timeline, extract_type=Timeline, reduce=reduce_timeline, sidecar=True
+)
