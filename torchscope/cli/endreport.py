@@ -16,6 +16,7 @@ from torchscope.files import write_atomic
 from torchscope.rundir.layout import manifest_name
 
 if TYPE_CHECKING:
+    from torchscope.pipeline.analyze import RunAnalysis
     from torchscope.report.model import Report
 
 # How long rank 0 waits for the other ranks' manifests before analysing (single-node launches only).
@@ -36,10 +37,16 @@ def wait_for_manifests(run_dir: Path, world_size: int, timeout_s: float = RANK_W
 
 def build_report(run_dir: Path) -> Report | None:
     """The run directory's Report, or None (and one warning line) if the analysis fails."""
-    try:
-        from torchscope.pipeline.analyze import analyze
+    run = build_run(run_dir)
+    return run.report if run is not None else None
 
-        return analyze(run_dir)
+
+def build_run(run_dir: Path) -> RunAnalysis | None:
+    """The run directory's Report and sidecars, or None (and one warning line) if the analysis fails."""
+    try:
+        from torchscope.pipeline.analyze import analyze_run
+
+        return analyze_run(run_dir)
     except KeyboardInterrupt:
         warn_line("report interrupted")
     except Exception as exc:
@@ -58,6 +65,22 @@ def render(report: Report, format: str) -> str | None:
     except Exception as exc:
         warn_line(f"could not render the report: {describe(exc)}")
     return None
+
+
+def write_html(run: RunAnalysis | None, path: Path) -> bool:
+    """Write the dashboard of `run` (Report and timeline sidecar) to `path`; False (and a warning) on failure."""
+    if run is None:
+        return False
+    try:
+        from torchscope.render.html import render_html
+
+        write_atomic(path, render_html(run.report, run.sidecars).encode("utf-8"))
+        return True
+    except KeyboardInterrupt:
+        warn_line("report interrupted")
+    except Exception as exc:
+        warn_line(f"could not write {path}: {describe(exc)}")
+    return False
 
 
 def write_report(report: Report, path: Path, format: str = "json") -> bool:

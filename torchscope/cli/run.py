@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Callable, TextIO
 
 from torchscope.errors import UsageError
 from torchscope.rundir.config import SCHEDULE_MINIMUM, CaptureConfig
-from torchscope.rundir.layout import REPORT_NAME
+from torchscope.rundir.layout import HTML_REPORT_NAME, REPORT_NAME
 
 if TYPE_CHECKING:  # pragma: no cover - the runner imports torch; load it only when running
     from torchscope.capture.runner import RunOutcome, Target
@@ -152,7 +152,8 @@ def present(outcome: RunOutcome, *, report: bool, stream: TextIO, json_report: b
                 print("torchscope: warning: not every rank wrote its manifest; reporting what is there",
                       file=sys.stderr)
         if report and prof.trace_files:
-            built = endreport.build_report(run_dir)
+            analysed = endreport.build_run(run_dir)
+            built = analysed.report if analysed is not None else None
             if built is not None:
                 text = endreport.render(built, "terminal")
                 if text is not None:
@@ -160,6 +161,7 @@ def present(outcome: RunOutcome, *, report: bool, stream: TextIO, json_report: b
                     stream.flush()
                 if json_report:
                     endreport.write_report(built, run_dir / REPORT_NAME, "json")
+                endreport.write_html(analysed, run_dir / HTML_REPORT_NAME)
         print(f"torchscope: run directory: {run_dir}", file=sys.stderr)
     except KeyboardInterrupt:
         print("torchscope: report interrupted", file=sys.stderr)

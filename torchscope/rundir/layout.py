@@ -5,6 +5,7 @@ runs/train-20261130-031500/                   <- the run directory
   run.json | run.rank<R>.json                 <- manifest: one per process (rank files when distributed)
   <worker>.<timestamp_ms>.pt.trace.json[.gz]  <- Kineto traces, tensorboard_trace_handler names
   report.json                                 <- the JSON report (`torchscope demo`)
+  report.html                                 <- the dashboard (`torchscope run`, `demo`)
   sidecars/                                   <- per-run extra data (timeline lanes, ...), never read as traces
   variants/<name>/                            <- tuning variants, each a run directory of its own
   .torchscope-launch                          <- marker: the ranks of one torchrun launch share this folder
@@ -30,6 +31,7 @@ TRACE_NAME = re.compile(r"^(?P<worker>.*?)(?:\.(?P<span>\d+))?\.pt\.trace\.json(
 RANK_IN_WORKER = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
 
 REPORT_NAME = "report.json"
+HTML_REPORT_NAME = "report.html"  # the self-contained dashboard (render/html.py)
 LAUNCH_MARKER = ".torchscope-launch"
 CACHE_DIR = ".torchscope-cache"
 SIDECARS_DIR = "sidecars"
