@@ -23,6 +23,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("torchscope.capture",),
     ("torchscope.pipeline",),
     ("torchscope.render",),
+    ("torchscope.server",),
     ("torchscope.cli", "torchscope.examples", "torchscope.__main__"),
 )
 # The public facade: `torchscope.profile/analyze/load` import their layers lazily, on first use.
