@@ -20,6 +20,7 @@ from torchscope.analysis.reduce import merge_sections, weighted_median
 from torchscope.analysis.registry import Analysis, Part, SpanKey
 from torchscope.analysis.span import SpanInput
 from torchscope.pipeline import extract_cache
+from torchscope.trace import entry as cache_entry
 from torchscope.report.measurements import Copies, DataLoader, Optimizer, Synchronization
 from torchscope.report.metrics import metrics_of
 from torchscope.report.model import SCHEMA_VERSION, decode_report, encode_report
@@ -114,7 +115,7 @@ def test_extracts_are_cached_per_analysis_and_recomputed_when_one_changes(tmp_pa
     registry.register(changed)
     assert torchscope.analyze(trace, jobs=1, use_cache=True).extra["kernel_count"] == first.extra["kernel_count"]
     assert len(calls) == 2  # the tables were read once more, for the one stale extract
-    stored = msgspec.msgpack.decode(entry.read_bytes())["extracts"]
+    stored = msgspec.msgpack.decode(cache_entry.read_unchecked(entry)[1])["extracts"]
     assert stored[TOY.name]["fingerprint"].endswith("changed")
     assert not stored["steps"]["fingerprint"].endswith("changed")
 
@@ -126,9 +127,11 @@ def test_a_damaged_or_foreign_extract_cache_entry_is_recomputed(tmp_path: Path) 
     entry.write_bytes(b"\x00garbage")
     assert torchscope.analyze(trace, jobs=1, use_cache=True).steps == first.steps
     # An entry whose extracts have the right fingerprints but the wrong shape is not served either.
-    data = msgspec.msgpack.decode(entry.read_bytes())
+    torchscope.analyze(trace, jobs=1, use_cache=True)  # rewrites the entry
+    key, payload = cache_entry.read_unchecked(entry)
+    data = msgspec.msgpack.decode(payload)
     data["extracts"]["steps"]["data"] = msgspec.msgpack.encode({"rows": "not rows"})
-    entry.write_bytes(msgspec.msgpack.encode(data))
+    cache_entry.write_entry(entry, key, lambda handle: handle.write(msgspec.msgpack.encode(data)))  # a valid envelope
     assert torchscope.analyze(trace, jobs=1, use_cache=True).steps == first.steps
 
 
@@ -221,8 +224,9 @@ def test_version_2_round_trips_and_version_1_still_loads() -> None:
     report = torchscope.analyze(TRITON, jobs=1, use_cache=False)
     assert report.schema_version == SCHEMA_VERSION == 2
     assert decode_report(encode_report(report)) == report
-    golden = Path(__file__).resolve().parents[1] / "golden" / "data" / "resnet50_num_workers_0.dir.json.gz"
-    v1 = json.loads(gzip.decompress(golden.read_bytes()))  # a report written by version 1 (paths trimmed)
+    # A report written by version 1 (the golden of resnet50_num_workers_0 before it was rewritten; paths trimmed).
+    golden = Path(__file__).resolve().parents[1] / "data" / "reports" / "v1_resnet50_num_workers_0.json.gz"
+    v1 = json.loads(gzip.decompress(golden.read_bytes()))
     v1.update(schema_version=1, torchscope_version="0.1.0")
     old = decode_report(json.dumps(v1).encode())
     assert old.schema_version == 2

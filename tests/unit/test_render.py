@@ -56,7 +56,7 @@ def test_terminal_report_shows_findings_first_with_cost_evidence_and_fix(real_tr
     assert diagnosis < text.index("Step time breakdown") < text.index("Top operators")
     first = report.findings[0]
     assert text.index(first.title[:40]) < text.index(report.findings[1].title[:40])
-    assert f"costs {100 * first.time_share:.1f}% of step time" in text
+    assert f"a fix saves ~{100 * first.time_share:.1f}% of the step, " in text
     assert "evidence:" in text and "fix:" in text
     assert "\x1b[" not in text  # no colour codes unless asked
     assert "\x1b[" in render_terminal(report, width=160, color=True)

@@ -59,7 +59,6 @@ def test_tensor_cores_unused() -> None:
         "eligible_kernel_share": 0.8,
         "kernel_step_share": 0.9,
         "compute_capability": "8.0",
-        "estimated_saving_share": 0.36,
     }
     assert fixes(f) == {
         "torch.autocast": ("code_change", "torch.autocast('cuda', dtype=torch.bfloat16)"),

@@ -24,7 +24,7 @@ def test_communication_share_on_gpu() -> None:
     rep = report(device=gpu(), breakdown={"communication": 0.2}, ranks=[_rank(0, 2000), _rank(1, 2000)])
     f = finding(rep, "communication.share")
     assert (f.category, f.severity, f.time_share) == ("communication", "warning", 0.2)
-    assert f.evidence == {"communication_us_per_step": 2000.0, "step_share": 0.2, "ranks": 2}
+    assert f.evidence == {"communication_us_per_step": 2000.0, "ranks": 2}
     assert fixes(f) == {"DistributedDataParallel.no_sync": ("code_change", "with model.no_sync(): loss.backward()")}
 
 

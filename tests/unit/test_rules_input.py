@@ -25,7 +25,6 @@ def test_data_loading_with_num_workers_0_suggests_workers_per_rank() -> None:
     assert (f.category, f.severity, f.time_share) == ("data_loading", "warning", 0.2)
     assert f.evidence == {
         "exposed_us_per_step": 2000.0,
-        "step_share": 0.2,
         "data_loading_us_per_step_incl_hidden": 2500.0,
         "num_workers_zero": True,
         "multi_process_loader": False,
@@ -87,7 +86,6 @@ def test_pageable_copies() -> None:
         "pageable_copy_us_per_step": 800.0,
         "pageable_bytes_per_step": 64 * 2**20,
         "median_bandwidth_gbps": 5.5,
-        "step_share": 0.08,
     }
     assert fixes(f) == {
         "pin_memory": ("dataloader_kwarg", True),
@@ -109,7 +107,7 @@ def _syncs(by_op: dict[str, float]) -> Measurements:
 def test_blocking_copies_claim_the_syncs_under_copy_ops() -> None:
     f = finding(report(measurements=_syncs({"aten::to": 400.0, "aten::item": 100.0}), device=gpu()), "h2d_copy.blocking")
     assert (f.category, f.severity, f.time_share) == ("h2d_copy", "warning", 0.04)
-    assert f.evidence == {"blocking_copy_sync_us_per_step": 400.0, "by_op_us_per_step": {"aten::to": 400.0}, "step_share": 0.04}
+    assert f.evidence == {"blocking_copy_sync_us_per_step": 400.0, "by_op_us_per_step": {"aten::to": 400.0}}
     assert fixes(f) == {
         "Tensor.to": ("code_change", "batch.to(device, non_blocking=True)"),
         "pin_memory": ("dataloader_kwarg", True),

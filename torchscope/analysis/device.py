@@ -77,8 +77,10 @@ def analyze_device(
     k_end = k_start + events.dur_us[kernels]
     in_window = intervals.overlap_per_window(windows, k_start, k_end)
     summary.utilization = _utilization(events, kernels, steps, window_us)
-    blocks = np.nan_to_num(events.blocks_per_sm[kernels], nan=0.0)
-    summary.sm_efficiency = float(np.sum(np.clip(blocks, 0, 1) * in_window) / window_us) if window_us else None
+    blocks = events.blocks_per_sm[kernels]
+    has_blocks = np.isfinite(blocks) & (blocks >= 0)
+    if window_us and has_blocks.any():  # without `blocks per SM` in the trace the figure is unknown, not 0
+        summary.sm_efficiency = float(np.sum(np.clip(blocks[has_blocks], 0, 1) * in_window[has_blocks]) / window_us)
     occ = events.occupancy_pct[kernels]
     has_occ = np.isfinite(occ) & (occ >= 0) & (in_window > 0)
     if has_occ.any():

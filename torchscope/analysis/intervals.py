@@ -49,6 +49,11 @@ def _covered_before(intervals: IntervalSet, points: np.ndarray) -> np.ndarray:
     return np.where(i > 0, covered + partial, 0.0)
 
 
+def covered_before(intervals: IntervalSet, points: np.ndarray) -> np.ndarray:
+    """Covered length of the set before each point (how far a point moves when the set is removed)."""
+    return _covered_before(intervals, np.asarray(points, dtype=np.float64))
+
+
 def overlap_per_window(intervals: IntervalSet, window_starts: np.ndarray, window_ends: np.ndarray) -> np.ndarray:
     """Covered length of the set inside each window [ws, we)."""
     ws = np.asarray(window_starts, dtype=np.float64)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from functools import partial
 from typing import Any, Callable, Optional
 
-from torchscope.analysis import host
+from torchscope.analysis import host, whatif
 from torchscope.analysis.reduce import merge_sections
 from torchscope.analysis.registry import Analysis, Part
 from torchscope.analysis.span import SpanInput
@@ -80,4 +80,5 @@ SECTIONS: tuple[Analysis[Any], ...] = (
     _section("compile", compile_),
     _section("dataloader", dataloader),
     _section("idle", idle),
+    _section("savings", whatif.savings),
 )

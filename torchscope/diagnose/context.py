@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Optional
 
 from torchscope.report.model import Finding, Report
 
@@ -33,6 +33,26 @@ class Context:
         """Share of the step of a phase (data loading, forward, backward, optimizer, ...)."""
         entry = self.report.phases.get(category)
         return entry.percent / 100.0 if entry else 0.0
+
+    def saving(self, cause: str, scale: float = 1.0) -> Optional[tuple[float, float, float]]:
+        """(estimate, low, high) shares of the step a fix of `cause` saves, from the what-if model
+        (measurements.savings; `scale` takes a part of it); None where the model did not cover the cause.
+        The estimate is the middle of the range."""
+        savings = self.report.measurements.savings
+        if cause not in savings.saved_us_per_step_high:
+            return None
+        low = self.share(scale * savings.saved_us_per_step_low.get(cause, 0.0))
+        high = self.share(scale * savings.saved_us_per_step_high[cause])
+        low, high = min(low, high), max(low, high)
+        return (low + high) / 2.0, low, high
+
+    def cost(self, cause: str, fallback: float, scale: float = 1.0) -> tuple[float, tuple[float, float]]:
+        """A finding's share and (low, high) range: the what-if saving of `cause`, else `fallback` (a
+        measured share taken as the saving) with no range."""
+        modelled = self.saving(cause, scale)
+        if modelled is None:
+            return fallback, (fallback, fallback)
+        return modelled[0], (modelled[1], modelled[2])
 
     def environment(self) -> dict[str, Any]:
         """The capture manifest's `environment` (CPU count, cudnn flags, ...); empty when not recorded."""

@@ -70,16 +70,23 @@ def make_finding(rule: Rule, verdict: Verdict) -> Finding:
     """A rule's Finding from its verdict: declared id/category/fixes, severity from the declared grading,
     evidence floats rounded so reports stay readable and stable."""
     share = verdict.share
+    low, high = verdict.share_range or (share, share)
     return Finding(
         id=rule.id,
         category=rule.category,
         severity=rule.severity.of(share),
         title=verdict.title,
         evidence={k: _tidy(v) for k, v in verdict.evidence.items()},
-        time_share=None if share is None else round(float(share), 4),
+        time_share=_share(share),
         recommendation=verdict.recommendation,
         fixes=rule.fixes_for(verdict),
+        time_share_low=_share(low),
+        time_share_high=_share(high),
     )
+
+
+def _share(share: Optional[float]) -> Optional[float]:
+    return None if share is None else round(float(share), 4)
 
 
 def _tidy(value: Any) -> Any:

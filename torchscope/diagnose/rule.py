@@ -68,8 +68,10 @@ def by_share(warning_from: float = WARNING_SHARE, critical_from: Optional[float]
 class Verdict:
     """What a rule's function decides: the finding's text and figures, and its fixes' concrete values.
 
-    `fix_values` fills declared fixes by target (num_workers=4); `fix_targets` keeps only the declared fixes
-    with those targets, in declaration order (None: all of them)."""
+    `share` is the share of the step a fix would save, within `share_range` (low, high) when the what-if
+    model gives one (None: the range is `share` alone). `fix_values` fills declared fixes by target
+    (num_workers=4); `fix_targets` keeps only the declared fixes with those targets, in declaration order
+    (None: all of them)."""
 
     title: str
     share: Optional[float]
@@ -77,6 +79,7 @@ class Verdict:
     recommendation: str
     fix_values: Mapping[str, FixValue] = field(default_factory=dict)
     fix_targets: Optional[tuple[str, ...]] = None
+    share_range: Optional[tuple[float, float]] = None
 
 
 Measure = Callable[[Context], Optional[Verdict]]

@@ -87,7 +87,6 @@ def compute_tensor_cores_unused(ctx: Context) -> Optional[Verdict]:
             "eligible_kernel_share": eligible,
             "kernel_step_share": kernel_share,
             "compute_capability": device.compute_capability,
-            "estimated_saving_share": share,
         },
         recommendation=(
             "Run matmuls/convolutions in reduced precision: torch.autocast('cuda', dtype=torch.bfloat16) "

@@ -36,7 +36,7 @@ def communication_share(ctx: Context) -> Optional[Verdict]:
         title=f"Collective communication takes {pct(share)} of the step ({ms(share * ctx.mean_step_us)}) "
         "without overlapping compute",
         share=share,
-        evidence={"communication_us_per_step": share * ctx.mean_step_us, "step_share": share, "ranks": len(ctx.report.ranks)},
+        evidence={"communication_us_per_step": share * ctx.mean_step_us, "ranks": len(ctx.report.ranks)},
         recommendation=(
             "Overlap or reduce communication: with DDP keep gradient bucketing on (tune bucket_cap_mb), use "
             "gradient accumulation with model.no_sync() on the first N-1 micro-steps, a larger batch per rank, "

@@ -47,10 +47,10 @@ def host_overhead_dispatch(ctx: Context) -> Optional[Verdict]:
         return None
     share = ctx.share(dispatch.tiny_op_us_per_step + dispatch.python_gap_us_per_step)
     return Verdict(
-        title=f"Forward/backward spend {pct(share)} of the step on tiny ops and Python between them "
+        title=f"Forward/backward spend {ms(share * ctx.mean_step_us)} per step on tiny ops and Python between them "
         f"({dispatch.tiny_ops_per_step:.0f} ops under 30 us per step)",
         share=share,
-        evidence={**_dispatch_evidence(ctx), "step_share": share},
+        evidence=_dispatch_evidence(ctx),
         recommendation=(
             "The model runs many small operations from Python (e.g. a per-sample or per-element loop). "
             "Vectorise it into batched tensor ops, use torch.compile(model) to fuse the small ops, or raise "
@@ -87,9 +87,9 @@ def host_overhead_python(ctx: Context) -> Optional[Verdict]:
         else ""
     )
     return Verdict(
-        title=f"{pct(share)} of the step runs Python inside forward/backward outside any PyTorch operator",
+        title=f"Python runs {ms(dispatch.python_gap_us_per_step)} per step inside forward/backward outside any PyTorch operator",
         share=share,
-        evidence={**_dispatch_evidence(ctx), "step_share": share, "cpu_count": cpus},
+        evidence={**_dispatch_evidence(ctx), "cpu_count": cpus},
         recommendation=(
             "Python code runs between the operators of the forward/backward pass (control flow, data "
             "munging, hooks). Look at the Python frames in the timeline for those gaps, move that work out of "
@@ -122,14 +122,15 @@ def host_overhead_launch_bound(ctx: Context) -> Optional[Verdict]:
     loading and syncs."""
     if not ctx.has_device or not is_launch_bound(ctx):
         return None
-    share = unexplained_idle_share(ctx)
-    if share <= 0:
+    unexplained = unexplained_idle_share(ctx)
+    if unexplained <= 0:
         return None
+    share, share_range = ctx.cost("launch", unexplained)
     launch = ctx.report.measurements.launch
     return Verdict(
-        title=f"GPU waits on the host: {pct(launch.short_kernel_fraction)} of kernels are shorter than their "
-        f"launch, {pct(share)} of the step idle",
+        title=f"GPU waits on the host: {pct(launch.short_kernel_fraction)} of kernels are shorter than their launch",
         share=share,
+        share_range=share_range,
         evidence={
             "short_kernel_fraction": launch.short_kernel_fraction,
             "kernels_per_step": launch.kernels_per_step,
@@ -137,7 +138,7 @@ def host_overhead_launch_bound(ctx: Context) -> Optional[Verdict]:
             "median_launch_us": launch.median_launch_us,
             "gpu_utilization": ctx.report.device.utilization,
             "device_idle_share": idle_share(ctx),
-            "unexplained_idle_share": share,
+            "unexplained_idle_share": unexplained,
             "host_ops_during_idle_us_per_step": top_idle_host_ops(ctx),
         },
         recommendation=(
@@ -206,17 +207,18 @@ PER_PARAM_OPS = 50
 def optimizer_step(ctx: Context) -> Optional[Verdict]:
     """The optimizer step is a large share of the step, or runs a per-parameter Python loop."""
     optimizer = ctx.report.measurements.optimizer
-    share = ctx.phase_share("optimizer")
+    host_share = ctx.phase_share("optimizer")
     loop = optimizer.implementation == "for_loop"
-    if share < OPTIMIZER.value and not (loop and optimizer.per_param_ops_per_step >= PER_PARAM_OPS):
+    if host_share < OPTIMIZER.value and not (loop and optimizer.per_param_ops_per_step >= PER_PARAM_OPS):
         return None
+    share, share_range = ctx.cost("optimizer_step", host_share)
     return Verdict(
-        title=f"Optimizer step takes {pct(share)} of the step"
+        title=f"Optimizer step takes {ms(host_share * ctx.mean_step_us)} of host time per step"
         + (f" with a per-parameter loop ({optimizer.per_param_ops_per_step:.0f} small ops per step)" if loop else ""),
         share=share,
+        share_range=share_range,
         evidence={
-            "optimizer_us_per_step": share * ctx.mean_step_us,
-            "step_share": share,
+            "optimizer_us_per_step": host_share * ctx.mean_step_us,
             "optimizers": optimizer.optimizers,
             "implementation": optimizer.implementation,
             "per_param_ops_per_step": optimizer.per_param_ops_per_step,
@@ -271,9 +273,11 @@ def optimizer_zero_grad_fill(ctx: Context) -> Optional[Verdict]:
     if fills <= ZERO_FILL.value:
         return None
     zero_us = optimizer.zero_grad_us_per_step
+    share, share_range = ctx.cost("zero_grad", ctx.share(zero_us))
     return Verdict(
         title=f"zero_grad fills gradients with zeros ({fills:.0f} fill ops per step, {ms(zero_us)})",
-        share=ctx.share(zero_us),
+        share=share,
+        share_range=share_range,
         evidence={"zero_fill_ops_per_step": fills, "zero_grad_us_per_step": zero_us},
         recommendation="Call optimizer.zero_grad(set_to_none=True) (the default since PyTorch 2.0): it frees "
         "gradients instead of writing zeros, saving memory traffic.",
@@ -295,18 +299,21 @@ def outside_steps_work(ctx: Context) -> Optional[Verdict]:
     culprits = ctx.report.measurements.outside_steps.culprits_us_per_step
     other_us = ctx.phase_share("other") * ctx.mean_step_us
     explained_us = min(sum(culprits.values()), other_us)
-    share = ctx.share(explained_us)  # only what the named culprits account for
-    if share < OUTSIDE.value or not culprits:
+    explained = ctx.share(explained_us)  # only what the named culprits account for
+    if explained < OUTSIDE.value or not culprits:
         return None
+    # The what-if saving counts all main-thread work outside the phases: keep it to what the culprits explain.
+    share, (low, high) = ctx.cost("outside_steps", explained)
+    share, share_range = min(share, explained), (min(low, explained), min(high, explained))
     top = dict(list(culprits.items())[:5])
     hints = [hint for words, hint in _CULPRIT_HINTS if any(w in " ".join(top).lower() for w in words)]
     return Verdict(
-        title=f"{pct(share)} of each step runs outside data loading/forward/backward/optimizer, mostly in "
+        title=f"{ms(explained_us)} of each step runs outside data loading/forward/backward/optimizer, mostly in "
         + ", ".join(list(top)[:2]),
         share=share,
+        share_range=share_range,
         evidence={
             "outside_us_per_step": explained_us,
-            "step_share": share,
             "unattributed_other_us_per_step": max(other_us - explained_us, 0.0),
             "culprits_us_per_step": top,
         },
@@ -351,16 +358,17 @@ def synchronization_host_device(ctx: Context) -> Optional[Verdict]:
     if not by_op:
         return None
     us = sum(by_op.values())
-    share = ctx.share(us)
+    all_us = sum(sync.by_op.values())
+    share, share_range = ctx.cost("sync", ctx.share(us), scale=us / all_us if all_us else 0.0)
     sites = sync.call_sites
     return Verdict(
-        title=f"The host waits for the GPU in synchronisations: {ms(us)} per step ({pct(share)})"
+        title=f"The host waits for the GPU in synchronisations: {ms(us)} per step"
         + f", mostly in {next(iter(by_op))}",
         share=share,
+        share_range=share_range,
         evidence={
             "syncs_per_step_incl_copies": sync.syncs_per_step,
             "sync_us_per_step": us,
-            "step_share": share,
             "by_op_us_per_step": by_op,
             "call_sites_us_per_step": sites,
         },

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from torchscope.diagnose.context import Context, ms, pct
+from torchscope.diagnose.context import Context, ms
 from torchscope.diagnose.rule import Threshold, Verdict, by_share, rule
 from torchscope.report.model import Fix
 
@@ -44,26 +44,26 @@ NON_BLOCKING = Fix(
 def data_loading_exposed(ctx: Context) -> Optional[Verdict]:
     """Exposed data-loading time: the part of the step where the loop waits for the next batch and the
     device (if any) has nothing to do."""
-    share = ctx.breakdown_share("data_loading")
-    if share <= 0:
+    exposed = ctx.breakdown_share("data_loading")
+    if exposed <= 0:
         return None
-    exposed_us = share * ctx.mean_step_us
+    exposed_us = exposed * ctx.mean_step_us
+    share, share_range = ctx.cost("data_loading", exposed)
     loader = ctx.report.measurements.dataloader
     single = loader.single_process_fetches > 0
     cpus, ranks_per_node = _cpus_and_ranks_per_node(ctx)
     workers = max(min((cpus // ranks_per_node) if cpus else 4, MAX_SUGGESTED_WORKERS), 1)
     if single:
-        title = f"Data loading blocks the step: {pct(share)} of step time ({ms(exposed_us)}) with num_workers=0"
+        title = f"Data loading blocks the step for {ms(exposed_us)} with num_workers=0"
         fix = _single_process_text(workers, cpus, ranks_per_node)
     else:
-        title = f"Data loading is exposed: {pct(share)} of step time ({ms(exposed_us)}) spent waiting for batches"
+        title = f"Data loading is exposed: the step waits {ms(exposed_us)} for batches"
         fix = _slow_workers_text(workers, cpus)
     return Verdict(
         title=title,
         share=share,
         evidence={
             "exposed_us_per_step": exposed_us,
-            "step_share": share,
             "data_loading_us_per_step_incl_hidden": ctx.phase_share("data_loading") * ctx.mean_step_us,
             "num_workers_zero": single,
             "multi_process_loader": loader.multi_process_fetches > 0,
@@ -74,6 +74,7 @@ def data_loading_exposed(ctx: Context) -> Optional[Verdict]:
         fix_values={"num_workers": workers if single or cpus else None, "prefetch_factor": 2 if single else 4},
         # pin_memory only helps (and PyTorch only accepts it without a warning) with an accelerator.
         fix_targets=None if ctx.has_device else ("num_workers", "persistent_workers", "prefetch_factor"),
+        share_range=share_range,
     )
 
 
@@ -121,14 +122,13 @@ def h2d_copy_pageable(ctx: Context) -> Optional[Verdict]:
     us = copies.pageable_htod_us_per_step
     share = ctx.share(us)
     return Verdict(
-        title=f"Host-to-device copies from pageable memory: {count:.0f} per step, {ms(us)} ({pct(share)})",
+        title=f"Host-to-device copies from pageable memory: {count:.0f} per step, {ms(us)}",
         share=share,
         evidence={
             "pageable_copies_per_step": count,
             "pageable_copy_us_per_step": us,
             "pageable_bytes_per_step": copies.pageable_htod_bytes_per_step,
             "median_bandwidth_gbps": copies.pageable_bandwidth_gbps,
-            "step_share": share,
         },
         recommendation=(
             "Copy from pinned memory and let the copy overlap: DataLoader(pin_memory=True) and "
@@ -164,11 +164,13 @@ def h2d_copy_blocking(ctx: Context) -> Optional[Verdict]:
     if not blocking or not ctx.has_device:
         return None
     us = sum(blocking.values())
-    share = ctx.share(us)
+    all_us = sum(ctx.report.measurements.sync.by_op.values())
+    share, share_range = ctx.cost("sync", ctx.share(us), scale=us / all_us if all_us else 0.0)
     return Verdict(
-        title=f"Blocking copies: the host waits {ms(us)} per step for copies to finish ({pct(share)})",
+        title=f"Blocking copies: the host waits {ms(us)} per step for copies to finish",
         share=share,
-        evidence={"blocking_copy_sync_us_per_step": us, "by_op_us_per_step": blocking, "step_share": share},
+        share_range=share_range,
+        evidence={"blocking_copy_sync_us_per_step": us, "by_op_us_per_step": blocking},
         recommendation="Use tensor.to(device, non_blocking=True) from pinned memory (DataLoader(pin_memory=True)), "
         "and create tensors directly on the device (torch.zeros(..., device='cuda')) instead of copying them.",
     )

@@ -82,12 +82,16 @@ def _header(report: Report) -> Text:
     text.append(f"\nstep time: mean {_ms(mean)}, min {_ms(min(durations, default=0))}, max {_ms(max(durations, default=0))} (spread {_ms(spread)})")
     if report.device.present and report.device.utilization is not None:
         name = f" {_safe(report.device.name, cell=True)}" if report.device.name else ""
+        device = report.device
         text.append(f"\nGPU{name}: utilisation {100 * report.device.utilization:.1f}%")
-        if report.device.sm_efficiency is not None:
-            text.append(f"  est. SM efficiency {100 * report.device.sm_efficiency:.1f}%")
-        if report.device.achieved_occupancy_pct is not None:
-            text.append(f"  est. occupancy {report.device.achieved_occupancy_pct:.1f}%")
+        text.append(f"  est. SM efficiency {_percent(device.sm_efficiency, 100)}")
+        text.append(f"  est. occupancy {_percent(device.achieved_occupancy_pct)}")
     return text
+
+
+def _percent(value: float | None, scale: float = 1.0) -> str:
+    """A percentage, or "n/a" when the trace did not have what it needs (never a made-up 0)."""
+    return "n/a" if value is None else f"{scale * value:.1f}%"
 
 
 def _findings(findings: list[Finding]) -> Any:
@@ -101,13 +105,23 @@ def _findings(findings: list[Finding]) -> Any:
         head.append(f"{f.category}: ", style="bold")
         head.append(_safe(f.title, cell=True))
         if f.time_share is not None:
-            head.append(f"  (costs {100 * f.time_share:.1f}% of step time)", style="bold")
+            head.append(f"  ({_saving(f)})", style="bold")
         parts.append(head)
         evidence = ", ".join(f"{k}={_evidence_value(k, v)}" for k, v in f.evidence.items() if v not in (None, {}, []))
         if evidence:
             parts.append(Text(_safe(f"   evidence: {evidence}", cell=True), style="dim"))
         parts.append(Text(_safe(f"   fix: {f.recommendation}", cell=True)))
     return Panel(Group(*parts), title="Diagnosis (most costly first)", box=box.ROUNDED)
+
+
+def _saving(f: Finding) -> str:
+    """What a fix saves: the estimate, with its range when the what-if model gives one."""
+    assert f.time_share is not None
+    text = f"a fix saves ~{100 * f.time_share:.1f}% of the step"
+    low, high = f.time_share_low, f.time_share_high
+    if low is not None and high is not None and round(100 * low, 1) != round(100 * high, 1):
+        text += f", {100 * low:.1f}-{100 * high:.1f}%"
+    return text
 
 
 def _evidence_value(key: str, value: Any) -> str:

@@ -132,6 +132,21 @@ class DeviceIdle(Section):
     host_ops_us_per_step: PerStepByName = {}
 
 
+class Savings(Section):
+    """Step time a fix would save, per modelled cause (data_loading, optimizer_step, zero_grad,
+    outside_steps, launch, sync), as a pessimistic and an optimistic figure (analysis/whatif.py).
+
+    `model` says how: "device_replay" (GPU traces: the step replayed with the cause shrunk) or
+    "host_critical_path" (CPU traces: the cause's main-thread time). `modelled_step_us` is the replayed
+    baseline, to compare with `measured_step_us` (the model's error)."""
+
+    model: Choice = "none"
+    saved_us_per_step_low: PerStepByName = {}
+    saved_us_per_step_high: PerStepByName = {}
+    modelled_step_us: PerStep = 0.0
+    measured_step_us: PerStep = 0.0
+
+
 class Measurements(msgspec.Struct, kw_only=True):
     """Every measurement section of a run (each at its defaults when no span had it)."""
 
@@ -144,6 +159,7 @@ class Measurements(msgspec.Struct, kw_only=True):
     compile: Compile = msgspec.field(default_factory=Compile)
     dataloader: DataLoader = msgspec.field(default_factory=DataLoader)
     idle: DeviceIdle = msgspec.field(default_factory=DeviceIdle)
+    savings: Savings = msgspec.field(default_factory=Savings)
 
 
 SECTION_TYPES: dict[str, type[Section]] = {f.name: f.type for f in msgspec.structs.fields(Measurements)}

@@ -141,6 +141,9 @@ class Fix(msgspec.Struct, kw_only=True, frozen=True):
 
 
 class Finding(msgspec.Struct, kw_only=True):
+    """One diagnosed problem. `time_share` is the estimated share of the step a fix would save (None: no
+    time cost), within `time_share_low`..`time_share_high` (equal to it where no range is modelled)."""
+
     id: str
     category: Category
     severity: Severity
@@ -149,6 +152,8 @@ class Finding(msgspec.Struct, kw_only=True):
     time_share: Optional[float]
     recommendation: str
     fixes: list[Fix] = []
+    time_share_low: Optional[float] = None
+    time_share_high: Optional[float] = None
 
 
 Direction = Literal["lower", "higher", "none"]

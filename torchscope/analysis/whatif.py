@@ -1,0 +1,259 @@
+"""What a fix would save: a what-if replay of the step (documented in docs/analysis.md, "What-if savings").
+
+GPU traces. The step is modelled as one host timeline feeding in-order device queues:
+
+* the host: every host thread's events on one clock (the main thread waits for the autograd thread, so
+  launches from either move together); a *cause* (data loading, the optimizer loop, ...) is a set of
+  main-thread intervals, and shrinking it to a kept fraction moves every later host event earlier;
+* launches: each device op (kernel, copy, memset) is tied to its runtime call by correlation id; it may
+  start `lag` after its launch (the launch-to-start delay seen when its queue was empty) and not before
+  the previous op of its stream ends (streams are in-order queues; cross-stream waits are not in the
+  trace's events, so streams are otherwise independent);
+* synchronisations (`cudaStreamSynchronize`, `cudaDeviceSynchronize`, blocking `cudaMemcpy`, ...): the
+  host resumes when every op launched before the sync has finished, or after the call's own fixed cost.
+
+Replaying with the cause shrunk gives a new span time; the saving is the replayed baseline minus that
+(both from the model, so its error on the baseline cancels). Each stream's queue is a max-plus scan,
+`end_k = max(ready_k, end_{k-1}) + dur_k`, computed with cumulative sums and `np.maximum.accumulate`;
+only the synchronisations are visited one by one (a few per step).
+
+CPU traces: the main thread is the critical path (intra-op pools and loader workers only run while it
+waits), so a cause's saving is its main-thread time, less what the fix keeps.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from torchscope.analysis import intervals
+from torchscope.analysis.host import main_thread_mask, sync_mask
+from torchscope.analysis.markers import HOST_RANGES, name_mask, phase_masks
+from torchscope.analysis.nesting import launcher_of_device_events
+from torchscope.analysis.span import SpanInput
+from torchscope.report.measurements import Savings
+from torchscope.trace.kinds import DEVICE_KINDS, kind_mask
+from torchscope.trace.tables import EventTable
+
+# Share of a cause's host time a fix keeps: (pessimistic, optimistic). Sources in docs/analysis.md.
+KEPT: dict[str, tuple[float, float]] = {
+    "data_loading": (0.25, 0.02),  # workers: the loop still takes the batch off a queue and collates
+    "optimizer_step": (0.25, 0.05),  # foreach/fused: a few ops per update term instead of one per parameter
+    "zero_grad": (0.2, 0.0),  # set_to_none: a loop over parameters remains
+    "outside_steps": (0.5, 0.0),  # every N steps (half kept) .. off the step path
+    "launch": (0.6, 0.2),  # torch.compile / CUDA graphs: fewer, fused launches
+    "sync": (0.25, 0.0),  # the sync moved out of the per-step path (one in four steps kept .. none)
+}
+QUEUED_GAP_US = 2.0  # a device op starting this soon after its predecessor was waiting in the queue
+SYNC_FIXED_US = 5.0  # a synchronisation call's own cost when nothing is left to wait for
+
+
+@dataclass(frozen=True)
+class DeviceQueue:
+    """The span's device ops as the replay needs them, sorted by launch time (times from span start)."""
+
+    launch_us: np.ndarray
+    lag_us: np.ndarray
+    dur_us: np.ndarray
+    stream: np.ndarray  # dense stream index
+    order: np.ndarray  # original device start (orders ops within a stream)
+
+
+@dataclass(frozen=True)
+class StepModel:
+    """One span as a host timeline, device queues and synchronisations (times from span start)."""
+
+    steps: int
+    measured_us: float
+    host_end_us: float
+    queue: DeviceQueue
+    sync_start_us: np.ndarray
+    sync_end_us: np.ndarray
+
+
+def _device_queue(events: EventTable, t0: float, t1: float) -> DeviceQueue:
+    ops = np.flatnonzero(kind_mask(events.kind, DEVICE_KINDS))
+    launcher = launcher_of_device_events(events, ops)
+    start = events.ts_us[ops] - t0
+    launch = np.where(launcher >= 0, events.ts_us[np.maximum(launcher, 0)] - t0, start)
+    keep = (launch >= 0) & (launch < t1 - t0)
+    ops, start, launch = ops[keep], start[keep], launch[keep]
+    dur = events.dur_us[ops]
+    _, stream = np.unique(events.stream[ops], return_inverse=True)
+    by_stream = np.lexsort((start, stream))
+    prev_end = np.full(ops.size, -np.inf)
+    same = stream[by_stream][1:] == stream[by_stream][:-1]
+    prev_end[by_stream[1:][same]] = (start + dur)[by_stream[:-1][same]]
+    lag = np.maximum(start - launch, 0.0)
+    waited_on_launch = start - prev_end > QUEUED_GAP_US  # the queue was empty: the lag is the launch delay
+    typical = float(np.median(lag[waited_on_launch])) if waited_on_launch.any() else 0.0
+    lag = np.where(waited_on_launch, lag, np.minimum(lag, typical))
+    by_launch = np.argsort(launch, kind="stable")
+    return DeviceQueue(launch[by_launch], lag[by_launch], dur[by_launch], stream[by_launch].astype(np.int64), start[by_launch])
+
+
+def build_model(span: SpanInput) -> StepModel | None:
+    """The replay model of a span with steps and device ops (None otherwise)."""
+    steps, events = span.steps, span.events
+    if len(steps) == 0 or not span.has_device:
+        return None
+    t0, t1 = float(steps.start_us[0]), float(steps.end_us[-1])
+    main = main_thread_mask(events)
+    host = main & kind_mask(events.kind, HOST_RANGES) & (events.ts_us >= t0) & (events.ts_us < t1)
+    host_end = float(np.max(events.ts_us[host] + events.dur_us[host])) - t0 if host.any() else 0.0
+    syncs = sync_mask(events) & (events.ts_us >= t0) & (events.ts_us < t1)
+    order = np.argsort(events.ts_us[syncs], kind="stable")
+    sync_start = events.ts_us[syncs][order] - t0
+    return StepModel(
+        steps=len(steps),
+        measured_us=t1 - t0,
+        host_end_us=host_end,
+        queue=_device_queue(events, t0, t1),
+        sync_start_us=sync_start,
+        sync_end_us=sync_start + events.dur_us[syncs][order],
+    )
+
+
+def _scan(ready: np.ndarray, dur: np.ndarray, stream: np.ndarray, carry: np.ndarray) -> np.ndarray:
+    """End times of in-order queues: end_k = max(ready_k, end_{k-1}) + dur_k per stream, each starting
+    after `carry[stream]`; inputs sorted by stream then queue order."""
+    first = np.ones(stream.size, dtype=bool)
+    first[1:] = stream[1:] != stream[:-1]
+    ready = np.where(first, np.maximum(ready, carry[stream]), ready)
+    total = np.cumsum(dur)
+    segment_base = np.maximum.accumulate(np.where(first, np.arange(stream.size), 0))
+    before = total - dur  # cumulative duration before k, over all streams
+    cum = total - before[segment_base]  # within the stream's segment, up to and including k
+    value = ready - (cum - dur)
+    # Segmented running max: lift each segment above all earlier ones, then take it back down.
+    lift = np.cumsum(first) * (np.ptp(value) + 1.0 if value.size else 1.0)
+    return cum + np.maximum.accumulate(value + lift) - lift
+
+
+class Replay:
+    """Replays a StepModel with a shrunk cause; `run()` returns the modelled span time."""
+
+    def __init__(self, model: StepModel, removed: intervals.IntervalSet, kept: float, blocking_syncs: bool) -> None:
+        self.model, self.removed, self.kept, self.blocking = model, removed, kept, blocking_syncs
+        self.extra = 0.0  # host delay (or advance) accumulated at the syncs replayed so far
+        self.carry = np.full(int(model.queue.stream.max()) + 1 if model.queue.stream.size else 1, -np.inf)
+        self.done = 0  # device ops replayed so far (in launch order)
+
+    def host(self, t: np.ndarray) -> np.ndarray:
+        """Where host time `t` moves: earlier by the removed cause time before it, plus sync changes."""
+        return t - (1.0 - self.kept) * intervals.covered_before(self.removed, t) + self.extra
+
+    def advance(self, until_us: float) -> None:
+        """Replay every device op launched before `until_us` (original host time)."""
+        q = self.model.queue
+        stop = int(np.searchsorted(q.launch_us, until_us, side="left"))
+        if stop <= self.done:
+            return
+        part = slice(self.done, stop)
+        ready = self.host(q.launch_us[part]) + q.lag_us[part]
+        order = np.lexsort((q.order[part], q.stream[part]))
+        ends = _scan(ready[order], q.dur_us[part][order], q.stream[part][order], self.carry)
+        np.maximum.at(self.carry, q.stream[part][order], ends)
+        self.done = stop
+
+    def run(self) -> float:
+        m = self.model
+        for start, end in zip(m.sync_start_us.tolist(), m.sync_end_us.tolist()):
+            self.advance(start)
+            begin = float(self.host(np.array([start]))[0])
+            fixed = min(end - start, SYNC_FIXED_US)
+            drained = float(self.carry.max()) if self.blocking else -np.inf
+            resumed = max(begin + fixed, drained) if self.blocking else begin + fixed
+            self.extra += resumed - float(self.host(np.array([end]))[0])
+        self.advance(np.inf)
+        host_end = float(self.host(np.array([m.host_end_us]))[0])
+        return max(host_end, float(self.carry.max()))
+
+
+def replay(model: StepModel, removed: intervals.IntervalSet = intervals.EMPTY, kept: float = 1.0, blocking_syncs: bool = True) -> float:
+    """The modelled span time with `removed` host time shrunk to `kept` of itself."""
+    return Replay(model, removed, kept, blocking_syncs).run()
+
+
+def _main_set(span: SpanInput, mask: np.ndarray, t0: float) -> intervals.IntervalSet:
+    """Main-thread intervals of `mask`'s events inside the steps, minus the syncs (which the replay
+    treats as waits of their own), as times from span start."""
+    events, steps = span.events, span.steps
+    chosen = mask & main_thread_mask(span.events)
+    start = events.ts_us[chosen]
+    found = intervals.union(start, start + events.dur_us[chosen])
+    windows = intervals.union(steps.start_us, steps.end_us)
+    syncs = sync_mask(events)
+    sync_start = events.ts_us[syncs]
+    found = intervals.subtract(intervals.intersect(found, windows), intervals.union(sync_start, sync_start + events.dur_us[syncs]))
+    return found[0] - t0, found[1] - t0
+
+
+def cause_sets(span: SpanInput) -> dict[str, intervals.IntervalSet]:
+    """Each modelled cause's main-thread intervals (times from the span's first step start)."""
+    events, t0 = span.events, float(span.steps.start_us[0])
+    phases = phase_masks(events)
+
+    def named(predicate: Callable[[str], bool]) -> np.ndarray:
+        return name_mask(events, predicate, HOST_RANGES)
+
+    host_ops = kind_mask(events.kind, HOST_RANGES)
+    other_start, other_end = span.phase_sets["other"]
+    outside = intervals.intersect((other_start, other_end), _main_set(span, host_ops, 0.0))
+    compute = span.compute_set
+    return {
+        "data_loading": _main_set(span, phases["data_loading"], t0),
+        "optimizer_step": _main_set(span, named(lambda s: s.startswith("Optimizer.step#")), t0),
+        "zero_grad": _main_set(span, named(lambda s: s.startswith("Optimizer.zero_grad#")), t0),
+        "outside_steps": (outside[0] - t0, outside[1] - t0),
+        "launch": intervals.intersect((compute[0] - t0, compute[1] - t0), _main_set(span, host_ops, t0)),
+    }
+
+
+def _gpu_savings(span: SpanInput, model: StepModel) -> Savings:
+    base = replay(model)
+    low: dict[str, float] = {}
+    high: dict[str, float] = {}
+    for cause, removed in cause_sets(span).items():
+        if intervals.total_length(removed) <= 0:
+            continue
+        kept_low, kept_high = KEPT[cause]
+        low[cause] = max(base - replay(model, removed, kept_low), 0.0) / model.steps
+        high[cause] = max(base - replay(model, removed, kept_high), 0.0) / model.steps
+    if model.sync_start_us.size:
+        unblocked = max(base - replay(model, blocking_syncs=False), 0.0) / model.steps
+        low["sync"], high["sync"] = unblocked * (1.0 - KEPT["sync"][0]), unblocked * (1.0 - KEPT["sync"][1])
+    return Savings(
+        model="device_replay",
+        saved_us_per_step_low=low,
+        saved_us_per_step_high=high,
+        modelled_step_us=base / model.steps,
+        measured_step_us=model.measured_us / model.steps,
+    )
+
+
+def _cpu_savings(span: SpanInput) -> Savings:
+    n = len(span.steps)
+    low: dict[str, float] = {}
+    high: dict[str, float] = {}
+    for cause, removed in cause_sets(span).items():
+        if cause == "launch":
+            continue  # CPU runs: host_overhead.dispatch/python measure their own time
+        length = intervals.total_length(removed) / n
+        if length > 0:
+            low[cause], high[cause] = length * (1.0 - KEPT[cause][0]), length * (1.0 - KEPT[cause][1])
+    measured = float(span.steps.duration_us.sum()) / n
+    return Savings(
+        model="host_critical_path", saved_us_per_step_low=low, saved_us_per_step_high=high,
+        modelled_step_us=measured, measured_step_us=measured,
+    )  # fmt: skip
+
+
+def savings(span: SpanInput) -> Savings | None:
+    """Step time saved per modelled cause, low and high (None: a span without steps)."""
+    if len(span.steps) == 0:
+        return None
+    model = build_model(span)
+    return _gpu_savings(span, model) if model is not None else _cpu_savings(span)
