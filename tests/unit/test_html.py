@@ -98,3 +98,17 @@ def test_timeline_sidecar_round_trips_through_msgpack(resnet_timeline: timeline.
 def test_longest_picks_the_longest_in_time_order() -> None:
     chosen = timeline._longest(np.array([5.0, 1.0, 9.0, 3.0]), np.array([0.0, 1.0, 2.0, 3.0]), 2)
     assert chosen.tolist() == [0, 2]
+
+
+def test_the_end_of_run_report_writes_the_dashboard_beside_the_traces(tmp_path: Path) -> None:
+    import shutil
+
+    from torchscope.cli import endreport
+    from torchscope.rundir.layout import HTML_REPORT_NAME
+
+    run_dir = tmp_path / "run"
+    shutil.copytree(TRACES / "tb_unit", run_dir)
+    assert endreport.write_html(endreport.build_run(run_dir), run_dir / HTML_REPORT_NAME)
+    data = json.loads(_embedded((run_dir / HTML_REPORT_NAME).read_text(encoding="utf-8")))
+    assert data["report"]["steps"] and data["sidecars"]["timeline"]["lanes"]
+    assert not endreport.write_html(None, run_dir / "none.html")

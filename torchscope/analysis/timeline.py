@@ -20,7 +20,7 @@ from torchscope.analysis.registry import Analysis, Part
 from torchscope.analysis.span import SpanInput
 from torchscope.trace.kinds import DEVICE_KINDS, Kind, kind_mask
 
-MAX_EVENTS_PER_SPAN = 40_000  # about 2.5 MB of JSON per span in the page (measured: docs/performance.md)
+MAX_EVENTS_PER_SPAN = 100_000  # about 3.5 MB of the page per span (measured: docs/performance.md)
 HIDDEN_BINS = 1_000
 MAX_DEPTH = 12  # deeper host nesting is drawn on the last row
 _HOST_KINDS = (Kind.CPU_OP, Kind.USER_ANNOTATION, Kind.PYTHON_FUNCTION, Kind.RUNTIME, Kind.DRIVER, Kind.CUDA_SYNC)

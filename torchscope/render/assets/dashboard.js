@@ -61,13 +61,13 @@
   for (const b of document.querySelectorAll("#ts-nav button")) b.addEventListener("click", () => show(b.dataset.view));
 
   // ---- charts -------------------------------------------------------------------------------------
-  function stackedBars(rows, keys, label, title) {  // rows: [{label, values: {key: us}}]
-    const W = 900, barH = 16, gap = 4, left = 110, H = rows.length * (barH + gap) + 24;
+  function stackedBars(rows, keys, label, title, left = 110) {  // rows: [{label, values: {key: us}}]
+    const W = 900, barH = 16, gap = 4, H = rows.length * (barH + gap) + 24;
     const max = Math.max(1, ...rows.map((r) => keys.reduce((s, k) => s + (r.values[k] || 0), 0)));
     const svg = el("svg:svg", { viewBox: `0 0 ${W} ${H}`, width: "100%", role: "img", "aria-label": title });
     rows.forEach((r, i) => {
       const y = i * (barH + gap);
-      svg.append(el("svg:text", { x: 0, y: y + barH - 4, text: label(r) }));
+      svg.append(el("svg:text", { x: 0, y: y + barH - 4, text: label(r) }, el("svg:title", { text: r.title || label(r) })));
       let x = left;
       keys.forEach((k, j) => {
         const w = ((r.values[k] || 0) / max) * (W - left - 10);
@@ -179,7 +179,7 @@
     const rows = R.kernels || [];
     if (!rows.length) { root.append(card("Kernels", el("p", { class: "muted", text: "No device kernels in this trace (a CPU run)." }))); return; }
     const top = rows.slice().sort((a, b) => b.total_us - a.total_us).slice(0, 10);
-    root.append(card("Top kernels by total time", stackedBars(top.map((k) => ({ label: k.name.slice(0, 16), values: { kernel: k.total_us } })), ["kernel"], (r) => r.label, "top kernels")));
+    root.append(card("Top kernels by total time", stackedBars(top.map((k) => ({ label: k.name.length > 44 ? k.name.slice(0, 43) + "…" : k.name, title: k.name, values: { kernel: k.total_us } })), ["kernel"], (r) => r.label, "top kernels", 300)));
     root.append(card("Kernels", table([{ key: "name", title: "kernel" }, { key: "calls", title: "calls", num: true },
       { key: "total_us", title: "total", num: true, fmt: fmtUs }, { key: "mean_us", title: "mean", num: true, fmt: fmtUs },
       { key: "min_us", title: "min", num: true, fmt: fmtUs }, { key: "max_us", title: "max", num: true, fmt: fmtUs },
