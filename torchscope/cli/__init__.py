@@ -15,7 +15,7 @@ from typing import NoReturn, Sequence
 from torchscope import __version__
 from torchscope.errors import TorchscopeError
 
-SUBCOMMANDS = ("run", "analyze", "demo", "view")
+SUBCOMMANDS = ("run", "analyze", "demo", "view", "diff", "check")
 INTERNAL_ERROR_EXIT = 3
 
 

@@ -1,0 +1,250 @@
+"""`diff(base, new)`: compare two runs (run directories, trace files or saved JSON reports of any schema
+version) step time, breakdown, metrics, operators, kernels and findings, each change judged against the
+runs' own step-to-step noise (pipeline/noise.py)."""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+from typing import Callable, Sequence
+
+import msgspec
+
+from torchscope.errors import InputError
+from torchscope.pipeline.analyze import analyze
+from torchscope.pipeline.noise import DEFAULT_RUN_NOISE_PCT, Interval, relative_change_interval
+from torchscope.report.diff import (
+    CategoryChange,
+    FindingChange,
+    MetricChange,
+    ReportDiff,
+    RowChange,
+    RunRef,
+    StepTimeChange,
+)
+from torchscope.report.model import CategoryTime, Metric, Report, StepRow, decode_report
+
+# Metrics without per-step samples (peaks, utilisation) have no noise estimate: a change this large counts.
+UNSAMPLED_TOLERANCE_PCT = 2.0
+MAX_REPORT_BYTES = 64 << 20
+TOP_ROWS = 50
+
+
+def load_report(path: str | Path, jobs: int | None = None, use_cache: bool = True) -> Report:
+    """The Report of `path`: a saved torchscope JSON report is read, anything else is analysed."""
+    path = Path(path)
+    if path.is_file() and path.suffix == ".json" and _looks_like_report(path):
+        try:
+            return decode_report(path.read_bytes())
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            raise InputError(f"{path}: not a usable torchscope report ({exc})") from None
+    return analyze(path, jobs=jobs, use_cache=use_cache)
+
+
+def _looks_like_report(path: Path) -> bool:
+    """A JSON object with `schema_version` and `run` and no `traceEvents` (key order not assumed: reports
+    are often saved key-sorted by other tools). Reports are small; a file over MAX_REPORT_BYTES is a trace."""
+    try:
+        if path.stat().st_size > MAX_REPORT_BYTES:
+            return False
+        top = msgspec.json.decode(path.read_bytes(), type=dict[str, msgspec.Raw])
+    except (OSError, msgspec.DecodeError, msgspec.ValidationError):
+        return False  # not an object (a list of events) or unreadable: let the trace loader say why
+    return "schema_version" in top and "run" in top and "traceEvents" not in top
+
+
+def diff_paths(
+    base: str | Path, new: str | Path, jobs: int | None = None, use_cache: bool = True,
+    run_noise_pct: float = DEFAULT_RUN_NOISE_PCT,
+) -> ReportDiff:
+    reports = load_report(base, jobs, use_cache), load_report(new, jobs, use_cache)
+    return diff_reports(*reports, str(base), str(new), run_noise_pct=run_noise_pct)
+
+
+def diff_reports(
+    base: Report, new: Report, base_path: str = "base", new_path: str = "new", run_noise_pct: float = DEFAULT_RUN_NOISE_PCT
+) -> ReportDiff:
+    """Every comparison of the two Reports (pure: no I/O); `run_noise_pct`: see pipeline/noise.py."""
+    warnings = []
+    if base.run.device_kind != new.run.device_kind:
+        warnings.append(f"the runs ran on different devices ({base.run.device_kind} and {new.run.device_kind})")
+    if base.run.step_source != "profiler_step" or new.run.step_source != "profiler_step":
+        warnings.append("a run has no ProfilerStep markers: its 'step' is the whole trace")
+    return ReportDiff(
+        base=_ref(base, base_path),
+        new=_ref(new, new_path),
+        step_time=step_time_change(base, new, run_noise_pct),
+        breakdown=_categories(base, new, lambda r: r.breakdown),
+        phases=_categories(base, new, lambda r: r.phases),
+        metrics=metric_changes(base, new, run_noise_pct),
+        operators=_rows(base, new, kernels=False),
+        kernels=_rows(base, new, kernels=True),
+        findings=_findings(base, new),
+        warnings=warnings,
+    )
+
+
+def _ref(report: Report, path: str) -> RunRef:
+    return RunRef(
+        path=path,
+        schema_version=report.schema_version,
+        torchscope_version=report.torchscope_version,
+        device_kind=report.run.device_kind,
+        ranks=report.run.ranks,
+        steps=len(step_samples(report)),
+    )
+
+
+def step_samples(report: Report, value: Callable[[StepRow], float] = lambda s: s.duration_us) -> list[float]:
+    """One sample per step: on several ranks, the slowest rank's (a step ends when its last rank does)."""
+    by_step: dict[tuple[int, int], float] = {}
+    for row in report.steps:
+        key = (row.span, row.step)
+        by_step[key] = max(by_step.get(key, float("-inf")), value(row))
+    return list(by_step.values())
+
+
+def step_time_change(base: Report, new: Report, run_noise_pct: float = DEFAULT_RUN_NOISE_PCT) -> StepTimeChange:
+    b, n = step_samples(base), step_samples(new)
+    interval = relative_change_interval(b, n, run_noise_pct=run_noise_pct)
+    return StepTimeChange(
+        base_us=_mean(b),
+        new_us=_mean(n),
+        change_pct=interval.change_pct,
+        ci_low_pct=interval.low_pct,
+        ci_high_pct=interval.high_pct,
+        significant=interval.significant,
+        verdict=("slower" if interval.change_pct > 0 else "faster") if interval.significant else "no significant change",
+        base_steps=len(b),
+        new_steps=len(n),
+        base_median_us=statistics.median(b) if b else 0.0,
+        new_median_us=statistics.median(n) if n else 0.0,
+        base_stdev_us=statistics.stdev(b) if len(b) > 1 else 0.0,
+        new_stdev_us=statistics.stdev(n) if len(n) > 1 else 0.0,
+        method=interval.method,
+    )
+
+
+def _mean(values: Sequence[float]) -> float:
+    return statistics.fmean(values) if values else 0.0
+
+
+def metric_changes(base: Report, new: Report, run_noise_pct: float = DEFAULT_RUN_NOISE_PCT) -> list[MetricChange]:
+    """Each metric of either Report; those backed by per-step samples get a noise interval."""
+    base_metrics = {m.name: m for m in base.metrics}
+    new_metrics = {m.name: m for m in new.metrics}
+    names = list(base_metrics) + [n for n in new_metrics if n not in base_metrics]
+    return [_metric(name, base_metrics.get(name), new_metrics.get(name), base, new, run_noise_pct) for name in names]
+
+
+def _metric(name: str, b: Metric | None, n: Metric | None, base: Report, new: Report, run_noise_pct: float) -> MetricChange:
+    known = b or n
+    assert known is not None
+    if b is None or n is None:
+        return MetricChange(name=name, unit=known.unit, better=known.better, base=b.value if b else None,
+                            new=n.value if n else None, change_pct=None, verdict="not comparable")
+    samples = _metric_samples(name)
+    change = 100.0 * (n.value - b.value) / abs(b.value) if b.value else (0.0 if n.value == b.value else float("inf"))
+    if samples is not None:
+        interval = relative_change_interval(step_samples(base, samples), step_samples(new, samples), run_noise_pct=run_noise_pct)
+        significant = interval.significant
+    elif name.startswith(("step_time.", "throughput.")):
+        # Other statistics of the same step samples: beyond noise when the mean step time is (the spread
+        # itself has no interval and is never called a change).
+        interval = Interval(change, None, None, "from the step-time samples")
+        step_interval = relative_change_interval(step_samples(base), step_samples(new), run_noise_pct=run_noise_pct)
+        significant = not name.endswith("stdev_us") and step_interval.significant
+    else:
+        interval = Interval(change, None, None, "no samples")
+        significant = abs(change) >= UNSAMPLED_TOLERANCE_PCT
+    verdict: str = "no significant change"
+    if significant and known.better != "none":
+        worse = interval.change_pct > 0 if known.better == "lower" else interval.change_pct < 0
+        verdict = "worse" if worse else "better"
+    return MetricChange(
+        name=name, unit=known.unit, better=known.better, base=b.value, new=n.value,
+        change_pct=interval.change_pct if interval.change_pct != float("inf") else None,
+        ci_low_pct=interval.low_pct, ci_high_pct=interval.high_pct, significant=significant,
+        verdict=verdict,  # type: ignore[arg-type]
+    )
+
+
+def _metric_samples(name: str) -> Callable[[StepRow], float] | None:
+    """The per-step values behind a metric, where it is a mean over steps."""
+    if name == "step_time.mean_us":
+        return lambda s: s.duration_us
+    for prefix, field in (("breakdown.", "breakdown"), ("phases.", "phases")):
+        if name.startswith(prefix) and name.endswith("_us"):
+            category = name[len(prefix) : -len("_us")]
+            return lambda s, c=category, f=field: getattr(s, f).get(c, 0.0)  # type: ignore[misc]
+    return None
+
+
+def _categories(base: Report, new: Report, table: Callable[[Report], dict[str, CategoryTime]]) -> list[CategoryChange]:
+    b, n = table(base), table(new)
+    zero = CategoryTime(us=0.0, percent=0.0)
+    return [
+        CategoryChange(
+            category=c,
+            base_us=b.get(c, zero).us,
+            new_us=n.get(c, zero).us,
+            base_percent=b.get(c, zero).percent,
+            new_percent=n.get(c, zero).percent,
+            change_pp=n.get(c, zero).percent - b.get(c, zero).percent,
+            change_us=n.get(c, zero).us - b.get(c, zero).us,
+        )
+        for c in list(b) + [c for c in n if c not in b]
+    ]
+
+
+def _rows(base: Report, new: Report, kernels: bool) -> list[RowChange]:
+    """Operators by (name, input shapes) when shapes were recorded, else by name; kernels by name. Times
+    per step, so runs of different lengths compare; the largest movers first."""
+    b_steps, n_steps = max(len(step_samples(base)), 1), max(len(step_samples(new)), 1)
+    b_rows, n_rows = _row_times(base, kernels), _row_times(new, kernels)
+    out = []
+    for key in list(b_rows) + [k for k in n_rows if k not in b_rows]:
+        bt, bc = b_rows.get(key, (0.0, 0))
+        nt, nc = n_rows.get(key, (0.0, 0))
+        status = "added" if key not in b_rows else "removed" if key not in n_rows else "changed"
+        out.append(RowChange(
+            name=key[0], input_shapes=key[1], base_us_per_step=bt / b_steps, new_us_per_step=nt / n_steps,
+            change_us_per_step=nt / n_steps - bt / b_steps, base_calls_per_step=bc / b_steps,
+            new_calls_per_step=nc / n_steps, status=status,  # type: ignore[arg-type]
+        ))
+    out.sort(key=lambda r: -abs(r.change_us_per_step))
+    return out[:TOP_ROWS]
+
+
+def _row_times(report: Report, kernels: bool) -> dict[tuple[str, str | None], tuple[float, int]]:
+    if kernels:
+        return {(k.name, None): (k.total_us, k.calls) for k in report.kernels}
+    rows = report.operators_by_shape if _has_shapes(report) else report.operators
+    return {(r.name, r.input_shapes): (r.host_self_us + r.device_self_us, r.calls) for r in rows}
+
+
+def _has_shapes(report: Report) -> bool:
+    return any(r.input_shapes not in (None, "", "[]") for r in report.operators_by_shape)
+
+
+def _findings(base: Report, new: Report) -> list[FindingChange]:
+    b = {f.id: f for f in base.findings}
+    n = {f.id: f for f in new.findings}
+    out = []
+    for fid in list(n) + [i for i in b if i not in n]:
+        fb, fn = b.get(fid), n.get(fid)
+        if fb is None:
+            status = "appeared"
+        elif fn is None:
+            status = "disappeared"
+        else:
+            same = fb.severity == fn.severity and abs((fb.time_share or 0) - (fn.time_share or 0)) < 0.01
+            status = "unchanged" if same else "changed"
+        shown = fn or fb
+        assert shown is not None
+        out.append(FindingChange(
+            id=fid, title=shown.title, status=status,  # type: ignore[arg-type]
+            base_share=fb.time_share if fb else None, new_share=fn.time_share if fn else None,
+            base_severity=fb.severity if fb else None, new_severity=fn.severity if fn else None,
+        ))
+    return out
