@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Optional
 
 from test_rules_support import finding, findings, fixes, gpu, report
+from torchscope.diagnose.engine import diagnose
 from torchscope.report.measurements import DataLoader, DeviceIdle, LaunchOverhead, Measurements
 from torchscope.report.model import Finding, KernelRow, MemorySummary, OperatorRow
 
@@ -141,6 +142,8 @@ def test_compute_bound_reads_the_other_findings() -> None:
     assert "compute.bound" not in findings(blocked)  # a data-loading warning: not bound by compute
     info_only = report(measurements=loading, device=gpu(), breakdown={"kernel": 0.8, "data_loading": 0.01})
     assert "compute.bound" in findings(info_only)
+    # Nothing reaches warning: the verdict is the headline, above the 1 % data-loading detail.
+    assert [f.id for f in diagnose(info_only)] == ["compute.bound", "data_loading.exposed"]
     # Compute findings themselves do not contradict the verdict.
     tensor_cores = gpu(tensor_core_kernel_share=0.0, tensor_core_eligible_share=0.8)
     assert {"compute.bound", "compute.tensor_cores_unused"} <= set(findings(report(device=tensor_cores, breakdown={"kernel": 0.8})))

@@ -78,7 +78,7 @@ def test_syncs_under_item_are_counted_with_their_op_and_call_site(tmp_path: Path
     assert finding.time_share_low == pytest.approx(0.75 * sync_us / STEP_US, abs=1e-3)
     assert finding.time_share == pytest.approx(0.875 * sync_us / STEP_US, abs=1e-3)
     assert list(finding.evidence["by_op_us_per_step"]) == ["aten::item"]
-    assert finding.evidence["call_sites_us_per_step"] == {"train.py(57): train_step": pytest.approx(sync_us)}
+    assert finding.evidence["call_sites_us_per_step"] == {"train_step (train.py:57)": pytest.approx(sync_us)}
     assert finding.severity == "warning"
 
 

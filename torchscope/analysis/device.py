@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from torchscope.analysis import intervals
+from torchscope.analysis.frames import readable_totals
 from torchscope.analysis.nesting import HostTree, launcher_of_device_events, nearest_ancestor_of
 from torchscope.analysis.operators import OpTimes
 from torchscope.analysis.steps import StepWindows
@@ -196,4 +197,4 @@ def _host_ops_during(
     names, group = np.unique(events.name[host], return_inverse=True)
     totals = np.bincount(group, weight, names.size) / n_steps
     top = np.argsort(-totals)[:10]
-    return {events.strings[int(names[i])]: float(totals[i]) for i in top if totals[i] > 0}
+    return readable_totals({events.strings[int(names[i])]: float(totals[i]) for i in top if totals[i] > 0})

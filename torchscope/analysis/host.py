@@ -12,6 +12,7 @@ from typing import Callable
 import numpy as np
 
 from torchscope.analysis import intervals
+from torchscope.analysis.frames import readable_totals
 from torchscope.analysis.markers import HOST_RANGES, name_mask, own_marker_mask, phase_masks
 from torchscope.analysis.nesting import HostTree, launcher_of_device_events, nearest_ancestor_of, outermost_ancestor_of
 from torchscope.analysis.operators import OpTimes
@@ -159,7 +160,7 @@ def synchronization(events: EventTable, steps: StepWindows, tree: HostTree, time
         syncs_per_step=float(syncs.size / n),
         sync_us_per_step=float(events.dur_us[syncs].sum() / n),
         by_op={k: v / n for k, v in sorted(by_op.items(), key=lambda kv: -kv[1])[:8]},
-        call_sites={k: v / n for k, v in sorted(sites.items(), key=lambda kv: -kv[1])[:5]},
+        call_sites=dict(list(readable_totals({k: v / n for k, v in sites.items()}).items())[:5]),
     )
 
 
@@ -253,7 +254,9 @@ def outside_phases(
     names, group = np.unique(events.name[chosen], return_inverse=True)
     totals = np.bincount(group, overlap, names.size) / max(len(steps), 1)
     top = np.argsort(-totals)[:10]
-    return OutsideSteps(culprits_us_per_step={events.strings[int(names[i])]: float(totals[i]) for i in top if totals[i] > 0})
+    return OutsideSteps(
+        culprits_us_per_step=readable_totals({events.strings[int(names[i])]: float(totals[i]) for i in top if totals[i] > 0})
+    )
 
 
 def _is_profiler_frame(name: str) -> bool:

@@ -56,8 +56,8 @@ def diagnose(report: Report) -> list[Finding]:
     """The ranked findings of a Report (reads its measurements, breakdown, steps, device and manifest)."""
     ctx = make_context(report)
     findings = run(RULES, ctx)
-    findings += run(VERDICTS, dataclasses.replace(ctx, findings=tuple(findings)))
-    return rank(_capped_by_trace_quality(ctx, findings))
+    verdicts = run(VERDICTS, dataclasses.replace(ctx, findings=tuple(findings)))
+    return headline_verdicts(rank(_capped_by_trace_quality(ctx, findings + verdicts)), {f.id for f in verdicts})
 
 
 def run(rules: tuple[Rule, ...], ctx: Context) -> list[Finding]:
@@ -128,3 +128,11 @@ def rank(findings: list[Finding]) -> list[Finding]:
         findings,
         key=lambda f: (f.time_share is None, -(f.time_share or 0.0), _SEVERITY_ORDER[f.severity], f.id),
     )
+
+
+def headline_verdicts(ranked: list[Finding], verdict_ids: set[str]) -> list[Finding]:
+    """The run's verdict (compute-bound, ...) first when no other finding reaches warning: then it is the
+    answer, and the small costs below it are details."""
+    if any(f.severity != "info" and f.id not in verdict_ids and f.category != "trace_quality" for f in ranked):
+        return ranked
+    return [f for f in ranked if f.id in verdict_ids] + [f for f in ranked if f.id not in verdict_ids]

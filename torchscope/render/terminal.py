@@ -94,11 +94,19 @@ def _percent(value: float | None, scale: float = 1.0) -> str:
     return "n/a" if value is None else f"{scale * value:.1f}%"
 
 
+MINOR_SHARE = 0.02  # info findings saving less than this are kept in the JSON, not listed here
+
+
+def _is_minor(f: Finding) -> bool:
+    return f.severity == "info" and f.time_share is not None and f.time_share < MINOR_SHARE
+
+
 def _findings(findings: list[Finding]) -> Any:
     if not findings:
         return Panel("No findings.", title="Diagnosis", box=box.ROUNDED)
     parts: list[Any] = []
-    for number, f in enumerate(findings, 1):
+    minor = sum(1 for f in findings if _is_minor(f))
+    for number, f in enumerate((f for f in findings if not _is_minor(f)), 1):
         head = Text()
         head.append(f"{number}. ")
         head.append(f"[{f.severity.upper()}] ", style=SEVERITY_STYLE[f.severity])
@@ -111,6 +119,9 @@ def _findings(findings: list[Finding]) -> Any:
         if evidence:
             parts.append(Text(_safe(f"   evidence: {evidence}", cell=True), style="dim"))
         parts.append(Text(_safe(f"   fix: {f.recommendation}", cell=True)))
+    if minor:
+        parts.append(Text(f"+ {minor} minor finding(s), each saving under {100 * MINOR_SHARE:.0f}% of the step: "
+                          "see the JSON report", style="dim"))
     return Panel(Group(*parts), title="Diagnosis (most costly first)", box=box.ROUNDED)
 
 
@@ -125,17 +136,25 @@ def _saving(f: Finding) -> str:
 
 
 def _evidence_value(key: str, value: Any) -> str:
-    """Units from the key's name: *_us* -> ms/us, *share*/*fraction*/utilization -> %, *bytes* -> MB."""
+    """Units from the key's name: *_us* -> us, *share*/*fraction*/utilization -> %, *bytes* -> MiB."""
     if isinstance(value, (int, float)) and not isinstance(value, bool):
-        if "_us" in key:
-            return _ms(float(value))
+        if _in_us(key):  # the unit the key names, never converted (exposed_us_per_step=56,310 us)
+            return _us(float(value))
         if "share" in key or "fraction" in key or key.endswith(("utilization", "efficiency", "spread", "ratio")):
             return f"{100 * float(value):.1f}%"
         if "bytes" in key:
             return _bytes(float(value))
-    if isinstance(value, dict) and "_us" in key:
-        return "{" + ", ".join(f"{k}: {_ms(float(v))}" for k, v in list(value.items())[:5]) + "}"
+    if isinstance(value, dict) and _in_us(key):
+        return "{" + ", ".join(f"{k}: {_us(float(v))}" for k, v in list(value.items())[:5]) + "}"
     return _value(value)
+
+
+def _in_us(key: str) -> bool:
+    return key.endswith("_us") or "_us_" in key
+
+
+def _us(value: float) -> str:
+    return f"{value:,.0f} us"
 
 
 def _bytes(value: float) -> str:

@@ -1,0 +1,33 @@
+"""Python frames and built-ins as a person writes them (analysis/frames.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from torchscope.analysis.frames import readable, readable_totals
+
+
+@pytest.mark.parametrize(
+    ("raw", "shown"),
+    [
+        ("<built-in method stack of type object at 0x7f5a36ecea40>", "torch.stack"),
+        ("<built-in method add_ of Tensor object at 0x7f5a36ecea40>", "Tensor.add_"),
+        ("<built-in method _record_function_enter_new of PyCapsule object at 0x7f00>", "_record_function_enter_new"),
+        ("<built-in method acquire of _thread.lock object at 0x7f00>", "_thread.lock.acquire"),
+        ("<built-in function len>", "len"),
+        ("train.py(42): train_step", "train_step (train.py:42)"),
+        ("/home/me/project/train.py(42): <module>", "<module> (train.py:42)"),
+        ("torch/nn/modules/module.py(1501): _call_impl", "_call_impl (module.py:1501)"),
+        ("aten::mm", "aten::mm"),
+        ("nn.Module: Linear_0", "nn.Module: Linear_0"),
+        ("<function f at 0x7f00>", "<function f>"),
+    ],
+)
+def test_readable_names(raw: str, shown: str) -> None:
+    assert readable(raw) == shown
+
+
+def test_names_that_read_the_same_are_added() -> None:
+    totals = {"<built-in method stack of type object at 0x1>": 2.0, "<built-in method stack of type object at 0x2>": 3.0, "aten::mm": 4.0}
+    assert readable_totals(totals) == {"torch.stack": 5.0, "aten::mm": 4.0}
+    assert list(readable_totals(totals)) == ["torch.stack", "aten::mm"]
