@@ -114,3 +114,17 @@ def test_a_hostile_label_shows_as_text_and_runs_nothing(page: Page, reports: dic
     _open(page, reports["cpu"], "timeline")
     assert tab.evaluate("document.querySelectorAll('img').length") == 0
     assert page.dialogs == [] and page.errors == []
+
+
+@pytest.mark.parametrize("sample", ["resnet50", "two_ranks"])
+def test_clicking_a_kernel_shows_the_runtime_call_that_launched_it(page: Page, reports: dict[str, Path], sample: str) -> None:
+    tab = _open(page, reports[sample], "timeline")
+    canvas = tab.locator("#ts-timeline")
+    tops = [entry.split(":") for entry in str(canvas.get_attribute("data-lanes")).split(",")]
+    device_y = next(int(float(y)) for kind, y in tops if kind == "device") + 6
+    for x in range(250, 1250, 10):
+        canvas.click(position={"x": x, "y": device_y})
+        if "launched by: " in tab.locator("#ts-details").inner_text():
+            break
+    assert "launched by: cuda" in tab.locator("#ts-details").inner_text()
+    assert page.errors == []

@@ -40,6 +40,9 @@ class Lane(msgspec.Struct, kw_only=True):
     name: list[int]
     depth: list[int]
     detail: list[int]
+    # Launch-to-kernel flows: the CUDA correlation id of runtime calls and device events, 0 for others
+    # (ids repeat across ranks: a flow joins events of the same rank only).
+    correlation: list[int] = []
     hidden_start_us: list[float] = []  # bins of the events left out by the level of detail
     hidden_count: list[int] = []
     hidden_us: list[float] = []
@@ -121,10 +124,16 @@ def _lane(
         name=strings.ids(events, events.name[shown]),
         depth=depth.tolist(),
         detail=strings.details(events, shown),
+        correlation=_correlations(events, shown),
     )
     if hidden.size:
         _fill_hidden(lane, events.ts_us[hidden], events.dur_us[hidden], bounds)
     return lane
+
+
+def _correlations(events: Any, rows: np.ndarray) -> list[int]:
+    linked = kind_mask(events.kind[rows], (Kind.RUNTIME, *DEVICE_KINDS))
+    return np.where(linked, np.maximum(events.correlation[rows], 0), 0).tolist()
 
 
 def _fill_hidden(lane: Lane, ts_us: np.ndarray, dur_us: np.ndarray, bounds: tuple[float, float]) -> None:
@@ -154,7 +163,7 @@ def _phase_lanes(span: SpanInput, strings: "_Strings") -> list[Lane]:
     zeros = [0] * chosen.size
     return [Lane(kind="phase", label="phases", start_us=start[chosen].tolist(),
                  dur_us=(end - start)[chosen].round(3).tolist(), name=name[chosen].tolist(), depth=zeros,
-                 detail=zeros)]
+                 detail=zeros, correlation=zeros)]
 
 
 class _Strings:

@@ -202,11 +202,18 @@
     let y = HEAD;
     for (const l of lanes) { l.y = y; y += (l.rows + (l.hidden_count.length ? 1 : 0)) * ROW + 6; }
     const height = y + 4;
+    // Launch-to-kernel flows: events of one rank sharing a correlation id (a runtime call and its kernel).
+    const flows = new Map();
+    for (const l of lanes) (l.correlation || []).forEach((c, i) => { if (c) {
+      const key = `${l.rank}:${c}`; if (!flows.has(key)) flows.set(key, []); flows.get(key).push({ l, i }); } });
+    const partners = (s) => (s.l.correlation && s.l.correlation[s.i] ? flows.get(`${s.l.rank}:${s.l.correlation[s.i]}`).filter((p) => p.l !== s.l || p.i !== s.i) : []);
+    let selected = null;
     let end = 0;
     for (const l of lanes) for (let i = 0; i < l.start_us.length; i++) end = Math.max(end, l.start_us[i] + l.dur_us[i]);
     const full = { start: 0, end: Math.max(end, 1) };
     const view = { start: full.start, end: full.end };
-    const canvas = el("canvas", { id: "ts-timeline", height: String(height) });
+    const canvas = el("canvas", { id: "ts-timeline", height: String(height),
+      "data-lanes": lanes.map((l) => `${l.kind}:${l.y}`).join(",") });
     const details = el("div", { id: "ts-details", text: "Click an event for its details." });
     const range = el("span", { class: "muted", id: "ts-range" });
     const zoom = (f, at) => { const c = at == null ? (view.start + view.end) / 2 : at; const w = Math.max((view.end - view.start) * f, 1);
@@ -234,9 +241,25 @@
       ctx.strokeStyle = "rgba(229,62,62,0.7)"; ctx.fillStyle = "#c53030";
       for (const s of steps) { const x = xOf(s.t, w); if (x < LABEL || x > w) continue;
         ctx.beginPath(); ctx.moveTo(x + 0.5, 0); ctx.lineTo(x + 0.5, height); ctx.stroke(); ctx.fillText(s.label, x + 2, 11); }
+      if (selected) drawSelection(w);
       ctx.fillStyle = "#fff"; ctx.fillRect(0, 0, LABEL, height);
       ctx.fillStyle = "#1d2433";
       for (const l of lanes) ctx.fillText(`r${l.rank} ${l.label}`.slice(0, 32), 4, l.y + 11);
+    }
+    function centre(s, w) {
+      const x0 = Math.max(xOf(s.l.start_us[s.i], w), LABEL), x1 = Math.min(xOf(s.l.start_us[s.i] + s.l.dur_us[s.i], w), w);
+      return { x0, x1, y: s.l.y + s.l.depth[s.i] * ROW };
+    }
+    function drawSelection(w) {  // the selected event outlined, and an arrow to each event of its flow
+      const a = centre(selected, w);
+      ctx.strokeStyle = "#000"; ctx.lineWidth = 2; ctx.strokeRect(a.x0, a.y, Math.max(a.x1 - a.x0, 2), ROW - 2);
+      for (const p of partners(selected)) {
+        const b = centre(p, w), [from, to] = p.l.kind === "device" ? [a, b] : [b, a];
+        ctx.strokeStyle = "#1d2433"; ctx.lineWidth = 1.5; ctx.beginPath();
+        ctx.moveTo(from.x0, from.y + ROW - 2); ctx.lineTo(to.x0, to.y); ctx.stroke();
+        ctx.beginPath(); ctx.arc(to.x0, to.y, 3, 0, 2 * Math.PI); ctx.fillStyle = "#1d2433"; ctx.fill();
+      }
+      ctx.lineWidth = 1;
     }
     function drawLane(l, w) {
       const last = new Float64Array(l.rows).fill(-1);
@@ -285,8 +308,11 @@
       if (drag && drag.moved) return;
       const found = hit(e.offsetX, e.offsetY); if (!found) return;
       const { l, i } = found;
+      selected = found;
+      const flow = partners(found).map((p) => `${p.l.kind === "device" ? "launches" : "launched by"}: ${T.strings[p.l.name[p.i]]} (${p.l.label}, at ${fmtUs(p.l.start_us[p.i])})`);
       details.textContent = [`name: ${T.strings[l.name[i]]}`, `lane: rank ${l.rank} ${l.label}`, `start: ${fmtUs(l.start_us[i])}`,
-        `duration: ${fmtUs(l.dur_us[i])}`, T.strings[l.detail[i]] || ""].filter(Boolean).join("\n");
+        `duration: ${fmtUs(l.dur_us[i])}`, ...flow, T.strings[l.detail[i]] || ""].filter(Boolean).join("\n");
+      draw();
     });
     window.addEventListener("resize", draw);
     draw();
