@@ -1,6 +1,13 @@
-"""Planted bottleneck: Adam with foreach=False over hundreds of small parameter tensors."""
+"""Planted bottleneck: Adam with foreach=False over hundreds of small parameter tensors.
+
+With TORCHSCOPE_EXAMPLE_FIXED=1 the script applies the fix its finding recommends (foreach=True), so
+benchmarks/whatif_savings.py can measure the saving the what-if model predicted."""
+
+import os
 
 import torch
+
+FIXED = os.environ.get("TORCHSCOPE_EXAMPLE_FIXED") == "1"
 
 
 def main() -> None:
@@ -9,7 +16,7 @@ def main() -> None:
     for _ in range(150):  # 300 small parameter tensors (weight + bias)
         layers += [torch.nn.Linear(8, 8), torch.nn.ReLU()]
     model = torch.nn.Sequential(*layers)
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3, foreach=False)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3, foreach=FIXED)
     data = torch.randn(4, 8)
     for _ in range(8):
         loss = model(data).square().mean()

@@ -1,9 +1,15 @@
-"""Planted bottleneck: a full checkpoint (model + optimizer state) is written after every step."""
+"""Planted bottleneck: a full checkpoint (model + optimizer state) is written after every step.
+
+With TORCHSCOPE_EXAMPLE_FIXED=1 the script applies the fix its finding recommends (a checkpoint every 100 steps), so
+benchmarks/whatif_savings.py can measure the saving the what-if model predicted."""
 
 import os
 import tempfile
 
 import torch
+
+FIXED = os.environ.get("TORCHSCOPE_EXAMPLE_FIXED") == "1"
+EVERY = 100 if FIXED else 1
 
 
 class Model(torch.nn.Module):
@@ -32,7 +38,8 @@ def main() -> None:
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
-            save_checkpoint(model, optimizer, os.path.join(folder, f"step{step}.pt"))
+            if (step + 1) % EVERY == 0:
+                save_checkpoint(model, optimizer, os.path.join(folder, f"step{step}.pt"))
 
 
 if __name__ == "__main__":

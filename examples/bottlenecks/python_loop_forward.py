@@ -1,6 +1,13 @@
-"""Planted bottleneck: the forward pass loops over the samples of the batch in Python."""
+"""Planted bottleneck: the forward pass loops over the samples of the batch in Python.
+
+With TORCHSCOPE_EXAMPLE_FIXED=1 the script applies the fix its finding recommends (the same math on the whole batch at once), so
+benchmarks/whatif_savings.py can measure the saving the what-if model predicted."""
+
+import os
 
 import torch
+
+FIXED = os.environ.get("TORCHSCOPE_EXAMPLE_FIXED") == "1"
 
 
 class PerSampleModel(torch.nn.Module):
@@ -10,6 +17,11 @@ class PerSampleModel(torch.nn.Module):
         self.head = torch.nn.Linear(16, 4)
 
     def forward(self, batch: torch.Tensor) -> torch.Tensor:
+        if FIXED:  # the same per-sample math, batched
+            hidden = batch
+            for _ in range(4):
+                hidden = torch.tanh(self.proj(hidden)) + hidden * 0.5
+            return self.head(hidden)
         outputs = []
         for sample in batch:  # one tiny op chain per sample instead of one batched op
             hidden = sample

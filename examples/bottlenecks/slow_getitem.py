@@ -1,9 +1,15 @@
-"""Planted bottleneck: a Dataset whose __getitem__ is slow, loaded with num_workers=0."""
+"""Planted bottleneck: a Dataset whose __getitem__ is slow, loaded with num_workers=0.
 
+With TORCHSCOPE_EXAMPLE_FIXED=1 the script applies the fix its finding recommends (num_workers=2), so
+benchmarks/whatif_savings.py can measure the saving the what-if model predicted."""
+
+import os
 import time
 
 import torch
 from torch.utils.data import DataLoader, Dataset
+
+FIXED = os.environ.get("TORCHSCOPE_EXAMPLE_FIXED") == "1"
 
 
 class SlowDataset(Dataset):
@@ -19,7 +25,7 @@ def main() -> None:
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-    loader = DataLoader(SlowDataset(), batch_size=32, num_workers=0)
+    loader = DataLoader(SlowDataset(), batch_size=32, num_workers=2 if FIXED else 0)
     for step, (x, y) in enumerate(loader):
         loss = torch.nn.functional.cross_entropy(model(x), y)
         optimizer.zero_grad()
