@@ -44,7 +44,7 @@ def main() -> int:
 def browser_figures(page: Path) -> dict[str, float]:
     """Milliseconds from navigation to the first paint and to the overview drawn; the timeline's first
     draw and one zoom, measured in the page (both draw synchronously in their click handlers)."""
-    from conftest import CHROMIUM, CHROMIUM_FLAGS
+    from browser_env import CHROMIUM, CHROMIUM_FLAGS
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as play:

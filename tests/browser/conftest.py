@@ -8,22 +8,12 @@ These tests are required: without /usr/bin/chromium or playwright they fail, wit
 from __future__ import annotations
 
 import shutil
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-TRACES = REPO / "tests" / "data" / "traces"
-CHROMIUM = "/usr/bin/chromium"
-# Offline, quiet and headless: no first-run, sync, component or background network traffic.
-CHROMIUM_FLAGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-]
-HOSTILE_LABEL = "</script><img src=x onerror=alert(1)>"
-VIEWS = ("overview", "operators", "kernels", "timeline", "memory", "distributed")
+from browser_env import CHROMIUM, CHROMIUM_FLAGS, HOSTILE_LABEL, TRACES, Page
 
 
 @pytest.fixture(scope="session")
@@ -38,15 +28,6 @@ def browser() -> Iterator[Any]:
         launched = play.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_FLAGS)
         yield launched
         launched.close()
-
-
-@dataclass
-class Page:
-    """A page with everything it logged as an error (console errors, uncaught exceptions, dialogs)."""
-
-    page: Any
-    errors: list[str] = field(default_factory=list)
-    dialogs: list[str] = field(default_factory=list)
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import HOSTILE_LABEL, VIEWS, Page
+from browser_env import HOSTILE_LABEL, VIEWS, Page
 
 SAMPLES = ("cpu", "resnet50", "two_ranks")
 

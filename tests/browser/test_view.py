@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
-from conftest import TRACES, VIEWS, Page
+from browser_env import TRACES, VIEWS, Page
 
 
 @pytest.fixture(scope="module")

@@ -35,7 +35,7 @@ class Lane(msgspec.Struct, kw_only=True):
     rank: int = 0
     kind: LaneKind
     label: str
-    start_us: list[float]  # relative to `Timeline.origin_us` (absolute within an extract)
+    start_us: list[float]  # in time order, relative to `Timeline.origin_us` (absolute within an extract)
     dur_us: list[float]
     name: list[int]
     depth: list[int]
@@ -115,6 +115,7 @@ def _lane(
 ) -> Lane:
     events = span.events
     shown, hidden = rows[keep[rows]], rows[~keep[rows]]
+    shown = shown[np.argsort(events.ts_us[shown], kind="stable")]  # time order: the page binary-searches a zoom
     depth = np.clip(span.tree.depth[shown], 0, MAX_DEPTH) if kind == "host" else np.zeros(shown.size, np.int64)
     lane = Lane(
         kind=kind,

@@ -194,10 +194,16 @@
     const T = SIDE.timeline;
     if (!T || !T.lanes.length) { root.append(card("Timeline", el("p", { class: "muted", text: "No timeline data in this report (rendered without the timeline sidecar)." }))); return; }
     const ROW = 14, HEAD = 18, LABEL = 190;
-    const lanes = T.lanes.map((l) => {  // events sorted by start, per depth row
-      const order = l.start_us.map((_, i) => i).sort((a, b) => l.start_us[a] - l.start_us[b]);
-      const depth = Math.max(0, ...l.depth) + 1;
-      return Object.assign({}, l, { order, rows: depth });
+    const lanes = T.lanes.map((l) => {  // events come in time order (the phases lane: sorted here)
+      let order = null;
+      for (let i = 1; i < l.start_us.length && !order; i++) if (l.start_us[i] < l.start_us[i - 1]) order = true;
+      if (order) {
+        const idx = l.start_us.map((_, i) => i).sort((a, b) => l.start_us[a] - l.start_us[b]);
+        for (const key of ["start_us", "dur_us", "name", "depth", "detail", "correlation"]) if (l[key] && l[key].length) l[key] = idx.map((i) => l[key][i]);
+      }
+      let depth = 0, longest = 0;
+      for (let i = 0; i < l.start_us.length; i++) { depth = Math.max(depth, l.depth[i]); longest = Math.max(longest, l.dur_us[i]); }
+      return Object.assign(l, { rows: depth + 1, longest });
     });
     let y = HEAD;
     for (const l of lanes) { l.y = y; y += (l.rows + (l.hidden_count.length ? 1 : 0)) * ROW + 6; }
@@ -263,10 +269,12 @@
     }
     function drawLane(l, w) {
       const last = new Float64Array(l.rows).fill(-1);
-      const scale = (w - LABEL) / (view.end - view.start);
-      for (const i of l.order) {
-        const s = l.start_us[i], e = s + l.dur_us[i];
-        if (e < view.start || s > view.end) continue;
+      const starts = l.start_us;
+      let lo = 0, hi = starts.length;  // the first event that may reach into the view: binary search
+      while (lo < hi) { const mid = (lo + hi) >> 1; if (starts[mid] < view.start - l.longest) lo = mid + 1; else hi = mid; }
+      for (let i = lo; i < starts.length && starts[i] <= view.end; i++) {
+        const s = starts[i], e = s + l.dur_us[i];
+        if (e < view.start) continue;
         const x0 = Math.max(xOf(s, w), LABEL), x1 = Math.min(xOf(e, w), w), d = l.depth[i];
         if (x1 - x0 < 1) { const px = Math.floor(x0); if (px === last[d]) continue; last[d] = px; }  // merged into its pixel
         ctx.fillStyle = color(l.kind === "phase" ? T.strings[l.name[i]] : null, l.name[i]);
@@ -282,7 +290,6 @@
           ctx.fillRect(Math.max(x0, LABEL), yb, Math.max(x1 - Math.max(x0, LABEL), 1), ROW - 4);
         }
       }
-      void scale;
     }
     function hit(px, py) {
       const w = canvas.clientWidth; const t = view.start + ((px - LABEL) / (w - LABEL)) * (view.end - view.start);
