@@ -64,6 +64,16 @@ def test_refuses_paths_out_of_the_logdir(server: str) -> None:
         assert _status(server, path) == 404, path
 
 
+def test_a_run_with_a_folder_linked_out_of_the_logdir_is_refused(server: str, logdir: Path) -> None:
+    sneaky = logdir / "sneaky"
+    shutil.copytree(TRACES / "triton_single", sneaky)
+    (sneaky / "more").symlink_to(logdir.parent / "outside", target_is_directory=True)
+    try:
+        assert _status(server, "/run/sneaky/") == 404
+    finally:
+        shutil.rmtree(sneaky)
+
+
 def test_a_run_created_after_the_start_appears(page: Page, server: str, logdir: Path) -> None:
     tab = page.page
     tab.goto(server + "/")

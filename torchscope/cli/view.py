@@ -7,13 +7,15 @@ import sys
 from pathlib import Path
 
 from torchscope.errors import InputError
+from torchscope.rundir.config import CaptureConfig
 
 DEFAULT_PORT = 6007
 
 
 def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     parser = subparsers.add_parser("view", help="serve the dashboards of a directory of runs in the browser")
-    parser.add_argument("logdir", nargs="?", default="runs", metavar="LOGDIR", help="directory of runs (default: runs)")
+    parser.add_argument("logdir", nargs="?", default=str(CaptureConfig().out), metavar="LOGDIR",
+                        help="directory of runs (default: %(default)s, where `run` and `demo` write them)")
     parser.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT}; 0: any free port)")
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
     parser.set_defaults(func=execute)

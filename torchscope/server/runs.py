@@ -48,11 +48,17 @@ def find_runs(logdir: Path) -> list[str]:
 
 
 def _confined(root: Path, folder: Path, files: list[str]) -> bool:
-    """No trace or manifest of the folder is a symlink that leads out of the logdir."""
+    """Nothing discovery would read in the run (its files, and those of its sub-folders, which discovery
+    follows through symlinks) leads out of the logdir."""
     for name in files:
         if is_trace_name(name) or is_manifest_name(name):
-            target = (folder / name).resolve()
-            if not target.is_relative_to(root):
+            if not (folder / name).resolve().is_relative_to(root):
+                return False
+    for below, dirs, names in os.walk(folder, followlinks=False):
+        dirs[:] = [d for d in dirs if may_hold_traces(d)]
+        for name in (*dirs, *names):
+            path = Path(below) / name
+            if path.is_symlink() and not path.resolve().is_relative_to(root):
                 return False
     return True
 
