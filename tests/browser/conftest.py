@@ -84,7 +84,19 @@ def reports(tmp_path_factory: pytest.TempPathFactory, cpu_run: Path) -> dict[str
         "cpu": _render(cpu_run, folder / "cpu.html"),
         "resnet50": _render(TRACES / "resnet50_num_workers_0", folder / "resnet50.html"),
         "two_ranks": _render(TRACES / "hta_two_ranks_nccl", folder / "two_ranks.html"),
+        "empty": _empty(folder / "empty.html"),
     }
+
+
+def _empty(out: Path) -> Path:
+    """A Report with nothing in it (no steps, no timeline): the page must still draw every view."""
+    from torchscope.render.html import render_html
+    from torchscope.report.model import Report, RunInfo
+
+    report = Report(torchscope_version="0", run=RunInfo(paths=[], trace_files=[], ranks=[], device_kind="cpu"),
+                    steps=[], breakdown={})
+    out.write_text(render_html(report), encoding="utf-8")
+    return out
 
 
 @pytest.fixture(scope="session")

@@ -20,7 +20,7 @@ def _open(page: Page, report: Path, view: str = "overview") -> Any:
     return page.page
 
 
-@pytest.mark.parametrize("sample", SAMPLES)
+@pytest.mark.parametrize("sample", [*SAMPLES, "empty"])
 def test_every_view_renders_without_console_errors(page: Page, reports: dict[str, Path], sample: str) -> None:
     tab = _open(page, reports[sample])
     shots = os.environ.get("TORCHSCOPE_SCREENSHOTS")
