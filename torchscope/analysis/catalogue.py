@@ -6,7 +6,7 @@ filling typed Report fields) or call `registry.register()` (a plug-in, filling `
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Collection
 
 from torchscope.analysis.device_tables import DEVICE, KERNELS
 from torchscope.analysis.memory import MEMORY
@@ -17,9 +17,13 @@ from torchscope.analysis.span_meta import META
 from torchscope.analysis.step_table import STEPS
 from torchscope.analysis.timeline import TIMELINE
 
-BUILTIN: tuple[Analysis[Any], ...] = (STEPS, OPERATORS, RANGES, KERNELS, DEVICE, MEMORY, *SECTIONS, TIMELINE)
+BUILTIN: tuple[Analysis[Any], ...] = (STEPS, OPERATORS, RANGES, KERNELS, DEVICE, MEMORY, *SECTIONS)
+# Sidecars cost time and memory that a terminal or JSON report does not need: computed when asked for.
+BUILTIN_SIDECARS: tuple[Analysis[Any], ...] = (TIMELINE,)
 
 
-def all_analyses() -> tuple[Analysis[Any], ...]:
-    """The span metadata first (the pipeline needs it), then the built-ins, then registered plug-ins."""
-    return (META, *BUILTIN, *registered())
+def all_analyses(sidecars: Collection[str] | None = ()) -> tuple[Analysis[Any], ...]:
+    """The span metadata first (the pipeline needs it), then the built-ins, the built-in sidecars named in
+    `sidecars` (None: all of them), then registered plug-ins."""
+    wanted = tuple(a for a in BUILTIN_SIDECARS if sidecars is None or a.name in sidecars)
+    return (META, *BUILTIN, *wanted, *registered())

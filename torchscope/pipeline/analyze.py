@@ -10,7 +10,7 @@ import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Collection, Iterator, Sequence
 
 import msgspec
 import numpy as np
@@ -60,7 +60,7 @@ def analyze(
     `jobs`: ranks analysed in parallel processes, or threads parsing one large trace (default: CPUs).
     `use_cache`: read and write the table and extract caches. `progress`, if given, is called with
     (done, total) in bytes of trace text. Raises `InputError` (one-line message) on unusable input."""
-    return analyze_run(path, jobs, use_cache, progress).report
+    return analyze_run(path, jobs, use_cache, progress, sidecars=()).report
 
 
 def analyze_run(
@@ -68,12 +68,14 @@ def analyze_run(
     jobs: int | None = None,
     use_cache: bool = True,
     progress: Progress | None = None,
+    sidecars: Collection[str] | None = None,
 ) -> RunAnalysis:
-    """`analyze`, with the sidecars of the analyses that produce them."""
+    """`analyze`, with the sidecars of the analyses that produce them: the built-in ones named in
+    `sidecars` (None: all, e.g. the timeline lanes the HTML dashboard draws) and every plug-in's."""
     started = time.perf_counter()
     paths = [Path(p) for p in ([path] if isinstance(path, (str, Path)) else path)]
     refs = [ref for p in paths for ref in discover(p)]
-    analyses = all_analyses()
+    analyses = all_analyses(sidecars)
     with quiet_numerics():
         ranks, failures = _extract_ranks(group_by_worker(refs), analyses, jobs or default_jobs(), use_cache, progress or no_progress)
         manifest, statuses = run_manifest(paths)
