@@ -25,7 +25,11 @@ VERSION_FIELDS = ("schema_version", "torchscope_version")
 def inputs(source: str) -> Iterator[tuple[str, Path]]:
     """(name, path) of every trace file and every trace folder under a source."""
     root = SOURCES[source]
-    files = sorted(p for p in root.rglob("*.json*") if p.is_file())
+    files = sorted(
+        p for p in root.rglob("*.json*")
+        if p.is_file() and p.name.endswith((".json", ".json.gz"))
+        and not any(part.startswith(".") for part in p.relative_to(root).parts)  # caches other tests wrote
+    )
     for folder in sorted({p.parent for p in files}):
         yield str(folder.relative_to(root)) + "/", folder
     for path in files:
