@@ -62,9 +62,7 @@ class Context:
 
 def make_context(report: Report) -> Context:
     """The Context of a Report (mean step time over every step row of every rank)."""
-    steps = report.steps
-    mean = sum(s.duration_us for s in steps) / len(steps) if steps else 0.0
-    return Context(report, mean, len(steps), report.device.present or report.run.device_kind != "cpu")
+    return Context(report, report.mean_step_us, len(report.steps), report.device.present or report.run.device_kind != "cpu")
 
 
 def ms(us: float) -> str:
