@@ -200,6 +200,64 @@ def _check_cache_rebuilt(directory: Path, report: dict[str, Any]) -> None:
     assert cache.load_cached(trace, cache.cache_key(trace)) is not None, "the damaged cache entry was not rebuilt"
 
 
+def _fifo(directory: Path) -> Path:
+    os.mkfifo(directory / "fifo.json")
+    return directory / "fifo.json"
+
+
+def _fifo_in_folder(directory: Path) -> Path:
+    (directory / "a.pt.trace.json").write_bytes(dumps(synthetic_trace()))
+    os.mkfifo(directory / "f.pt.trace.json")
+    return directory
+
+
+def _dev_zero_link(directory: Path) -> Path:
+    (directory / "zero.json").symlink_to("/dev/zero")
+    return directory / "zero.json"
+
+
+def _symlink_loop(directory: Path) -> Path:
+    (directory / "a.pt.trace.json").write_bytes(dumps(synthetic_trace()))
+    (directory / "sub").mkdir()
+    (directory / "sub" / "up").symlink_to("..")  # a loop back to the top
+    (directory / "sub" / "same.pt.trace.json").symlink_to("../a.pt.trace.json")  # the same file again
+    return directory
+
+
+def _files_analysed(expected: int) -> Callable[[Path, dict[str, Any]], None]:
+    def check(directory: Path, report: dict[str, Any]) -> None:
+        assert sum(len(rank["files"]) for rank in report["ranks"]) == expected, report["ranks"]
+
+    return check
+
+
+def _non_utf8_name(directory: Path) -> Path:
+    folder = directory / "traces"
+    folder.mkdir()
+    (folder / os.fsdecode(b"r\xffank.json")).write_bytes(dumps(synthetic_trace()))
+    return folder
+
+
+def _control_name(directory: Path) -> Path:
+    path = directory / "bad\x1b[31m\x07.json"
+    path.write_bytes(b"")
+    return path
+
+
+def _flipped_extract_entry(directory: Path) -> Path:
+    """A valid extract entry with one bit flipped in its payload: detected by the checksum, recomputed."""
+    from torchscope.pipeline.analyze import analyze
+
+    trace = directory / "trace.json"
+    trace.write_bytes(dumps(synthetic_trace()))
+    analyze(trace, jobs=1)
+    entry = directory / ".torchscope-cache" / "trace.json.extracts.msgpack"
+    data = bytearray(entry.read_bytes())
+    data[-10] ^= 0x04
+    entry.write_bytes(bytes(data))
+    return trace
+
+
 def _with_manifest(manifest: bytes) -> Callable[[Path], Path]:
     def build(directory: Path) -> Path:
         (directory / "host_1.1700000000000.pt.trace.json").write_bytes(dumps(synthetic_trace()))
@@ -343,7 +401,13 @@ CORPUS: tuple[BadInput, ...] = (
              OK, DROPPED),
     BadInput("integers_beyond_int64", _file("big.json", with_bad_event(
         event(ts=1_000_100, id=2**70, args={"External id": 2**70, "Sequence number": -(2**80)}))), OK, ""),
-    BadInput("huge_timestamps", _file("hugets.json", with_bad_event(event(ts=1e300, dur=1e300))), OK, ""),
+    BadInput("huge_timestamps", _file("hugets.json", with_bad_event(event(ts=1e300, dur=1e300))), OK,
+             r"ignored 1 event\(s\) without a valid timestamp"),
+    BadInput("times_that_overflow_when_added", _file("sum.json", with_bad_event(event(ts=1e17, dur=1.7e308))), OK,
+             r"set 1 infinite or implausible duration\(s\) \(over 1e\+15 us\) to 0"),
+    BadInput("step_marker_with_overflowing_duration", _file("stepinf.json", dumps(synthetic_trace([
+        event(cat="user_annotation", name="ProfilerStep#1", ts=0, dur=1.7e308), event(ts=5, dur=1e308)]))), OK,
+        r"set 2 infinite or implausible duration", args=("--format", "terminal")),
     BadInput("step_number_overflow", _file("stepnum.json", dumps(synthetic_trace([
         event(cat="user_annotation", name="ProfilerStep#" + "9" * 30, ts=0, dur=100),
         event(cat="user_annotation", name="ProfilerStep#\u00b2", ts=100, dur=100),
@@ -382,12 +446,37 @@ CORPUS: tuple[BadInput, ...] = (
     BadInput("manifest_not_an_object", _with_manifest(b"[1, 2, 3]"), OK, ""),
     BadInput("one_rank_truncated", _two_ranks_one_truncated, OK, r"host_rank2\.1700000000000\.pt\.trace\.json: "
              r"truncated JSON .* \(rank skipped\)", check=_ranks([0, 1])),
+    # header numbers (issue 14): validated at the loader, so no cache encoder or rule sees them
+    BadInput("header_integers_beyond_64_bits", _file("bighdr.json", dumps(synthetic_trace(
+        schemaVersion=2**70, distributedInfo={"rank": 2**70, "world_size": -(2**90)}, extra=[2**64, {"x": 2**200}]))),
+        OK, ""),
+    BadInput("non_numeric_compute_major", _file("cm.json", dumps(synthetic_trace(
+        deviceProperties=[{"name": "gpu", "computeMajor": "abc", "computeMinor": [1], "totalGlobalMem": "lots"}]))),
+        OK, ""),
+    BadInput("non_finite_header_numbers", _file("nanhdr.json", lambda: dumps(synthetic_trace(
+        deviceProperties=[{"name": "gpu", "computeMajor": "@", "totalGlobalMem": "@"}])).replace(b'"@"', b"1e400")), OK,
+        ""),
+    # paths and folders (issue 14): one guarded opener, de-duplication, walk problems as warnings
+    BadInput("fifo_named_like_a_trace", _fifo, ERROR, r"fifo\.json: a FIFO, not a trace file or folder"),
+    BadInput("fifo_among_traces", _fifo_in_folder, OK, r"f\.pt\.trace\.json: a FIFO, not a trace file; skipped",
+             names_file=False),
+    BadInput("symlink_to_dev_zero", _dev_zero_link, ERROR, r"zero\.json: a character device, not a trace file"),
+    BadInput("symlink_loop_counts_a_trace_once", _symlink_loop, OK, "", names_file=False, check=_files_analysed(1)),
+    BadInput("non_utf8_byte_in_a_path", _non_utf8_name, OK, "", names_file=False),
+    BadInput("control_characters_in_a_path", _control_name, ERROR, r"bad\\x1b\[31m\\x07\.json: empty file",
+             names_file=False),
+    BadInput("stale_extract_entry_bit_flipped", _flipped_extract_entry, OK, "", check=_steps_count(3)),
     # output
     BadInput("output_to_missing_directory", _copy_real("triton"), ERROR, r"missing/report\.json: cannot write report "
              r"\(No such file or directory\)", needs_real_traces=True, names_file=False,
              args=("-o", "{dir}/missing/report.json")),
     BadInput("terminal_width_zero", _copy_real("triton"), ERROR, r"^torchscope: error: --width must be at least 20$",
              needs_real_traces=True, names_file=False, args=("--format", "terminal", "--width", "0")),
+    BadInput("output_onto_the_input_trace", _file("in.json", dumps(synthetic_trace())), ERROR,
+             r"in\.json: is an input of this analysis; not overwritten", args=("-o", "{dir}/in.json"),
+             check=None),
+    BadInput("terminal_width_huge", _copy_real("triton"), ERROR, r"^torchscope: error: --width must be at most 1000$",
+             needs_real_traces=True, names_file=False, args=("--format", "terminal", "--width", "1000000000")),
     BadInput("output_is_a_directory", _copy_real("triton"), ERROR, r"cannot write report \(Is a directory\)",
              needs_real_traces=True, names_file=False, args=("-o", "{dir}")),
 )

@@ -7,6 +7,7 @@ input is fine), and, for hostile inputs, time (subprocess timeout) and peak memo
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
@@ -150,7 +151,9 @@ def test_internal_errors_are_one_line_with_exit_code_3(monkeypatch: pytest.Monke
         raise ZeroDivisionError("float division by zero\nsecond line")
 
     # The function behind the public `torchscope.analyze`, in the module that holds it (the CLI calls it there).
-    monkeypatch.setattr(importlib.import_module(torchscope.analyze.__module__), "analyze", broken)
+    pipeline = importlib.import_module(torchscope.analyze.__module__)
+    for name in ("analyze", "analyze_run"):  # whichever the CLI calls
+        monkeypatch.setattr(pipeline, name, broken, raising=False)
     target = next(c for c in CORPUS if c.name == "no_steps").build(tmp_path)
     assert cli.main(["analyze", str(target)]) == 3
     err = capsys.readouterr().err
@@ -180,7 +183,7 @@ def test_damaged_cache_entries_of_every_kind_are_rebuilt(tmp_path: Path) -> None
     """Entries with the right key but inconsistent content are ignored, never trusted."""
     import numpy as np
 
-    from torchscope.trace import cache
+    from torchscope.trace import cache, entry
     from torchscope.trace.load import load_trace_file
 
     trace = tmp_path / "t.json"
@@ -189,11 +192,11 @@ def test_damaged_cache_entries_of_every_kind_are_rebuilt(tmp_path: Path) -> None
     key = cache.cache_key(trace)
     location = cache.store(trace, key, first)
     assert location is not None
-    good = dict(np.load(location, allow_pickle=False))
+    _, payload = entry.read_unchecked(location)
+    good = dict(np.load(io.BytesIO(payload), allow_pickle=False))
 
-    def damaged(**changes: np.ndarray) -> None:
-        with open(location, "wb") as handle:
-            np.savez(handle, **{**good, **changes})
+    def damaged(**changes: np.ndarray) -> None:  # in an intact envelope: the checks inside must catch it
+        entry.write_entry(location, key, lambda handle: np.savez(handle, **{**good, **changes}))
         assert cache.load_cached(trace, key) is None
 
     damaged(name=np.full(good["name"].size, 10_000, np.int32))  # string ids past the table

@@ -14,7 +14,7 @@ PACKAGE = Path(__file__).resolve().parents[2] / "torchscope"
 
 # Bottom to top. A module belongs to the first entry that is a prefix of its dotted name.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("torchscope.errors", "torchscope.arrays", "torchscope.files", "torchscope.workers"),
+    ("torchscope.errors", "torchscope.arrays", "torchscope.files", "torchscope.text", "torchscope.workers"),
     ("torchscope.rundir",),
     ("torchscope.report",),
     ("torchscope.trace",),

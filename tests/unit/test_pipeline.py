@@ -20,6 +20,7 @@ from torchscope.analysis.reduce import merge_sections, weighted_median
 from torchscope.analysis.registry import Analysis, Part, SpanKey
 from torchscope.analysis.span import SpanInput
 from torchscope.pipeline import extract_cache
+from torchscope.trace import entry as cache_entry
 from torchscope.report.measurements import Copies, DataLoader, Optimizer, Synchronization
 from torchscope.report.metrics import metrics_of
 from torchscope.report.model import SCHEMA_VERSION, decode_report, encode_report
@@ -114,7 +115,7 @@ def test_extracts_are_cached_per_analysis_and_recomputed_when_one_changes(tmp_pa
     registry.register(changed)
     assert torchscope.analyze(trace, jobs=1, use_cache=True).extra["kernel_count"] == first.extra["kernel_count"]
     assert len(calls) == 2  # the tables were read once more, for the one stale extract
-    stored = msgspec.msgpack.decode(entry.read_bytes())["extracts"]
+    stored = msgspec.msgpack.decode(cache_entry.read_unchecked(entry)[1])["extracts"]
     assert stored[TOY.name]["fingerprint"].endswith("changed")
     assert not stored["steps"]["fingerprint"].endswith("changed")
 
@@ -126,9 +127,11 @@ def test_a_damaged_or_foreign_extract_cache_entry_is_recomputed(tmp_path: Path) 
     entry.write_bytes(b"\x00garbage")
     assert torchscope.analyze(trace, jobs=1, use_cache=True).steps == first.steps
     # An entry whose extracts have the right fingerprints but the wrong shape is not served either.
-    data = msgspec.msgpack.decode(entry.read_bytes())
+    torchscope.analyze(trace, jobs=1, use_cache=True)  # rewrites the entry
+    key, payload = cache_entry.read_unchecked(entry)
+    data = msgspec.msgpack.decode(payload)
     data["extracts"]["steps"]["data"] = msgspec.msgpack.encode({"rows": "not rows"})
-    entry.write_bytes(msgspec.msgpack.encode(data))
+    cache_entry.write_entry(entry, key, lambda handle: handle.write(msgspec.msgpack.encode(data)))  # a valid envelope
     assert torchscope.analyze(trace, jobs=1, use_cache=True).steps == first.steps
 
 

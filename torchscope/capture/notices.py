@@ -9,12 +9,14 @@ from __future__ import annotations
 import logging
 import sys
 
+from torchscope.text import one_line
+
 log = logging.getLogger("torchscope.capture")
 
 
 def warn_line(message: str) -> None:
     """Print ``torchscope: warning: <message>`` as one line on stderr; never raises."""
-    text = " ".join(str(message).split())
+    text = one_line(str(message))
     try:
         sys.stderr.write(f"torchscope: warning: {text}\n")
         sys.stderr.flush()

@@ -14,8 +14,9 @@ from typing import NoReturn, Sequence
 
 from torchscope import __version__
 from torchscope.errors import TorchscopeError
+from torchscope.text import one_line
 
-SUBCOMMANDS = ("run", "analyze", "demo", "view", "diff", "check")
+SUBCOMMANDS = ("run", "analyze", "demo", "view", "diff", "check", "tune")
 INTERNAL_ERROR_EXIT = 3
 
 
@@ -50,7 +51,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.func(args))
     except TorchscopeError as exc:
-        print(f"torchscope: error: {exc}", file=sys.stderr)
+        print(f"torchscope: error: {one_line(str(exc))}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print("torchscope: interrupted", file=sys.stderr)
@@ -63,4 +64,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _one_line(exc: BaseException) -> str:
-    return " ".join(str(exc).split())[:500]
+    return one_line(str(exc))[:500]

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
+from torchscope.cli.output import MAX_WIDTH, check_output_target, write_report
 from torchscope.cli.progress import load_progress
 from torchscope.errors import InputError, UsageError
+from torchscope.text import one_line
 
 MIN_WIDTH = 20  # narrower, the tables have no room for a single column
 FORMATS = ("terminal", "json", "html")  # registered renderers (torchscope.render); listed here so --help needs no import
@@ -44,17 +45,19 @@ def execute(args: argparse.Namespace) -> int:
         raise InputError("--jobs must be at least 1")
     if args.width is not None and args.width < MIN_WIDTH:
         raise UsageError(f"--width must be at least {MIN_WIDTH}")
+    if args.width is not None and args.width > MAX_WIDTH:
+        raise UsageError(f"--width must be at most {MAX_WIDTH}")
+    if args.output:
+        check_output_target(args.output, args.paths)
     with load_progress(enabled=sys.stderr.isatty()) as progress:
-        run = analyze_run(args.paths, jobs=args.jobs, use_cache=not args.no_cache, progress=progress)
+        run = analyze_run(args.paths, jobs=args.jobs, use_cache=not args.no_cache, progress=progress,
+                          sidecars=None if args.format == "html" else ())  # only the page draws them
     report = run.report
     color = args.output is None and sys.stdout.isatty()
     options = RenderOptions(width=args.width, color=color, by_shape=args.by_shape, top=args.top, sidecars=run.sidecars)
     text = renderer(args.format).render(report, options)
     if args.output:
-        try:
-            Path(args.output).write_text(text if text.endswith("\n") else text + "\n")
-        except OSError as exc:
-            raise InputError(f"{args.output}: cannot write report ({exc.strerror or exc})") from None
+        write_report(args.output, text)
     else:
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
     _warn_if_partial(report.warnings)
@@ -66,5 +69,5 @@ def _warn_if_partial(warnings: list[str]) -> None:
     if not warnings:
         return
     more = f" (and {len(warnings) - 1} more in the report)" if len(warnings) > 1 else ""
-    line = " ".join(f"{warnings[0]}{more}".split())  # one line, even with odd file names
+    line = one_line(f"{warnings[0]}{more}")  # one line, control characters escaped, even with odd file names
     print(f"torchscope: warning: partial report: {line}", file=sys.stderr)

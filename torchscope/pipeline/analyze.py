@@ -27,7 +27,8 @@ from torchscope.pipeline.rank_extracts import RankExtracts, extract_rank
 from torchscope.report.metrics import metrics_of
 from torchscope.report.model import Report
 from torchscope.rundir.layout import SIDECARS_DIR, sidecar_name
-from torchscope.trace.discover import TraceFileRef, discover
+from torchscope.text import path_text
+from torchscope.trace.discover import TraceFileRef, discover_all
 from torchscope.trace.load import group_by_worker
 from torchscope.workers import process_pool
 
@@ -74,14 +75,18 @@ def analyze_run(
     `sidecars` (None: all, e.g. the timeline lanes the HTML dashboard draws) and every plug-in's."""
     started = time.perf_counter()
     paths = [Path(p) for p in ([path] if isinstance(path, (str, Path)) else path)]
-    refs = [ref for p in paths for ref in discover(p)]
+    found = discover_all(paths)
+    refs = found.refs
     analyses = all_analyses(sidecars)
     with quiet_numerics():
         ranks, failures = _extract_ranks(group_by_worker(refs), analyses, jobs or default_jobs(), use_cache, progress or no_progress)
         manifest, statuses = run_manifest(paths)
-        report, sidecars = assemble(ranks, analyses, manifest, statuses, [str(p) for p in paths])
+        report, sidecars = assemble(ranks, analyses, manifest, statuses, [path_text(p) for p in paths])
         if failures:  # the other ranks still make a meaningful, partial report
             report.warnings = [f"{exc} (rank skipped)" for exc in failures] + report.warnings
+            report.run.partial = True
+        if found.warnings:  # unreadable folders, FIFOs named like traces: some traces may be missing
+            report.warnings = found.warnings + report.warnings
             report.run.partial = True
         report.metrics = metrics_of(report)
         report.findings = diagnose(report)

@@ -5,7 +5,8 @@ holds each analysis's extract (MessagePack) under that analysis's fingerprint: t
 (file identity and schema fingerprint) plus the source of the analysis layers and of the module that
 defines the extract. An extract is served only when its fingerprint matches, so a changed trace, schema,
 torchscope version or analysis code recomputes exactly what it affects. A damaged or foreign entry is
-ignored and rewritten.
+ignored and rewritten. The entry sits in the checksummed envelope of `trace/entry.py`, keyed on the table
+key: a flipped bit is detected and recomputed, never served.
 """
 
 from __future__ import annotations
@@ -19,14 +20,15 @@ from typing import Any
 import msgspec
 
 from torchscope.analysis.registry import Analysis
-from torchscope.files import write_atomic
 from torchscope.trace import cache as table_cache
+from torchscope.trace import entry
 
 log = logging.getLogger(__name__)
 
 _SUFFIX = ".extracts.msgpack"
 _PACKAGE = Path(__file__).resolve().parents[1]
 _LAYERS = ("trace", "analysis", "report")  # what an extract's value depends on, besides its own module
+MAX_ENTRY_BYTES = 256 << 20  # extracts are summaries (a few KB to MB): anything larger is not an entry
 
 
 class _Extract(msgspec.Struct):
@@ -76,11 +78,16 @@ def _locations(path: Path, writable: bool = False) -> list[Path]:
     return [location.with_name(location.name.removesuffix(".npz") + _SUFFIX) for location in tables]
 
 
-def load(path: Path) -> dict[str, _Extract]:
-    """The cached extracts of `path` by analysis name (empty when there is no usable entry)."""
+def load(path: Path, trace_key: str) -> dict[str, _Extract]:
+    """The cached extracts of `path` by analysis name (empty when there is no usable entry): an entry is
+    read only when its envelope holds `trace_key` and its checksum matches (`trace/entry.py`)."""
     for location in _locations(path):
         try:
-            return msgspec.msgpack.decode(location.read_bytes(), type=_Entry).extracts
+            handle = entry.open_entry(location, trace_key, MAX_ENTRY_BYTES)
+            if handle is None:
+                continue
+            with handle:
+                return msgspec.msgpack.decode(handle.read(), type=_Entry).extracts
         except FileNotFoundError:
             continue
         except Exception as exc:  # any damage means: recompute
@@ -100,14 +107,20 @@ def cached_value(entry: dict[str, _Extract], analysis: Analysis[Any], key: str) 
         return False, None
 
 
-def store(path: Path, extracts: dict[str, tuple[str, Any]]) -> Path | None:
-    """Write the extracts ({name: (fingerprint, value)}) of `path`; where, or None (never raises)."""
-    entry = _Entry({name: _Extract(key, msgspec.msgpack.encode(value)) for name, (key, value) in extracts.items()})
-    payload = msgspec.msgpack.encode(entry)
+def store(path: Path, trace_key: str, extracts: dict[str, tuple[str, Any]]) -> Path | None:
+    """Write the extracts ({name: (fingerprint, value)}) of `path`, whose tables have `trace_key`; where,
+    or None (never raises)."""
+    try:
+        values = {name: _Extract(key, msgspec.msgpack.encode(value)) for name, (key, value) in extracts.items()}
+    except (OverflowError, TypeError, ValueError) as exc:  # a value msgpack cannot hold: do not cache
+        log.debug("cannot encode the extracts of %s: %s", path, exc)
+        return None
+    payload = msgspec.msgpack.encode(_Entry(values))
+    if len(payload) > MAX_ENTRY_BYTES:
+        return None
     for location in _locations(path, writable=True):
         try:
-            location.parent.mkdir(parents=True, exist_ok=True)
-            write_atomic(location, payload)
+            entry.write_entry(location, trace_key, lambda handle: handle.write(payload))
             return location
         except OSError as exc:
             log.debug("cannot write extract cache entry %s: %s", location, exc)

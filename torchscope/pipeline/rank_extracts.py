@@ -56,7 +56,7 @@ def _span_extracts(
     path: Path, analyses: Sequence[Analysis[Any]], use_cache: bool, parse_jobs: int, on_bytes: BytesDone | None
 ) -> SpanExtracts:
     trace_key = _trace_key(path) if use_cache else None
-    entry = extract_cache.load(path) if trace_key is not None else {}
+    entry = extract_cache.load(path, trace_key) if trace_key is not None else {}
     values: dict[str, Any] = {}
     keys: dict[str, str] = {}
     missing = []
@@ -75,7 +75,7 @@ def _span_extracts(
         for analysis in missing:
             values[analysis.name] = analysis.extract(span)
         if trace_key is not None:
-            extract_cache.store(path, {name: (keys[name], values[name]) for name in keys})
+            extract_cache.store(path, trace_key, {name: (keys[name], values[name]) for name in keys})
     return SpanExtracts(values)
 
 

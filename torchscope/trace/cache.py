@@ -3,9 +3,11 @@
 Entries are uncompressed `.npz` files (numpy arrays only, loaded with `allow_pickle=False`): the columns,
 the string table as one UTF-8 blob with offsets, and the header as JSON. An entry sits in
 `.torchscope-cache/` next to the trace, or under `$XDG_CACHE_HOME/torchscope` (default `~/.cache`) when
-that folder is not writable (or has no write permission bits, even for root). The key covers the absolute path, size, mtime, a CRC of the first and last
-MiB and the cache format version, so a changed or different file is never served from a stale entry.
-A corrupt or foreign entry is ignored and rebuilt.
+that folder is not writable (or has no write permission bits, even for root, or is a symlink). The key
+covers the file's identity (real path, size, mtime and ctime, inode), a CRC of its first and last MiB and
+the schema fingerprint, so a changed or different file is never served from a stale entry. Each entry sits
+in a checksummed envelope (`trace/entry.py`): the key is compared before anything is decoded, the bytes
+are hashed before they are trusted, and a corrupt or foreign entry is ignored and rebuilt.
 """
 
 from __future__ import annotations
@@ -13,17 +15,20 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import zipfile
 import zlib
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import msgspec
 import numpy as np
 
 from torchscope import __version__
-from torchscope.files import write_atomic
+from torchscope.files import open_regular
 from torchscope.rundir.layout import CACHE_DIR
-from torchscope.trace import fastscan, schema
+from torchscope.text import path_text
+from torchscope.trace import entry, fastscan, schema, validate
+from torchscope.trace.read import max_trace_bytes
 from torchscope.trace.tables import (
     ALL_COLUMNS,
     DERIVED_COLUMNS,
@@ -67,33 +72,40 @@ def _stable_repr(value: Any) -> str:
 
 
 def cache_key(path: Path) -> str:
-    """Key of a trace file's tables: the file (path, size, mtime, CRCs of its first and last MiB) and the
-    schema fingerprint."""
-    stat = path.stat()
-    with path.open("rb") as handle:
+    """Key of a trace file's tables: the file's identity and content (real path, size, mtime and ctime in
+    ns, device and inode, CRCs of its first and last MiB) and the schema fingerprint. A file rewritten in
+    place with its mtime restored still changes its ctime, so it is never served from a stale entry.
+    Raises OSError (also for a path that is not a regular file)."""
+    with open_regular(path, max_trace_bytes()) as handle:
+        info = os.fstat(handle.fileno())
         head = handle.read(_PROBE_BYTES)
-        handle.seek(max(stat.st_size - _PROBE_BYTES, 0))
+        handle.seek(max(info.st_size - _PROBE_BYTES, 0))
         tail = handle.read(_PROBE_BYTES)
-    parts = (schema_fingerprint(), str(path.resolve()), stat.st_size, stat.st_mtime_ns, zlib.crc32(head), zlib.crc32(tail))
+    identity = (os.fsencode(os.path.realpath(path)), info.st_size, info.st_mtime_ns, info.st_ctime_ns, info.st_dev, info.st_ino)
+    parts = (schema_fingerprint(), identity, zlib.crc32(head), zlib.crc32(tail))
     import hashlib  # on use: it maps OpenSSL (~4 MB), which uncached runs do not need
     return hashlib.sha256(repr(parts).encode()).hexdigest()
 
 
 def locations(path: Path) -> list[Path]:
-    local = path.resolve().parent / CACHE_DIR / f"{path.name}.npz"
+    resolved = Path(os.path.realpath(path))
+    local = resolved.parent / CACHE_DIR / f"{path.name}.npz"
     base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
     import hashlib  # on use: it maps OpenSSL (~4 MB), which uncached runs do not need
-    digest = hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:20]
+    digest = hashlib.sha1(os.fsencode(resolved)).hexdigest()[:20]
     return [local, base / "torchscope" / f"{digest}-{path.name}.npz"]
 
 
 def writable_locations(path: Path) -> list[Path]:
     """The cache locations we may write. A folder without any write permission bit is treated as
-    read-only even for root (which the kernel would let through), so shared trace folders stay clean."""
+    read-only even for root (which the kernel would let through), so shared trace folders stay clean;
+    a cache folder that is a symlink is never written through."""
     return [location for location in locations(path) if _may_write(location.parent)]
 
 
 def _may_write(folder: Path) -> bool:
+    if folder.is_symlink():
+        return False
     existing = folder
     while not existing.exists():
         if existing.parent == existing:
@@ -108,20 +120,27 @@ def _may_write(folder: Path) -> bool:
 
 def load_cached(path: Path, key: str) -> TraceFile | None:
     for location in locations(path):
-        if not location.is_file():
-            continue
         try:
-            return _read_entry(location, key, path)
+            handle = entry.open_entry(location, key, max_trace_bytes())
+        except FileNotFoundError:
+            continue
+        except Exception as exc:  # any damage to an entry means: rebuild it
+            log.debug("ignoring cache entry %s: %s", location, exc)
+            continue
+        if handle is None:
+            continue  # another file's or an older version's entry
+        try:
+            with handle:
+                return _read_entry(handle, path)
         except Exception as exc:  # any damage to an entry means: rebuild it
             log.debug("ignoring cache entry %s: %s", location, exc)
     return None
 
 
-def _read_entry(location: Path, key: str, path: Path) -> TraceFile | None:
-    with np.load(location, allow_pickle=False) as data:
+def _read_entry(handle: BinaryIO, path: Path) -> TraceFile:
+    _check_members(handle)
+    with np.load(handle, allow_pickle=False) as data:
         meta = _json().loads(bytes(data["__meta__"]).decode())
-        if meta.get("key") != key:
-            return None
         blob = bytes(data["__strings__"])
         offsets = data["__offsets__"]
         strings = [blob[offsets[i] : offsets[i + 1]].decode("utf-8", "surrogatepass") for i in range(offsets.size - 1)]
@@ -133,7 +152,20 @@ def _read_entry(location: Path, key: str, path: Path) -> TraceFile | None:
         raise ValueError("string ids out of range")
     if not isinstance(meta.get("header"), dict) or not isinstance(meta.get("warnings", []), list):
         raise ValueError("bad metadata")
-    return TraceFile(str(path), meta["header"], EventTable(columns, strings), meta.get("warnings", []))
+    header = validate.clean_header(meta["header"])
+    return TraceFile(path_text(path), header, EventTable(columns, strings), meta.get("warnings", []))
+
+
+def _check_members(handle: BinaryIO) -> None:
+    """Refuse an archive whose members would inflate: entries are written uncompressed, so a compressed
+    member (or more content than the file holds) is a crafted or foreign entry."""
+    start = handle.tell()
+    size = os.fstat(handle.fileno()).st_size - start
+    with zipfile.ZipFile(handle) as archive:
+        members = archive.infolist()
+    if any(m.compress_type != zipfile.ZIP_STORED for m in members) or sum(m.file_size for m in members) > size:
+        raise ValueError("compressed or oversized members")
+    handle.seek(start)
 
 
 def _string_columns(columns: dict[str, np.ndarray]) -> list[np.ndarray]:
@@ -154,8 +186,7 @@ def store(path: Path, key: str, trace: TraceFile) -> Path | None:
     }
     for location in writable_locations(path):
         try:
-            location.parent.mkdir(parents=True, exist_ok=True)
-            write_atomic(location, lambda handle: np.savez(handle, **arrays))
+            entry.write_entry(location, key, lambda handle: np.savez(handle, **arrays))
             return location
         except OSError as exc:
             log.debug("cannot write cache entry %s: %s", location, exc)

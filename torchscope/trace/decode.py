@@ -12,6 +12,7 @@ import msgspec
 from torchscope.trace import fastscan, schema
 from torchscope.trace.columns import ColumnBuilder
 from torchscope.trace.stream import Span, bracketed
+from torchscope.trace.validate import clean_header
 
 _MAX_HEADER_VALUE_BYTES = 64 << 20
 
@@ -57,7 +58,7 @@ def decode_header(raw_header: dict[str, msgspec.Raw]) -> dict[str, Any]:
             header[key] = msgspec.json.decode(value)
         except (msgspec.DecodeError, RecursionError):
             continue
-    return header
+    return clean_header(header)
 
 
 def decode_leniently(raws: list[msgspec.Raw]) -> DecodedBatch:

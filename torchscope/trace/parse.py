@@ -23,7 +23,8 @@ import msgspec
 import numpy as np
 
 from torchscope.errors import TraceFormatError
-from torchscope.trace import ranges, schema
+from torchscope.text import path_text
+from torchscope.trace import ranges, schema, validate
 from torchscope.trace.columns import ColumnBuilder
 from torchscope.trace.kinds import Kind
 from torchscope.trace.read import GZIP_MAGIC, estimated_text_bytes, iter_trace_chunks, read_trace_bytes
@@ -89,7 +90,7 @@ def _parse_parallel(path: Path, jobs: int, on_bytes: BytesDone) -> TraceFile:
     table, dropped = builder.finish(warnings)
     _check_events(table, path, dropped)
     _clean_times(table, warnings, path)
-    return TraceFile(str(path), header, table, warnings)
+    return TraceFile(path_text(path), header, table, warnings)
 
 
 def parse_trace_bytes(data: bytes, path: Path | str = "<bytes>", batch_bytes: int = BATCH_BYTES) -> TraceFile:
@@ -123,7 +124,7 @@ def _parse_stream(
     header = decode_header(stream.header)
     _check_events(table, path, dropped)
     _clean_times(table, warnings, path)
-    return TraceFile(str(path), header, table, warnings)
+    return TraceFile(path_text(path), header, table, warnings)
 
 
 def _without_utf8_bom(chunks: Iterable[bytes]) -> Iterator[bytes]:
@@ -135,7 +136,7 @@ def _without_utf8_bom(chunks: Iterable[bytes]) -> Iterator[bytes]:
         yield chunk
 
 
-def _parse_whole(data: bytes, path: Path | str) -> TraceFile:
+def _parse_whole(data: bytes | bytearray, path: Path | str) -> TraceFile:
     """Parse a whole text at once: the fallback for text the streaming walk cannot follow."""
     data = _to_utf8(data, path)
     if not data or data.isspace():
@@ -151,10 +152,10 @@ def _parse_whole(data: bytes, path: Path | str) -> TraceFile:
     table, dropped = builder.finish(warnings)
     _check_events(table, path, dropped)
     _clean_times(table, warnings, path)
-    return TraceFile(str(path), header, table, warnings)
+    return TraceFile(path_text(path), header, table, warnings)
 
 
-def _to_utf8(data: bytes, path: Path | str) -> bytes:
+def _to_utf8(data: bytes | bytearray, path: Path | str) -> bytes | bytearray:
     """Drop a UTF-8 byte-order mark; re-encode UTF-16 (with its BOM) as UTF-8."""
     if data.startswith(codecs.BOM_UTF8):
         return data[len(codecs.BOM_UTF8) :]
@@ -166,7 +167,7 @@ def _to_utf8(data: bytes, path: Path | str) -> bytes:
     return data
 
 
-def _decode_top_level(data: bytes, path: Path | str, warnings: list[str]) -> Any:
+def _decode_top_level(data: bytes | bytearray, path: Path | str, warnings: list[str]) -> Any:
     try:
         return schema.TOP_LEVEL_DECODER.decode(data)
     except msgspec.ValidationError as exc:  # valid JSON of the wrong shape (a subclass of DecodeError)
@@ -191,7 +192,7 @@ _ERROR_OFFSET = re.compile(r"\(byte (\d+)\)")
 _JSON_TYPE_NAMES = {"int": "number", "float": "number", "str": "string", "bool": "boolean"}
 
 
-def _has_non_standard_literal(data: bytes, exc: Exception) -> bool:
+def _has_non_standard_literal(data: bytes | bytearray, exc: Exception) -> bool:
     match = _ERROR_OFFSET.search(str(exc))
     if match is None:
         return False
@@ -208,7 +209,7 @@ def _describe_validation_error(exc: Exception) -> str:
     return f"invalid JSON value ({text})"
 
 
-def _describe_decode_error(exc: Exception, data: bytes) -> str:
+def _describe_decode_error(exc: Exception, data: bytes | bytearray) -> str:
     text = str(exc)
     if "truncated" in text:
         return "truncated JSON (the file ends in the middle of the data)"
@@ -251,7 +252,7 @@ def _check_events(table: EventTable, path: Path | str, dropped: int) -> None:
 def _clean_times(table: EventTable, warnings: list[str], path: Path | str) -> None:
     ts = table.columns["ts_us"]
     dur = table.columns["dur_us"]
-    bad_ts = ~np.isfinite(ts)
+    bad_ts = validate.implausible_timestamps(ts)
     metadata = table.columns["kind"] == Kind.METADATA
     if (bad_ts & metadata).any():  # process/thread names need no timestamp (Chrome trace format)
         first = float(ts[~bad_ts].min(initial=np.inf))
@@ -268,9 +269,9 @@ def _clean_times(table: EventTable, warnings: list[str], path: Path | str) -> No
     if negative.any():
         warnings.append(f"set {int(negative.sum())} negative duration(s) to 0")
         dur[negative] = 0.0
-    huge = ~np.isfinite(dur)
-    if huge.any():
-        warnings.append(f"set {int(huge.sum())} infinite duration(s) to 0")
+    huge = validate.implausible_durations(dur)
+    if huge.any():  # infinite, or longer than any capture: sums and percentages must stay finite
+        warnings.append(f"set {int(huge.sum())} infinite or implausible duration(s) (over {validate.MAX_DURATION_US:.0e} us) to 0")
         dur[huge] = 0.0
     if not (table.columns["kind"] != Kind.METADATA).any():
         raise TraceFormatError(path, "no usable events: no event has a valid timestamp")

@@ -1,7 +1,8 @@
 """Read a trace file's bytes with bounded memory: plain JSON, or gzip inflated in chunks.
 
-Guards against adversarial files: a file (or the inflated content of a `.gz`) larger than half of this
-machine's physical memory is refused with a clear error instead of driving the machine into swap or the
+Every trace file is opened through one guarded opener (`open_trace`: regular files only, so a FIFO or
+/dev/zero is refused instead of hanging). Guards against adversarial files: a file (or the inflated content
+of a `.gz`) larger than half of the memory this process may use (physical, or the cgroup limit) is refused with a clear error instead of driving the machine into swap or the
 OOM killer, and gzip content that does not start like JSON is rejected after the first chunk, so a
 "zip bomb" of zeros or binary data costs one chunk, not gigabytes.
 """
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import BinaryIO, Iterator
 
 from torchscope.errors import TraceFormatError
+from torchscope.files import FileTooLarge, NotRegularFile, open_regular, read_regular, size_text
 
 GZIP_MAGIC = b"\x1f\x8b"
 INFLATE_CHUNK_BYTES = 16 << 20
@@ -24,25 +26,59 @@ _JSON_FIRST_BYTES = frozenset(b"{[\xef\xff\xfe")
 
 
 def max_trace_bytes() -> int:
-    """The largest trace text torchscope will hold in memory: half of physical memory (at least 1 GiB)."""
+    """The largest trace text torchscope will hold in memory: half of the memory this process may use
+    (physical memory, or the container's cgroup limit when lower), at least 256 MiB."""
+    return max(usable_memory_bytes() // 2, 256 << 20)
+
+
+def usable_memory_bytes() -> int:
+    """Physical memory, or the cgroup (container) memory limit when that is lower."""
     try:
         physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError, AttributeError):  # pragma: no cover - not POSIX
-        return 1 << 40
-    return max(physical // 2, 1 << 30)
+        physical = 1 << 41
+    return min([physical, *_cgroup_limits()])
 
 
-def read_trace_bytes(path: Path) -> bytes:
-    """The JSON text of a trace file, gunzipping `.gz` (or any gzip-magic) content."""
-    limit = max_trace_bytes()
+def _cgroup_limits() -> list[int]:
+    limits = []
+    for name in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        try:
+            text = read_regular(Path(name), 4096).decode().strip()
+        except (OSError, UnicodeDecodeError):
+            continue
+        if text.isdigit() and int(text) > 0:
+            limits.append(int(text))
+    return limits
+
+
+def _limit_reason(limit: int) -> str:
+    return f"{_size(limit)}, half of the memory this process may use"
+
+
+def open_trace(path: Path, limit: int) -> BinaryIO:
+    """Open a trace file through the guarded opener: a regular file of at most `limit` bytes, never a
+    FIFO or device (which would hang or never end); raises TraceFormatError with the reason."""
     try:
-        if path.stat().st_size > limit:
-            raise TraceFormatError(path, f"file is larger than {_size(limit)} (half of this machine's memory)")
-        data = path.read_bytes()
+        return open_regular(path, limit)
+    except FileTooLarge:
+        raise TraceFormatError(path, f"file is larger than {_limit_reason(limit)}") from None
     except OSError as exc:
         raise _read_error(path, exc) from None
+
+
+def read_trace_bytes(path: Path) -> bytes | bytearray:
+    """The JSON text of a trace file, gunzipping `.gz` (or any gzip-magic) content."""
+    limit = max_trace_bytes()
+    with open_trace(path, limit) as handle:
+        try:
+            data = handle.read(limit + 1)
+        except OSError as exc:
+            raise _read_error(path, exc) from None
     if data[:2] == GZIP_MAGIC:
         return gunzip(data, path, limit)
+    if len(data) > limit:
+        raise TraceFormatError(path, f"file is larger than {_limit_reason(limit)}")
     return data
 
 
@@ -51,6 +87,8 @@ def _read_error(path: Path, exc: OSError) -> TraceFormatError:
         return TraceFormatError(path, "no such file")
     if isinstance(exc, IsADirectoryError):
         return TraceFormatError(path, "is a directory, not a trace file")
+    if isinstance(exc, NotRegularFile):
+        return TraceFormatError(path, f"{exc.strerror}, not a trace file")
     return TraceFormatError(path, f"cannot read file ({exc.strerror or exc})")
 
 
@@ -58,8 +96,8 @@ def estimated_text_bytes(path: Path) -> int | None:
     """The size of a trace's JSON text, to size its tables up front: the file size, or for gzip the
     size the trailer records (exact for one member under 4 GiB); None when unknown."""
     try:
-        size = path.stat().st_size
-        with path.open("rb") as handle:
+        with open_regular(path, max_trace_bytes()) as handle:
+            size = os.fstat(handle.fileno()).st_size
             if handle.read(2) != GZIP_MAGIC:
                 return size
             handle.seek(max(size - 4, 0))
@@ -75,21 +113,19 @@ def iter_trace_chunks(path: Path, chunk_bytes: int = READ_CHUNK_BYTES) -> Iterat
     Never holds more than one chunk (plus zlib's window): the streaming parser's input. The same checks
     as `read_trace_bytes` apply (missing file, directory, size limit, gzip bombs, damaged gzip)."""
     limit = max_trace_bytes()
-    try:
-        handle = open(path, "rb")
-    except OSError as exc:
-        raise _read_error(path, exc) from None
-    with handle:
+    with open_trace(path, limit) as handle:
         try:
-            if os.fstat(handle.fileno()).st_size > limit:
-                raise TraceFormatError(path, f"file is larger than {_size(limit)} (half of this machine's memory)")
             first = handle.read(chunk_bytes)
         except OSError as exc:
             raise _read_error(path, exc) from None
         if first[:2] == GZIP_MAGIC:
             yield from _inflate_chunks(first, handle, path, limit, chunk_bytes)
             return
+        produced = 0
         while first:
+            produced += len(first)
+            if produced > limit:  # it grew after the check
+                raise TraceFormatError(path, f"file is larger than {_limit_reason(limit)}")
             yield first
             first = handle.read(chunk_bytes)
 
@@ -120,9 +156,7 @@ def _inflate_chunks(
                     _check_json_start(chunk, path)
                 produced += len(chunk)
                 if produced > limit:
-                    raise TraceFormatError(
-                        path, f"gzip data inflates to more than {_size(limit)} (half of this machine's memory)"
-                    )
+                    raise TraceFormatError(path, f"gzip data inflates to more than {_limit_reason(limit)}")
                 yield chunk
         except zlib.error as exc:
             raise TraceFormatError(path, f"damaged gzip data ({exc})") from None
@@ -137,10 +171,13 @@ def _inflate_chunks(
             return  # trailing zero padding, as gzip(1) accepts
 
 
-def gunzip(data: bytes, path: Path | str, limit: int) -> bytes:
+def gunzip(data: bytes, path: Path | str, limit: int) -> bytes | bytearray:
     """Inflate all gzip members of `data`, refusing non-JSON content and more than `limit` bytes
     (the rules of `_inflate_chunks`)."""
-    return b"".join(_inflate_chunks(data, io.BytesIO(), path, limit, INFLATE_CHUNK_BYTES))
+    inflated = bytearray()  # grown in place: joining a list of chunks would need twice the memory
+    for chunk in _inflate_chunks(data, io.BytesIO(), path, limit, INFLATE_CHUNK_BYTES):
+        inflated += chunk
+    return inflated  # a bytearray reads as bytes everywhere the parser uses it
 
 
 def _check_json_start(chunk: bytes, path: Path | str) -> None:
@@ -150,4 +187,4 @@ def _check_json_start(chunk: bytes, path: Path | str) -> None:
 
 
 def _size(nbytes: int) -> str:
-    return f"{nbytes / (1 << 30):.1f} GiB" if nbytes >= 1 << 30 else f"{nbytes / (1 << 20):.1f} MiB"
+    return size_text(nbytes)
