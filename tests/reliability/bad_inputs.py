@@ -258,6 +258,12 @@ def _flipped_extract_entry(directory: Path) -> Path:
     return trace
 
 
+def _fifo_manifest(directory: Path) -> Path:
+    (directory / "host_1.1700000000000.pt.trace.json").write_bytes(dumps(synthetic_trace()))
+    os.mkfifo(directory / "run.json")  # read without the guarded opener, it would block for ever
+    return directory
+
+
 def _with_manifest(manifest: bytes) -> Callable[[Path], Path]:
     def build(directory: Path) -> Path:
         (directory / "host_1.1700000000000.pt.trace.json").write_bytes(dumps(synthetic_trace()))
@@ -443,6 +449,7 @@ CORPUS: tuple[BadInput, ...] = (
         {"world_size": "x", "status": 5, "activities": "cuda", "schedule": [1], "command": 7,
          "environment": "cpu_count=4"})),
         OK, ""),
+    BadInput("manifest_is_a_fifo", _fifo_manifest, OK, ""),
     BadInput("manifest_not_an_object", _with_manifest(b"[1, 2, 3]"), OK, ""),
     BadInput("one_rank_truncated", _two_ranks_one_truncated, OK, r"host_rank2\.1700000000000\.pt\.trace\.json: "
              r"truncated JSON .* \(rank skipped\)", check=_ranks([0, 1])),

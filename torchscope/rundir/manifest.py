@@ -19,7 +19,7 @@ import msgspec
 from msgspec import UNSET, UnsetType
 
 from torchscope import __version__
-from torchscope.files import write_atomic
+from torchscope.files import read_regular, write_atomic
 from torchscope.rundir.config import SCHEDULE_FIELDS, CaptureConfig
 from torchscope.rundir.layout import is_manifest_name
 
@@ -175,10 +175,8 @@ def read_manifests(path: Path) -> list[Manifest]:
 
 
 def _read_manifest(path: Path) -> Manifest | None:
-    try:
-        if path.stat().st_size > MAX_MANIFEST_BYTES:
-            return None
-        data = msgspec.json.decode(path.read_bytes())
+    try:  # a regular file only (a FIFO named run.json would block for ever), of a bounded size
+        data = msgspec.json.decode(read_regular(path, MAX_MANIFEST_BYTES))
     except (OSError, msgspec.DecodeError, RecursionError):
         return None
     return _manifest_from_json(data) if isinstance(data, dict) else None
