@@ -131,3 +131,19 @@ def test_a_saved_version_1_report_is_a_valid_baseline(tmp_path: Path) -> None:
     assert data.change_pp < -25  # num_workers=4 hides the loading that num_workers=0 exposed
     assert any(f.id == "data_loading.exposed" and f.new_share is not None and f.base_share is not None
                and f.new_share < f.base_share for f in diff.findings)
+
+
+def test_the_html_diff_is_one_static_page_with_user_text_escaped(tmp_path: Path) -> None:
+    hostile = "</script><img src=x onerror=alert(1)>"
+    b = TraceBuilder()
+    for i in range(4):
+        b.step(i + 2, i * 10_000.0, 9_000)
+        b.op(hostile, i * 10_000.0 + 10, 5_000)
+    base = b.write(tmp_path / "a" / "t.pt.trace.json")
+    new = _trace(tmp_path / "b" / "t.pt.trace.json", 10_000)
+    out = tmp_path / "diff.html"
+    assert cli.main(["diff", str(base), str(new), "--format", "html", "-o", str(out), "--no-cache", "--jobs", "1"]) == 0
+    page = out.read_text()
+    assert page.startswith("<!doctype html>") and "<script" not in page and "http" not in page.split("</style>")[1]
+    assert hostile not in page and "&lt;/script&gt;&lt;img src=x onerror=alert(1)&gt;" in page
+    assert "Step time" in page and "removed" in page

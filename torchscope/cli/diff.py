@@ -10,7 +10,7 @@ from typing import Any
 
 from torchscope.errors import InputError
 
-DIFF_FORMATS = ("terminal", "json")
+DIFF_FORMATS = ("terminal", "json", "html")
 
 
 def add_gate_options(parser: argparse.ArgumentParser, default_slower: str | None) -> None:
@@ -68,6 +68,10 @@ def _render(args: argparse.Namespace, diff: Any) -> str:
         import msgspec
 
         return msgspec.json.format(msgspec.json.encode(diff), indent=2).decode()
+    if args.format == "html":
+        from torchscope.render.diff_html import render_diff_html
+
+        return render_diff_html(diff)
     from torchscope.render.diff_terminal import render_diff_terminal
 
     color = args.output is None and sys.stdout.isatty()
