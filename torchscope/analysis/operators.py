@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from torchscope.analysis.flops import event_flops
 from torchscope.analysis.markers import own_marker_mask
 from torchscope.analysis.nesting import HostTree, accumulate_up, launcher_of_device_events, nearest_ancestor_of
 from torchscope.analysis.steps import step_name_mask
@@ -63,6 +64,9 @@ def operator_rows(events: EventTable, times: OpTimes, by_shape: bool = False) ->
         "device_self_us": np.bincount(group, times.device_self_us[ops], unique.size),
         "device_total_us": np.bincount(group, times.device_total_us[ops], unique.size),
     }
+    flops = event_flops(events, ops)
+    known = np.bincount(group, np.isfinite(flops), unique.size) > 0
+    flops_sum = np.bincount(group, np.nan_to_num(flops, nan=0.0), unique.size)
     rows = []
     for g, k in enumerate(unique.tolist()):
         rows.append(
@@ -74,6 +78,7 @@ def operator_rows(events: EventTable, times: OpTimes, by_shape: bool = False) ->
                 device_self_us=float(sums["device_self_us"][g]),
                 device_total_us=float(sums["device_total_us"][g]),
                 input_shapes=events.strings[k & 0xFFFFFFFF] if by_shape else None,
+                flops=float(flops_sum[g]) if known[g] else None,
             )
         )
     return rows
@@ -109,6 +114,8 @@ def merge_operator_rows(tables: list[list[OperatorRow]]) -> list[OperatorRow]:
             seen.host_total_us += row.host_total_us
             seen.device_self_us += row.device_self_us
             seen.device_total_us += row.device_total_us
+            if row.flops is not None:
+                seen.flops = (seen.flops or 0.0) + row.flops
     return sorted(merged.values(), key=lambda r: (-(r.device_self_us + r.host_self_us), r.name))
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from functools import partial
 from typing import Any, Callable, Optional
 
-from torchscope.analysis import host, whatif
+from torchscope.analysis import host, patterns, whatif
 from torchscope.analysis.reduce import merge_sections
 from torchscope.analysis.registry import Analysis, Part
 from torchscope.analysis.span import SpanInput
@@ -81,4 +81,5 @@ SECTIONS: tuple[Analysis[Any], ...] = (
     _section("dataloader", dataloader),
     _section("idle", idle),
     _section("savings", whatif.savings),
+    _section("patterns", patterns.patterns),
 )

@@ -34,6 +34,8 @@ RULES: tuple[Rule, ...] = (
     rules_device.compute_layout_transposes,
     rules_device.compute_cudnn_benchmark_off,
     rules_device.compute_low_occupancy,
+    rules_device.compute_conv_bias_before_batch_norm,
+    rules_device.compute_half_matmul_misaligned,
     rules_device.memory_near_capacity,
     rules_distributed.communication_share,
     rules_distributed.straggler_rank,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Optional
 
+from torchscope.analysis.peaks import gpu_peak
 from torchscope.diagnose.context import Context, pct
 from torchscope.diagnose.rule import WARNING, Threshold, Verdict, by_share, rule
 from torchscope.diagnose.rules_host import TORCH_COMPILE, idle_share, is_launch_bound, top_idle_host_ops, unexplained_idle_share
@@ -196,10 +197,11 @@ def compute_bound(ctx: Context) -> Optional[Verdict]:
         if ctx.has_device
         else f"forward and backward operators fill {pct(share)} of the step"
     )
+    roofline = matmul_roofline(ctx, share * ctx.mean_step_us * ctx.steps / 1e6)
     return Verdict(
-        title=f"Compute-bound: {where}; no input, host or synchronisation bottleneck found",
+        title=f"Compute-bound: {where}; no input, host or synchronisation bottleneck found" + _roofline_text(roofline),
         share=None,
-        evidence={"compute_share": share, "top_operators": [op.name for op in ctx.report.operators[:3]]},
+        evidence={"compute_share": share, "top_operators": [op.name for op in ctx.report.operators[:3]], **roofline},
         recommendation=(
             "Speed comes from doing the math faster: mixed precision (torch.autocast), torch.compile, "
             "channels_last for convnets, cudnn.benchmark=True for fixed shapes, or a larger batch per step."
@@ -250,4 +252,89 @@ def memory_near_capacity(ctx: Context) -> Optional[Verdict]:
         evidence={"peak_allocated_bytes": peak, "total_memory_bytes": total, "ratio": ratio},
         recommendation="Close to out-of-memory (and allocator retries): use activation checkpointing, mixed precision, "
         "a smaller micro-batch with gradient accumulation, or PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True.",
+    )
+
+
+MATMUL_TIME_SHARE = 0.2  # below this share of the compute time, the matmuls' rate says little about the run
+
+
+def matmul_roofline(ctx: Context, compute_seconds: float) -> dict[str, Optional[float]]:
+    """Achieved GFLOP/s of the matmul-family ops (FLOPs from input shapes over their time) and the GPU's
+    datasheet FP32 peak (None: unknown; CPU peaks are not measured yet); empty when matmuls take under
+    a fifth of the compute time (e.g. a convnet's classifier: convolution FLOPs are not counted yet)."""
+    rows = [op for op in ctx.report.operators if op.flops]
+    seconds = sum((op.device_total_us or op.host_total_us) for op in rows) / 1e6
+    if not rows or seconds <= 0 or seconds < MATMUL_TIME_SHARE * compute_seconds:
+        return {}
+    achieved = sum(op.flops or 0.0 for op in rows) / seconds / 1e9
+    peak = gpu_peak(ctx.report.device.name) if ctx.report.device.present else None
+    return {
+        "matmul_gflops": achieved,
+        "peak_fp32_gflops": 1e3 * peak.fp32_tflops if peak else None,
+        "matmul_share_of_fp32_peak": achieved / (1e3 * peak.fp32_tflops) if peak else None,
+    }
+
+
+def _roofline_text(roofline: dict[str, Optional[float]]) -> str:
+    achieved, share = roofline.get("matmul_gflops"), roofline.get("matmul_share_of_fp32_peak")
+    if achieved is None:
+        return ""
+    return f"; matmuls run at {achieved:,.1f} GFLOP/s" + (f" ({pct(share)} of the FP32 peak)" if share is not None else "")
+
+
+CONV_BIAS_BN = Threshold(0, "any convolution with a bias followed by batch_norm (torch.profiler `_pattern_matcher` Conv2dBiasFollowedByBatchNorm2dPattern)")
+
+
+@rule(
+    "compute.conv_bias_before_batch_norm",
+    "compute",
+    CONV_BIAS_BN,
+    fixes=(
+        Fix(
+            kind="code_change",
+            target="torch.nn.Conv2d",
+            value="torch.nn.Conv2d(..., bias=False)",
+            summary="the batch norm subtracts the mean, so the convolution's bias is computed and then cancelled",
+        ),
+    ),
+)
+def compute_conv_bias_before_batch_norm(ctx: Context) -> Optional[Verdict]:
+    """Convolutions with a bias right before a batch norm: wasted work (no time estimate)."""
+    count = ctx.report.measurements.patterns.conv_bias_before_batch_norm_per_step
+    if count <= CONV_BIAS_BN.value:
+        return None
+    return Verdict(
+        title=f"{count:.0f} convolution(s) per step add a bias that the next batch norm cancels",
+        share=None,
+        evidence={"conv_bias_before_batch_norm_per_step": count},
+        recommendation="Create those convolutions with bias=False: batch norm subtracts the mean, which removes the bias.",
+    )
+
+
+HALF_ALIGNMENT = Threshold(0, "any FP16/BF16 matmul with a dimension not a multiple of 8 (torch.profiler `_pattern_matcher` MatMulDimInFP16Pattern)")
+
+
+@rule(
+    "compute.half_matmul_misaligned",
+    "compute",
+    HALF_ALIGNMENT,
+    fixes=(
+        Fix(
+            kind="code_change",
+            target="tensor shapes",
+            value="pad hidden sizes, vocabulary and batch to multiples of 8",
+            summary="tensor cores run FP16/BF16 GEMMs whose dimensions are multiples of 8",
+        ),
+    ),
+)
+def compute_half_matmul_misaligned(ctx: Context) -> Optional[Verdict]:
+    """Reduced-precision matmuls with dimensions tensor cores cannot tile (no time estimate)."""
+    count = ctx.report.measurements.patterns.half_matmuls_misaligned_per_step
+    if count <= HALF_ALIGNMENT.value:
+        return None
+    return Verdict(
+        title=f"{count:.0f} FP16/BF16 matmul(s) per step have a dimension that is not a multiple of 8",
+        share=None,
+        evidence={"half_matmuls_misaligned_per_step": count},
+        recommendation="Pad the matrix dimensions (hidden size, vocabulary, batch) to multiples of 8 so tensor cores can run them.",
     )

@@ -147,6 +147,13 @@ class Savings(Section):
     measured_step_us: PerStep = 0.0
 
 
+class Patterns(Section):
+    """Anti-patterns of torch.profiler's pattern matcher measured on their own (analysis/patterns.py)."""
+
+    conv_bias_before_batch_norm_per_step: PerStep = 0.0
+    half_matmuls_misaligned_per_step: PerStep = 0.0
+
+
 class Measurements(msgspec.Struct, kw_only=True):
     """Every measurement section of a run (each at its defaults when no span had it)."""
 
@@ -160,6 +167,7 @@ class Measurements(msgspec.Struct, kw_only=True):
     dataloader: DataLoader = msgspec.field(default_factory=DataLoader)
     idle: DeviceIdle = msgspec.field(default_factory=DeviceIdle)
     savings: Savings = msgspec.field(default_factory=Savings)
+    patterns: Patterns = msgspec.field(default_factory=Patterns)
 
 
 SECTION_TYPES: dict[str, type[Section]] = {f.name: f.type for f in msgspec.structs.fields(Measurements)}

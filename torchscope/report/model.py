@@ -59,6 +59,13 @@ class OperatorRow(msgspec.Struct, kw_only=True):
     device_self_us: float = 0.0
     device_total_us: float = 0.0
     input_shapes: Optional[str] = None  # set in the by-shape table
+    flops: Optional[float] = None  # total over the calls, from input shapes (matmul family); None: unknown
+
+    @property
+    def achieved_flops_per_s(self) -> Optional[float]:
+        """FLOP/s over the op's time: its device time where it launched device work, else its host time."""
+        seconds = (self.device_total_us or self.host_total_us) / 1e6
+        return self.flops / seconds if self.flops is not None and seconds > 0 else None
 
 
 class KernelRow(msgspec.Struct, kw_only=True):

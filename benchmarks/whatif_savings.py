@@ -1,0 +1,105 @@
+"""Predicted vs measured saving of each planted bottleneck (examples/bottlenecks/).
+
+    .venv/bin/python benchmarks/whatif_savings.py [--runs 3] [--active 5]
+
+For each planted script: capture it as written and with its fix applied for real
+(`TORCHSCOPE_EXAMPLE_FIXED=1`: num_workers=2, foreach=True, a batched forward, a checkpoint every 100
+steps), `--runs` times each, alternating. The prediction is the planted finding's saving
+(`time_share`, low..high) times the unfixed run's mean step; the measured saving is the difference of
+the median mean steps. Prints a markdown table (docs/rules.md holds one). Not a test: it takes minutes
+and its answer depends on how busy the machine is.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+import torchscope  # noqa: E402
+from torchscope.report.model import Finding, Report  # noqa: E402
+
+# script -> the finding id that names its planted problem
+PLANTED = {
+    "slow_getitem.py": "data_loading.exposed",
+    "python_loop_forward.py": "host_overhead.dispatch",
+    "adam_foreach_false.py": "optimizer.step",
+    "checkpoint_every_step.py": "outside_steps.work",
+}
+
+
+@dataclass(frozen=True)
+class Case:
+    script: str
+    finding: Finding
+    step_us: float
+    fixed_step_us: float
+
+    @property
+    def measured_us(self) -> float:
+        return self.step_us - self.fixed_step_us
+
+    def predicted_us(self, share: float | None) -> float:
+        return (share or 0.0) * self.step_us
+
+
+def capture(script: str, fixed: bool, active: int, out: Path) -> Report:
+    env = {**os.environ, "TORCHSCOPE_EXAMPLE_FIXED": "1" if fixed else "0"}
+    command = [sys.executable, "-m", "torchscope", "run", "--out", str(out), "--no-report",
+               "--wait", "1", "--warmup", "1", "--active", str(active), str(REPO / "examples" / "bottlenecks" / script)]
+    subprocess.run(command, check=True, capture_output=True, env=env, timeout=600)
+    return torchscope.analyze(out, jobs=1, use_cache=False)
+
+
+def measure(script: str, runs: int, active: int, root: Path) -> Case:
+    plain: list[Report] = []
+    fixed: list[Report] = []
+    for i in range(runs):  # alternate, so a change in machine load hits both sides alike
+        plain.append(capture(script, False, active, root / f"{script}-plain-{i}"))
+        fixed.append(capture(script, True, active, root / f"{script}-fixed-{i}"))
+    middle = sorted(plain, key=lambda r: r.mean_step_us)[len(plain) // 2]
+    finding = next(f for f in middle.findings if f.id == PLANTED[script])
+    return Case(script, finding, middle.mean_step_us, statistics.median(r.mean_step_us for r in fixed))
+
+
+def table(cases: list[Case]) -> str:
+    rows = [
+        "| script | finding | step (ms) | fixed step (ms) | predicted saving (ms) | range (ms) | measured saving (ms) | error |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for c in cases:
+        predicted = c.predicted_us(c.finding.time_share)
+        error = (predicted - c.measured_us) / c.measured_us if c.measured_us else float("nan")
+        rows.append(
+            f"| `{c.script}` | `{c.finding.id}` | {c.step_us / 1e3:.1f} | {c.fixed_step_us / 1e3:.1f} | "
+            f"{predicted / 1e3:.1f} | {c.predicted_us(c.finding.time_share_low) / 1e3:.1f}-"
+            f"{c.predicted_us(c.finding.time_share_high) / 1e3:.1f} | {c.measured_us / 1e3:.1f} | {100 * error:+.0f} % |"
+        )
+    return "\n".join(rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=3, help="captures per variant (the median is kept)")
+    parser.add_argument("--active", type=int, default=5, help="profiled steps per capture")
+    parser.add_argument("--only", nargs="*", default=list(PLANTED), help="scripts to run")
+    args = parser.parse_args(argv)
+    load = os.getloadavg()[0]
+    with tempfile.TemporaryDirectory() as folder:
+        cases = [measure(script, args.runs, args.active, Path(folder)) for script in args.only]
+    print(table(cases))
+    print(f"\n{args.runs} captures per variant, {args.active} profiled steps each; load average {load:.2f} before, "
+          f"{os.getloadavg()[0]:.2f} after; {os.cpu_count()} CPUs.")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

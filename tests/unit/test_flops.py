@@ -1,0 +1,77 @@
+"""FLOPs of matmul-family operators from input shapes, checked against hand computation, and the
+roofline figures the compute verdict quotes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import torchscope
+from helpers.trace_builder import TraceBuilder
+from torchscope.analysis.flops import op_flops
+from torchscope.analysis.peaks import gpu_peak
+
+
+@pytest.mark.parametrize(
+    ("name", "dims", "flops"),
+    [
+        ("aten::mm", "[[128, 256], [256, 512]]", 2 * 128 * 256 * 512),
+        ("aten::matmul", "[[8, 10], [10, 64]]", 2 * 8 * 10 * 64),
+        ("aten::addmm", "[[1000],[32,2048],[2048,1000],[],[]]", 2 * 32 * 2048 * 1000),  # ResNet-50's fc layer
+        ("aten::bmm", "[[4, 16, 32], [4, 32, 8]]", 2 * 4 * 16 * 32 * 8),
+        ("aten::baddbmm", "[[4, 16, 8], [4, 16, 32], [4, 32, 8], [], []]", 2 * 4 * 16 * 32 * 8),
+        ("aten::linear", "[[8, 64], [10, 64], [10]]", 2 * 8 * 64 * 10),
+        ("aten::linear", "[[4, 7, 64], [10, 64], []]", 2 * 4 * 7 * 64 * 10),  # batch dims multiply
+    ],
+)
+def test_flops_by_hand(name: str, dims: str, flops: int) -> None:
+    assert op_flops(name, dims) == flops
+
+
+@pytest.mark.parametrize(
+    ("name", "dims"),
+    [("aten::mm", "[[128, 256], [255, 512]]"), ("aten::mm", ""), ("aten::mm", "not json"), ("aten::relu", "[[8, 8]]"),
+     ("aten::convolution", "[[8, 3, 48, 48], [32, 3, 3, 3], [32], [], [], [], [], [], []]")],
+)
+def test_no_flops_where_the_shapes_do_not_say(name: str, dims: str) -> None:
+    assert op_flops(name, dims) is None
+
+
+def test_operator_rows_carry_flops_and_achieved_rate(tmp_path: Path) -> None:
+    b = TraceBuilder()
+    for i in range(3):
+        b.step(i, i * 1000.0, 1000.0)
+        b.op("aten::mm", i * 1000.0 + 10, 100, **{"Input Dims": [[128, 256], [256, 512]]})
+        b.op("aten::relu", i * 1000.0 + 200, 50, **{"Input Dims": [[128, 512]]})
+    report = torchscope.analyze(b.write(tmp_path / "t.pt.trace.json"), jobs=1, use_cache=False)
+    rows = {op.name: op for op in report.operators}
+    assert rows["aten::mm"].flops == 3 * 2 * 128 * 256 * 512
+    assert rows["aten::mm"].achieved_flops_per_s == pytest.approx(2 * 128 * 256 * 512 / 100e-6)
+    assert rows["aten::relu"].flops is None and rows["aten::relu"].achieved_flops_per_s is None
+
+
+def test_gpu_peaks_by_reported_name() -> None:
+    v100 = gpu_peak("Tesla V100-DGXS-32GB")
+    assert v100 is not None and v100.fp32_tflops == 15.7
+    a100 = gpu_peak("NVIDIA A100-SXM4-80GB")
+    assert a100 is not None and a100.fp32_tflops == 19.5
+    pcie = gpu_peak("NVIDIA H100 PCIe")
+    assert pcie is not None and pcie.fp32_tflops == 51.2
+    assert gpu_peak("Some Future GPU") is None
+
+
+def test_compute_verdict_quotes_the_matmul_rate_against_the_gpu_peak() -> None:
+    from test_rules_support import finding, gpu, report
+    from torchscope.report.model import OperatorRow
+
+    # 4 steps of 10 ms at 80 % kernels: 32 ms of compute; the mm rows take 16 ms of device time.
+    mm = OperatorRow(name="aten::mm", calls=40, host_self_us=400, host_total_us=800, device_self_us=16_000,
+                     device_total_us=16_000, flops=40 * 2 * 4096**3)
+    f = finding(report(device=gpu(name="Tesla V100-SXM2-16GB"), breakdown={"kernel": 0.8}, operators=[mm]), "compute.bound")
+    gflops = 40 * 2 * 4096**3 / 16e-3 / 1e9  # 343,597 GFLOP/s: more than a V100 can do, but a hand figure
+    assert f.evidence["matmul_gflops"] == pytest.approx(gflops, rel=1e-3)
+    assert f.evidence["peak_fp32_gflops"] == 15_700
+    assert f.evidence["matmul_share_of_fp32_peak"] == pytest.approx(gflops / 15_700, rel=1e-3)
+    small = OperatorRow(name="aten::mm", calls=1, host_self_us=1, host_total_us=2, device_total_us=100, flops=1e6)
+    assert "matmul_gflops" not in finding(report(device=gpu(), breakdown={"kernel": 0.8}, operators=[small]), "compute.bound").evidence
