@@ -22,9 +22,11 @@ from typing import Any
 import torch
 import torch.profiler
 
+from torchscope.capture import conflicts
 from torchscope.capture.environment import capture_environment
 from torchscope.capture.notices import describe, warn_line
 from torchscope.capture.phases import PhaseHooks
+from torchscope.capture.quiet import native_stderr_filtered
 from torchscope.capture.rundir import DistEnv, choose_run_dir, detect_dist_env, worker_name
 from torchscope.capture.signals import DeferredSignals, SigtermSaver
 from torchscope.capture.steps import StepDetector
@@ -67,6 +69,7 @@ class Profiler:
             saved (``repeat`` windows, or one if ``repeat`` is 0).
         command: the command line recorded in the manifest (default ``sys.argv``).
         save_on_sigterm: on SIGTERM, save the partial trace and manifest, then die by SIGTERM as usual.
+        verbose: keep torch's and Kineto's own log lines about the capture on stderr (capture/quiet.py).
     """
 
     def __init__(
@@ -88,6 +91,7 @@ class Profiler:
         auto_step: bool = False,
         command: list[str] | None = None,
         save_on_sigterm: bool = True,
+        verbose: bool = False,
     ) -> None:
         self.config = CaptureConfig(
             out=out,
@@ -107,6 +111,7 @@ class Profiler:
         self.auto_step = auto_step
         self.command = list(command) if command is not None else list(sys.argv)
         self.save_on_sigterm = save_on_sigterm
+        self._quiet = not verbose  # torch's and Kineto's log lines about the capture (capture/quiet.py)
 
         self.run_dir: Path | None = None
         self.steps_seen = 0
@@ -126,6 +131,9 @@ class Profiler:
         self._closed = False
         self._prof_failed = False  # the torch profiler failed to start or to step
         self._trace_failed = False  # a trace file could not be written
+        self._stepped_aside = False  # the program started its own profiler (see step_aside)
+        self._chosen_dir = ""  # the run directory as chosen (maybe relative), and the cwd then
+        self._start_cwd = ""
 
     # -- public API ------------------------------------------------------------------------------
 
@@ -135,6 +143,18 @@ class Profiler:
         if self._writer is None or self.run_dir is None:
             return []
         return [self.run_dir / name for name in self._writer.files]
+
+    @property
+    def run_dir_text(self) -> str:
+        """The run directory as the user named it (relative to where the run started), or absolute when
+        the program changed its working directory since."""
+        if self.run_dir is None:
+            return ""
+        try:
+            moved = os.getcwd() != self._start_cwd
+        except OSError:  # the working directory was removed
+            moved = True
+        return str(self.run_dir) if moved else self._chosen_dir
 
     @property
     def recording(self) -> bool:
@@ -170,7 +190,10 @@ class Profiler:
     def _start(self) -> None:
         self.dist = detect_dist_env()
         try:
-            self.run_dir = choose_run_dir(self.config.out, self.name, self.dist)
+            chosen = choose_run_dir(self.config.out, self.name, self.dist)
+            self._chosen_dir, self._start_cwd = str(chosen), os.getcwd()
+            # Absolute now, before the script runs: its os.chdir must not move the traces.
+            self.run_dir = Path(os.path.abspath(chosen))
         except CaptureError as exc:
             self._problem(f"{exc}; profiling is off for this run")
             return
@@ -195,9 +218,10 @@ class Profiler:
         if self._prof is None:
             return
         self.steps_seen += 1
-        with self._signals:
+        with self._signals, conflicts.own_call(self):
             try:
-                self._prof.step()
+                with native_stderr_filtered(self._quiet):
+                    self._prof.step()
             except Exception as exc:
                 self._prof_failed = True
                 self._problem(f"torch.profiler failed at step {self.steps_seen}: {describe(exc)}; profiling stopped")
@@ -265,12 +289,14 @@ class Profiler:
                 with_stack=c.with_stack,
                 with_flops=c.with_flops,
             )
-            prof.start()
+            with conflicts.own_call(self), native_stderr_filtered(self._quiet):
+                prof.start()
         except Exception as exc:
             self._prof_failed = True
             self._problem(f"torch.profiler failed to start: {describe(exc)}; profiling is off for this run")
             return
         self._prof = prof
+        conflicts.activate(self)
 
     def _install_hooks(self) -> None:
         if self.auto_step:
@@ -297,13 +323,26 @@ class Profiler:
         prof, self._prof = self._prof, None
         if prof is None:
             return
+        conflicts.deactivate(self)
         try:
-            prof.stop()  # in an active window this exports what was recorded so far (a partial trace)
+            with conflicts.own_call(self), native_stderr_filtered(self._quiet):
+                prof.stop()  # in an active window this exports what was recorded so far (a partial trace)
         except Exception as exc:
             self._problem(f"torch.profiler failed to stop: {describe(exc)}")
 
+    def step_aside(self) -> None:
+        """The program starts a profiler of its own (``torch.profiler.profile``, ``torchscope.profile()``):
+        stop recording and remove the hooks, so that one works as under plain python. One warning."""
+        if self._prof is None:
+            return
+        self._stepped_aside = True
+        self._problem("the script starts its own profiler; torchscope steps aside (this run records no more)")
+        self._stop_profiler()
+        if self._hooks is not None:
+            self._hooks.retire()
+
     def _note_missing_trace(self) -> None:
-        if self.run_dir is None or self._prof_failed or self.trace_files or self._trace_failed:
+        if self.run_dir is None or self._prof_failed or self.trace_files or self._trace_failed or self._stepped_aside:
             return
         c = self.config
         first_active = c.skip_first + c.wait + c.warmup

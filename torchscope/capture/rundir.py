@@ -6,7 +6,8 @@ Rules (docs/run-directory.md):
 
 * ``out`` does not exist: it becomes the run directory.
 * ``out`` exists: a new folder ``<name>-<YYYYmmdd-HHMMSS>[-N]`` inside it, made with an exclusive
-  ``mkdir`` so that concurrent runs never share (and clobber) one.
+  ``mkdir`` so that concurrent runs never share (and clobber) one; when ``out`` is itself a run directory
+  (it holds a manifest or a trace), a sibling ``<out>-N`` instead, so a run is never merged into another.
 * Distributed (world size > 1): every rank of one launch must pick the same folder without talking to
   the others, so the name comes from the launch (``TORCHELASTIC_RUN_ID``, else the launcher's pid and
   start time) instead of the clock, and ranks join the folder instead of racing for it.
@@ -124,6 +125,8 @@ def _exclusive_run_dir(out: Path, name: str, now: float | None) -> Path:
             pass
     if not out.is_dir():
         raise NotADirectoryError(20, "not a directory", str(out))
+    if _holds_a_run(out):
+        return _sibling_run_dir(out)
     stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now))
     for n in range(_MAX_SUFFIX):
         candidate = out / (f"{name}-{stamp}" if n == 0 else f"{name}-{stamp}-{n}")
@@ -133,6 +136,27 @@ def _exclusive_run_dir(out: Path, name: str, now: float | None) -> Path:
         except FileExistsError:
             continue
     raise FileExistsError(17, "too many runs with the same name and time", str(out))
+
+
+def _holds_a_run(folder: Path) -> bool:
+    """Whether `folder` is itself a run directory (a manifest or a trace in it): a new run inside it
+    would be read as more ranks of that run."""
+    try:
+        return any(layout.is_manifest_name(e.name) or layout.TRACE_NAME.match(e.name) for e in os.scandir(folder))
+    except OSError:
+        return False
+
+
+def _sibling_run_dir(out: Path) -> Path:
+    """`<out>-2`, `<out>-3`, ...: a run directory of its own beside an earlier run's (exclusive mkdir)."""
+    for n in range(2, _MAX_SUFFIX):
+        candidate = out.with_name(f"{out.name}-{n}")
+        try:
+            candidate.mkdir()
+            return candidate
+        except FileExistsError:
+            continue
+    raise FileExistsError(17, "too many runs beside this one", str(out))
 
 
 def _join_launch_dir(out: Path, name: str, tag: str) -> Path:

@@ -62,6 +62,7 @@ class RunOutcome:
     profiler: Profiler
     exception: BaseException | None = None  # to print as Python would (traceback already trimmed)
     exit_message: str | None = None  # sys.exit("msg"): Python prints it on stderr
+    forked_child: bool = False  # a process the script forked ended here: no end-of-run work in it
 
     @property
     def run_dir(self) -> Path | None:
@@ -74,24 +75,33 @@ def check_target(target: Target) -> None:
         if not os.path.exists(target.name):
             raise InputError(f"can't open file {target.name!r}: [Errno 2] No such file or directory")
         return
+    saved_path = sys.path[:]
+    sys.path[0:1] = [os.getcwd()]  # as `python -m` searches (not the console script's folder)
     try:
         spec = importlib.util.find_spec(target.name)
     except (ImportError, ValueError) as exc:
         raise TorchscopeError(f"Error while finding module specification for {target.name!r} ({exc})") from exc
+    finally:
+        sys.path[:] = saved_path
     if spec is None:
         raise TorchscopeError(f"No module named {target.name}")
 
 
-def run_target(target: Target, config: CaptureConfig) -> RunOutcome:
+def run_target(target: Target, config: CaptureConfig, verbose: bool = False) -> RunOutcome:
     """Run ``target`` under the profiler and return its outcome. Never raises for the script's sake:
-    ``SystemExit``, ``KeyboardInterrupt`` and exceptions become the outcome."""
+    ``SystemExit``, ``KeyboardInterrupt`` and exceptions become the outcome. Unless ``verbose``, torch's
+    and Kineto's log lines about the capture are kept off stderr (capture/quiet.py)."""
     check_target(target)
-    from torchscope.capture.profiler import CaptureComplete, Profiler
+    from torchscope.capture.quiet import quiet_torch_import
+
+    with quiet_torch_import(not verbose):
+        from torchscope.capture.profiler import CaptureComplete, Profiler
 
     # The config's fields are the Profiler's first keywords.
-    profiler = Profiler(**asdict(config), name=target.run_name, auto_step=True, command=target.command)
+    profiler = Profiler(**asdict(config), name=target.run_name, auto_step=True, command=target.command, verbose=verbose)
     saved_argv, saved_path = sys.argv[:], sys.path[:]
     outcome: RunOutcome | None = None
+    started_pid = os.getpid()
     try:
         _prepare_sys(target)
         profiler.start()
@@ -108,7 +118,9 @@ def run_target(target: Target, config: CaptureConfig) -> RunOutcome:
             outcome = RunOutcome(1, "error", profiler, exception=_trimmed(exc))
     finally:
         try:
-            if outcome is not None:
+            if os.getpid() != started_pid:
+                pass  # a forked child left the script (sys.exit in it): the capture is its parent's to end
+            elif outcome is not None:
                 profiler.close(outcome.status, outcome.exit_code)
             else:
                 profiler.close("error")
@@ -116,6 +128,7 @@ def run_target(target: Target, config: CaptureConfig) -> RunOutcome:
             sys.argv[:] = saved_argv
             sys.path[:] = saved_path
     assert outcome is not None  # every way out of the script is caught above
+    outcome.forked_child = os.getpid() != started_pid
     return outcome
 
 
@@ -138,11 +151,34 @@ def _is_zip(path: str) -> bool:
 
 def _execute(target: Target) -> None:
     if target.kind == "module":
-        runpy.run_module(target.name, run_name="__main__", alter_sys=True)
+        _run_module(target.name)
     elif os.path.isdir(target.name) or _is_zip(target.name):
         runpy.run_path(target.name, run_name="__main__")
     else:
         _run_script_file(target.name)
+
+
+def _fresh_main(**fields: object) -> types.ModuleType:
+    """A `__main__` module with the globals python gives one (`__annotations__`, `__builtins__`, ...)."""
+    main = types.ModuleType("__main__")
+    main.__dict__.update(__annotations__={}, __builtins__=builtins, **fields)
+    return main
+
+
+def _run_module(name: str) -> None:
+    """Run a module as ``python -m name``: in a fresh ``__main__`` module, with runpy's own ``-m`` entry
+    point (the one python uses), so globals, ``sys.argv[0]`` and ``__spec__`` are python's."""
+    run_as_main = getattr(runpy, "_run_module_as_main", None)
+    if run_as_main is None:  # pragma: no cover - every CPython since 2.7 has it
+        runpy.run_module(name, run_name="__main__", alter_sys=True)
+        return
+    saved_main = sys.modules.get("__main__")
+    sys.modules["__main__"] = _fresh_main(__file__=None, __cached__=None)
+    try:
+        run_as_main(name, True)
+    finally:
+        if saved_main is not None:
+            sys.modules["__main__"] = saved_main
 
 
 def _run_script_file(path: str) -> None:
@@ -151,18 +187,16 @@ def _run_script_file(path: str) -> None:
     Not ``runpy.run_path``: it rewrites ``sys.argv[0]``, and Python >= 3.9 keeps ``argv[0]`` as typed
     while giving ``__main__`` an absolute ``__file__`` (also the file name in tracebacks).
     """
-    filename = os.path.abspath(path)
+    filename = path if os.path.isabs(path) else os.path.join(os.getcwd(), path)  # as python: `./x.py` stays in it
     with open(filename, "rb") as fh:  # bytes: compile() honours the source's encoding declaration
         source = fh.read()
     code = compile(source, filename, "exec", dont_inherit=True)  # no __future__ flags from this module
-    main = types.ModuleType("__main__")
-    main.__dict__.update(
+    main = _fresh_main(
         __file__=filename,
         __cached__=None,
         __package__=None,
         __spec__=None,
         __loader__=importlib.machinery.SourceFileLoader("__main__", filename),
-        __builtins__=builtins,
     )
     saved_main = sys.modules.get("__main__")
     sys.modules["__main__"] = main  # pickling and multiprocessing look the script's classes up here

@@ -41,10 +41,7 @@ class TraceWriter:
             log.debug("wrote %s in %.2f s", name, time.perf_counter() - started)
         except Exception as exc:
             if tmp is not None:
-                try:
-                    tmp.unlink()
-                except OSError:
-                    pass
+                _remove_partials(tmp)
             self._on_error(f"could not write a trace file in {self.run_dir}: {describe(exc)}")
 
     def _free_name(self) -> str:
@@ -56,3 +53,19 @@ class TraceWriter:
 
     def _taken(self, name: str) -> bool:
         return name in self.files or (self.run_dir / name).exists()
+
+
+def _remove_partials(tmp: Path) -> None:
+    """Remove the temporary export and whatever the exporter made beside it (Kineto writes ``<tmp>.tmp``
+    first), so a failed export (disk full) leaves no file behind."""
+    for path in (tmp, tmp.with_name(tmp.name + ".tmp")):
+        try:
+            path.unlink()
+        except OSError:
+            pass
+    try:
+        for entry in tmp.parent.iterdir():
+            if entry.name.startswith(tmp.name):
+                entry.unlink()
+    except OSError:
+        pass

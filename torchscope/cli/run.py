@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Callable, TextIO
 from torchscope.errors import UsageError
 from torchscope.rundir.config import SCHEDULE_MINIMUM, CaptureConfig
 from torchscope.rundir.layout import HTML_REPORT_NAME, REPORT_NAME
+from torchscope.text import printable
 
 if TYPE_CHECKING:  # pragma: no cover - the runner imports torch; load it only when running
     from torchscope.capture.runner import RunOutcome, Target
@@ -66,6 +67,9 @@ def add_capture_options(parser: argparse.ArgumentParser) -> None:
         group.add_argument(flag, dest=name, action="store_false" if default else "store_true", default=default,
                            help=words)
     group.add_argument("--no-report", action="store_true", help="do not analyse and print the report at the end")
+    # Also accepted after `run` (torchscope's own -v works before it); SUPPRESS keeps the main parser's value.
+    group.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
+                       help="keep torch's and Kineto's log lines about the capture, and debug logging")
 
 
 def register(subparsers: Any) -> None:
@@ -91,6 +95,8 @@ def target_from_args(args: argparse.Namespace) -> Target:
         if not args.module:
             raise UsageError("-m needs a module name")
         return Target("module", args.module[0], tuple(args.module[1:]))
+    if args.target[:1] == ["--"]:  # `torchscope run -- ./-dash.py`: what follows `--` is the script
+        args.target = args.target[1:]
     if not args.target:
         raise UsageError("nothing to run: give a script (torchscope run train.py) or -m module")
     return Target("script", args.target[0], tuple(args.target[1:]))
@@ -106,8 +112,10 @@ def execute(args: argparse.Namespace) -> int:
 
     target = target_from_args(args)
     check_target(target)  # before torch is even imported: a typo costs no time
-    outcome = run_target(target, config_from_args(args))
+    outcome = run_target(target, config_from_args(args), verbose=bool(getattr(args, "verbose", False)))
     print_script_ending(outcome)
+    if outcome.forked_child:  # a child the script forked: it ends as under python, nothing more
+        return outcome.exit_code
     if outcome.status == "stopped":
         print("torchscope: the active window is captured; script stopped (--stop-after-active)", file=sys.stderr)
     present(outcome, report=not args.no_report, stream=sys.stderr)
@@ -147,7 +155,10 @@ def present(outcome: RunOutcome, *, report: bool, stream: TextIO, json_report: b
     if run_dir is None or prof.dist.rank != 0:
         return
     try:
-        if prof.dist.distributed and prof.dist.local_world_size == prof.dist.world_size:
+        # A failing rank 0 ends as under python, at once: torchrun stops the other ranks, whose manifests
+        # would never come (the wait would only delay the exit).
+        failed = outcome.exit_code != 0 or outcome.status in ("error", "interrupted")
+        if prof.dist.distributed and prof.dist.local_world_size == prof.dist.world_size and not failed:
             if not endreport.wait_for_manifests(run_dir, prof.dist.world_size):
                 print("torchscope: warning: not every rank wrote its manifest; reporting what is there",
                       file=sys.stderr)
@@ -162,7 +173,7 @@ def present(outcome: RunOutcome, *, report: bool, stream: TextIO, json_report: b
                 if json_report:
                     endreport.write_report(built, run_dir / REPORT_NAME, "json")
                 endreport.write_html(analysed, run_dir / HTML_REPORT_NAME)
-        print(f"torchscope: run directory: {run_dir}", file=sys.stderr)
+        print(f"torchscope: run directory: {printable(prof.run_dir_text)}", file=sys.stderr)
     except KeyboardInterrupt:
         print("torchscope: report interrupted", file=sys.stderr)
     _flush()

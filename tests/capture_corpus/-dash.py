@@ -1,0 +1,2 @@
+import sys
+print("dash script", sys.argv[0])

@@ -1,0 +1,3 @@
+x: int = 1
+y: "list[str]"
+print(__annotations__)

@@ -1,0 +1,3 @@
+# args: one --two -3 "four five"
+import sys
+print(sys.argv)

@@ -1,0 +1,3 @@
+import sys
+sys.argv[0] = "renamed"
+print(sys.argv)

@@ -1,0 +1,2 @@
+import sys
+print("package main", sorted(globals()), __spec__.name, sys.argv[1:])

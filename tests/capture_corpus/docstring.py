@@ -1,0 +1,2 @@
+"""The module docstring."""
+print(__doc__)

@@ -1,0 +1,3 @@
+import sys
+print("before")
+sys.exit(3)

@@ -1,0 +1,5 @@
+import sys
+try:
+    sys.exit(2)
+finally:
+    print("finally ran")

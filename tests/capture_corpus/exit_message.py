@@ -1,0 +1,2 @@
+import sys
+sys.exit("bye: something went wrong")

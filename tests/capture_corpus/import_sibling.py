@@ -1,0 +1,3 @@
+import corpus_helper
+
+print(corpus_helper.VALUE)

@@ -1,0 +1,2 @@
+print("about to be interrupted", flush=True)
+raise KeyboardInterrupt

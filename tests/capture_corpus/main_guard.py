@@ -1,0 +1,6 @@
+def main():
+    print("main ran")
+
+
+if __name__ == "__main__":
+    main()

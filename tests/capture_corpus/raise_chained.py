@@ -1,0 +1,4 @@
+try:
+    {}["missing"]
+except KeyError as exc:
+    raise RuntimeError("wrapped") from exc

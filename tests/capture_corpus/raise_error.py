@@ -1,0 +1,9 @@
+def inner():
+    raise ValueError("boom")
+
+
+def outer():
+    inner()
+
+
+outer()

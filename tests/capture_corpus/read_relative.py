@@ -1,0 +1,2 @@
+with open("corpus_helper.py") as handle:
+    print(len(handle.read().splitlines()))

@@ -1,0 +1,1 @@
+exec("def broken(:\n    pass")

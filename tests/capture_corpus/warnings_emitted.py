@@ -1,0 +1,3 @@
+import warnings
+warnings.warn("careful now")
+print("after")
