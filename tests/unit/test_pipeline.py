@@ -239,8 +239,12 @@ def test_version_2_round_trips_and_version_1_still_loads() -> None:
 
 # --- pools -------------------------------------------------------------------------------------------
 
-def test_pools_fork_only_from_a_single_threaded_process() -> None:
+def test_pools_fork_only_from_a_single_threaded_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    import torchscope.workers as workers
+
+    monkeypatch.setattr(workers.threading, "active_count", lambda: 1)
     assert start_method() == "fork"
+    monkeypatch.undo()
     stop = threading.Event()
     thread = threading.Thread(target=stop.wait)
     thread.start()
