@@ -11,14 +11,14 @@ from rich.table import Table
 from rich.text import Text
 
 from torchscope.report.diff import ReportDiff, RowChange
+from torchscope.text import printable
 
 VERDICT_STYLE = {"faster": "bold green", "better": "green", "slower": "bold red", "worse": "red"}
-_CONTROL = {c: f"\\x{c:02x}" for c in (*range(0x00, 0x20), *range(0x7F, 0xA0))}
 
 
 def _text(value: str, style: str = "") -> Text:
     """User-derived text (names, paths): never rich markup, control characters escaped."""
-    return Text(value.translate(_CONTROL), style=style)
+    return Text(printable(value), style=style)
 
 
 def render_diff_terminal(diff: ReportDiff, width: int | None = None, color: bool = False, top: int = 10) -> str:
