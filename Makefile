@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test bench clean
+.PHONY: setup demo test bench clean browser
 
 # setup.py and the C scanner too: an edit rebuilds the extension in place (pip install -e).
 $(STAMP): pyproject.toml setup.py torchscope/trace/_fastscan.c
@@ -30,8 +30,16 @@ NO_FASTSCAN_TESTS := tests/unit/test_stream.py tests/unit/test_schema_variants.p
 	$(wildcard tests/unit/test_rules_*.py) tests/reliability/test_bad_inputs.py tests/reliability/test_fuzz.py \
 	tests/golden/test_golden.py
 
-test: $(STAMP)
-	$(PY) -m pytest -q
+# The browser tests drive Debian's Chromium through Playwright (never a downloaded browser): installed here
+# when missing, so `make test` alone sets everything up (needs root, as on the CI and developer machines).
+browser:
+	@if [ ! -x /usr/bin/chromium ]; then \
+		if [ "$$(id -u)" = 0 ]; then apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; \
+		else echo "make test needs Debian's chromium: sudo apt-get install -y chromium" >&2; exit 1; fi; \
+	fi
+
+test: $(STAMP) browser
+	PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 $(PY) -m pytest -q
 	TORCHSCOPE_NO_FASTSCAN=1 $(PY) -m pytest -q $(NO_FASTSCAN_TESTS)
 
 # Loader/analysis figures vs HTA and the JSON floor (benchmarks/README.md); sets up its own HTA venv.
