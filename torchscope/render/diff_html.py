@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from html import escape
 
+from torchscope.render.units import duration
 from torchscope.report.diff import CategoryChange, ReportDiff, RowChange
 
 _STYLE = """
@@ -27,7 +28,7 @@ def render_diff_html(diff: ReportDiff, top: int = 15) -> str:
         f"<style>{_STYLE}</style></head><body>",
         f"<h1>torchscope diff</h1><div class='muted'>base {escape(diff.base.path)} ({s.base_steps} steps) vs new "
         f"{escape(diff.new.path)} ({s.new_steps} steps)</div>",
-        f"<div class='verdict'>Step time {_ms(s.base_us)} &rarr; {_ms(s.new_us)}: {s.change_pct:+.1f} %{ci} "
+        f"<div class='verdict'>Step time {duration(s.base_us)} &rarr; {duration(s.new_us)}: {s.change_pct:+.1f} %{ci} "
         f"<b class='{_cls(s.verdict)}'>{escape(s.verdict)}</b></div><div class='muted'>{escape(s.method)}</div>",
         *(f"<p class='muted'>warning: {escape(w)}</p>" for w in diff.warnings),
     ]
@@ -39,10 +40,6 @@ def render_diff_html(diff: ReportDiff, top: int = 15) -> str:
     return "".join(parts)
 
 
-def _ms(us: float) -> str:
-    return f"{us / 1000:,.2f} ms" if abs(us) >= 1000 else f"{us:,.0f} us"
-
-
 def _cls(verdict: str) -> str:
     return verdict if verdict in ("faster", "slower", "better", "worse") else "muted"
 
@@ -52,7 +49,7 @@ def _breakdown(rows: list[CategoryChange]) -> str:
         return ""
     scale = max([max(r.base_us, r.new_us) for r in rows] + [1e-9])
     body = "".join(
-        f"<tr><td>{escape(r.category)}</td><td>{_ms(r.base_us)}</td><td>{_ms(r.new_us)}</td><td>{r.change_pp:+.1f} pp</td>"
+        f"<tr><td>{escape(r.category)}</td><td>{duration(r.base_us)}</td><td>{duration(r.new_us)}</td><td>{r.change_pp:+.1f} pp</td>"
         f"<td style='text-align:left'><span class='bar base' style='width:{200 * r.base_us / scale:.0f}px'></span><br>"
         f"<span class='bar new' style='width:{200 * r.new_us / scale:.0f}px'></span></td></tr>"
         for r in rows
@@ -79,8 +76,8 @@ def _movers(title: str, rows: list[RowChange], top: int) -> str:
         return ""
     body = "".join(
         f"<tr><td>{escape(r.name)}{' <span class=muted>' + escape(r.input_shapes) + '</span>' if r.input_shapes else ''}</td>"
-        f"<td>{_ms(r.base_us_per_step)}</td><td>{_ms(r.new_us_per_step)}</td>"
-        f"<td class='{'slower' if r.change_us_per_step > 0 else 'faster'}'>{'+' if r.change_us_per_step >= 0 else '-'}{_ms(abs(r.change_us_per_step))}</td>"
+        f"<td>{duration(r.base_us_per_step)}</td><td>{duration(r.new_us_per_step)}</td>"
+        f"<td class='{'slower' if r.change_us_per_step > 0 else 'faster'}'>{'+' if r.change_us_per_step >= 0 else '-'}{duration(abs(r.change_us_per_step))}</td>"
         f"<td>{'' if r.status == 'changed' else r.status}</td></tr>"
         for r in rows[:top]
     )

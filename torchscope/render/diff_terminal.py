@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from torchscope.render.units import duration
 from torchscope.report.diff import ReportDiff, RowChange
 from torchscope.text import printable
 
@@ -38,10 +39,6 @@ def render_diff_terminal(diff: ReportDiff, width: int | None = None, color: bool
     return buffer.getvalue()
 
 
-def _ms(us: float) -> str:
-    return f"{us / 1000:,.2f} ms" if abs(us) >= 1000 else f"{us:,.0f} us"
-
-
 def _headline(diff: ReportDiff) -> Text:
     s = diff.step_time
     text = Text()
@@ -50,7 +47,7 @@ def _headline(diff: ReportDiff) -> Text:
     text.append(f" ({s.base_steps} steps)  vs  new ")
     text.append_text(_text(diff.new.path, "bold"))
     text.append(f" ({s.new_steps} steps)\n")
-    text.append(f"Step time {_ms(s.base_us)} -> {_ms(s.new_us)}: {s.change_pct:+.1f} %")
+    text.append(f"Step time {duration(s.base_us)} -> {duration(s.new_us)}: {s.change_pct:+.1f} %")
     if s.ci_low_pct is not None and s.ci_high_pct is not None:
         text.append(f" (95 % CI {s.ci_low_pct:+.1f} to {s.ci_high_pct:+.1f} %)")
     text.append(" -> ")
@@ -66,7 +63,7 @@ def _breakdown(diff: ReportDiff) -> Table | None:
     for column in ("category", "base", "new", "change", "share base", "share new", "share change"):
         table.add_column(column, justify="left" if column == "category" else "right")
     for c in diff.breakdown:
-        table.add_row(_text(c.category), _ms(c.base_us), _ms(c.new_us), f"{'+' if c.change_us >= 0 else '-'}{_ms(abs(c.change_us))}",
+        table.add_row(_text(c.category), duration(c.base_us), duration(c.new_us), f"{'+' if c.change_us >= 0 else '-'}{duration(abs(c.change_us))}",
                       f"{c.base_percent:.1f} %", f"{c.new_percent:.1f} %", f"{c.change_pp:+.1f} pp")
     return table
 
@@ -93,7 +90,7 @@ def _movers(title: str, rows: list[RowChange], top: int) -> Table | None:
     for r in rows[:top]:
         name = r.name + (f" {r.input_shapes}" if r.input_shapes else "")
         sign = "+" if r.change_us_per_step >= 0 else "-"
-        table.add_row(_text(name), _ms(r.base_us_per_step), _ms(r.new_us_per_step), f"{sign}{_ms(abs(r.change_us_per_step))}",
+        table.add_row(_text(name), duration(r.base_us_per_step), duration(r.new_us_per_step), f"{sign}{duration(abs(r.change_us_per_step))}",
                       r.status if r.status != "changed" else "")
     return table
 

@@ -13,6 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from torchscope.render.registry import RenderOptions, register
+from torchscope.render.units import duration
 from torchscope.report.model import CategoryTime, Finding, Report
 
 # Names come from the trace (user code): control characters would move the cursor or recolour the
@@ -61,10 +62,6 @@ def render_terminal(
     return buffer.getvalue()
 
 
-def _ms(us: float) -> str:
-    return f"{us / 1000:,.2f} ms" if abs(us) >= 1000 else f"{us:,.0f} us"
-
-
 def _header(report: Report) -> Text:
     durations = [s.duration_us for s in report.steps]
     mean = report.mean_step_us
@@ -79,7 +76,7 @@ def _header(report: Report) -> Text:
     )
     if report.run.step_source == "whole_trace":
         text.append(" (no ProfilerStep markers: whole trace as one window)", style="yellow")
-    text.append(f"\nstep time: mean {_ms(mean)}, min {_ms(min(durations, default=0))}, max {_ms(max(durations, default=0))} (spread {_ms(spread)})")
+    text.append(f"\nstep time: mean {duration(mean)}, min {duration(min(durations, default=0))}, max {duration(max(durations, default=0))} (spread {duration(spread)})")
     if report.device.present and report.device.utilization is not None:
         name = f" {_safe(report.device.name, cell=True)}" if report.device.name else ""
         device = report.device
@@ -184,8 +181,8 @@ def _breakdown(title: str, breakdown: dict[str, CategoryTime], mean_step: float)
     table.add_column("")
     for name, value in breakdown.items():
         filled = round(BAR_WIDTH * value.percent / 100)
-        table.add_row(name, _ms(value.us), f"{value.percent:.1f}", "█" * filled + "·" * (BAR_WIDTH - filled))
-    table.add_row("total", _ms(mean_step), "100.0", "", style="bold")
+        table.add_row(name, duration(value.us), f"{value.percent:.1f}", "█" * filled + "·" * (BAR_WIDTH - filled))
+    table.add_row("total", duration(mean_step), "100.0", "", style="bold")
     return table
 
 
@@ -200,9 +197,9 @@ def _operators(report: Report, by_shape: bool, top: int) -> Table | None:
     for column in columns + (("device self", "device total") if device else ()):
         table.add_column(column, justify="left" if column in ("operator", "input shapes") else "right", overflow="ellipsis", no_wrap=True, max_width=48 if column == "operator" else 32 if column == "input shapes" else None)
     for row in rows[:top]:
-        cells = [row.name] + ([row.input_shapes or ""] if by_shape else []) + [f"{row.calls:,}", _ms(row.host_self_us), _ms(row.host_total_us)]
+        cells = [row.name] + ([row.input_shapes or ""] if by_shape else []) + [f"{row.calls:,}", duration(row.host_self_us), duration(row.host_total_us)]
         if device:
-            cells += [_ms(row.device_self_us), _ms(row.device_total_us)]
+            cells += [duration(row.device_self_us), duration(row.device_total_us)]
         table.add_row(*map(_text, cells))  # Text: names are never read as rich markup
     return table
 
@@ -215,7 +212,7 @@ def _kernels(report: Report, top: int) -> Table | None:
         table.add_column(column, justify="left" if column in ("kernel", "launched by") else "right", overflow="ellipsis", no_wrap=True, max_width=40 if column == "kernel" else 24)
     for row in report.kernels[:top]:
         occupancy = f"{row.mean_occupancy_pct:.0f}%" if row.mean_occupancy_pct is not None else "-"
-        table.add_row(*map(_text, (row.name, f"{row.calls:,}", _ms(row.total_us), _ms(row.mean_us), occupancy, "yes" if row.tensor_core else "no", row.launched_by)))
+        table.add_row(*map(_text, (row.name, f"{row.calls:,}", duration(row.total_us), duration(row.mean_us), occupancy, "yes" if row.tensor_core else "no", row.launched_by)))
     return table
 
 
@@ -226,7 +223,7 @@ def _ranges(report: Report, top: int) -> Table | None:
     for column in ("range", "calls", "total", "mean"):
         table.add_column(column, justify="left" if column == "range" else "right", overflow="ellipsis", no_wrap=True, max_width=48 if column == "range" else None)
     for row in report.ranges[:top]:
-        table.add_row(*map(_text, (row.name, f"{row.calls:,}", _ms(row.total_us), _ms(row.mean_us))))
+        table.add_row(*map(_text, (row.name, f"{row.calls:,}", duration(row.total_us), duration(row.mean_us))))
     return table
 
 
@@ -240,7 +237,7 @@ def _spans(report: Report) -> Table | None:
         table.add_column(column, justify="left" if column == "file" else "right", overflow="ellipsis", no_wrap=True, max_width=28 if column == "file" else None)
     for span in report.spans:
         cells = [f"{span.breakdown[c].percent:.1f}" if c in span.breakdown else "-" for c in categories]
-        table.add_row(*map(_text, (str(span.rank), span.file, str(len(span.steps)), _ms(span.mean_step_us), *cells)))
+        table.add_row(*map(_text, (str(span.rank), span.file, str(len(span.steps)), duration(span.mean_step_us), *cells)))
     return table
 
 
@@ -251,7 +248,7 @@ def _ranks(report: Report) -> Table | None:
     for column in ("rank", "steps", "mean step", "communication", "compute"):
         table.add_column(column, justify="right")
     for r in report.ranks:
-        table.add_row(str(r.rank), str(r.steps), _ms(r.mean_step_us), _ms(r.comm_us_per_step), _ms(r.compute_us_per_step))
+        table.add_row(str(r.rank), str(r.steps), duration(r.mean_step_us), duration(r.comm_us_per_step), duration(r.compute_us_per_step))
     return table
 
 
