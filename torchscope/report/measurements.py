@@ -154,6 +154,24 @@ class Patterns(Section):
     half_matmuls_misaligned_per_step: PerStep = 0.0
 
 
+class Memory(Section):
+    """Allocator figures per device label (`cpu`, `cuda:0`) for the memory rules (analysis/memory.py):
+    growth of the allocated total across steps, churn inside steps, the reserved-allocated gap at the
+    peak, and cudaMalloc/cudaFree calls inside steps."""
+
+    growth_bytes_per_step: PerStepByName = {}
+    growth_r2: PerStepByName = {}
+    growth_steps: PerStepByName = {}  # step boundaries the slope was fitted on
+    leak_sites_bytes_per_step: PerStepByName = {}  # call site -> bytes per step that outlive their step
+    churn_bytes_per_step: PerStepByName = {}  # allocated and freed inside the step (else: allocated)
+    churn_allocations_per_step: PerStepByName = {}
+    churn_sites_bytes_per_step: PerStepByName = {}
+    peak_allocated_bytes: PerStepByName = {}
+    peak_reserved_bytes: PerStepByName = {}
+    allocator_calls_per_step: PerStep = 0.0  # cudaMalloc/cudaFree (and HIP's) inside steps
+    allocator_us_per_step: PerStep = 0.0
+
+
 class Measurements(msgspec.Struct, kw_only=True):
     """Every measurement section of a run (each at its defaults when no span had it)."""
 
@@ -168,6 +186,7 @@ class Measurements(msgspec.Struct, kw_only=True):
     idle: DeviceIdle = msgspec.field(default_factory=DeviceIdle)
     savings: Savings = msgspec.field(default_factory=Savings)
     patterns: Patterns = msgspec.field(default_factory=Patterns)
+    memory: Memory = msgspec.field(default_factory=Memory)
 
 
 SECTION_TYPES: dict[str, type[Section]] = {f.name: f.type for f in msgspec.structs.fields(Measurements)}

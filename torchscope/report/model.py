@@ -102,11 +102,65 @@ class DeviceSummary(msgspec.Struct, kw_only=True):
     median_kernel_us: Optional[float] = None
 
 
+class MemoryPeak(msgspec.Struct, kw_only=True):
+    """One device's allocated peak: when it happens and what is alive then (analysis/memory.py).
+
+    `alive_by_*` count blocks allocated inside the trace and not yet freed at the peak (paired by `Addr`);
+    `unattributed_bytes` is the rest of the peak (blocks allocated before the capture, or a trace without
+    `Addr`). `step` is the step number (None: outside the steps)."""
+
+    allocated_bytes: int
+    reserved_bytes: Optional[int] = None
+    t_us: float = 0.0
+    rank: int = 0
+    step: Optional[int] = None
+    phase: str = ""
+    operator: str = ""
+    call_site: str = ""
+    alive_by_operator: dict[str, int] = {}
+    alive_by_call_site: dict[str, int] = {}
+    unattributed_bytes: int = 0
+
+
+class MemoryStepRow(msgspec.Struct, kw_only=True):
+    """Allocator traffic of one device inside one step: churn (allocated and freed) and what it keeps."""
+
+    device: str
+    step: int
+    rank: int = 0
+    allocated_at_start_bytes: int = 0
+    allocated_at_end_bytes: int = 0
+    alloc_bytes: int = 0
+    alloc_count: int = 0
+    free_bytes: int = 0
+    free_count: int = 0
+    temporary_bytes: int = 0  # allocated and freed inside the step (needs `Addr`)
+
+
+class MemoryGrowth(msgspec.Struct, kw_only=True):
+    """Allocated memory at step boundaries as a line: Theil-Sen slope with its 90 % interval (pairwise
+    slopes' quantiles), the least-squares fit's R^2, and the call sites whose blocks outlive their step."""
+
+    bytes_per_step: float = 0.0
+    low_bytes_per_step: float = 0.0
+    high_bytes_per_step: float = 0.0
+    r2: float = 0.0
+    boundaries: int = 0
+    surviving_by_call_site: dict[str, int] = {}  # bytes per step allocated in a step and alive at its end
+
+
 class MemorySummary(msgspec.Struct, kw_only=True):
     present: bool = False
     peak_allocated_bytes: dict[str, int] = {}
     peak_reserved_bytes: dict[str, int] = {}
     timeline: dict[str, list[list[float]]] = {}  # device -> [[t_us_from_start, allocated_bytes], ...]
+    reserved_timeline: dict[str, list[list[float]]] = {}  # device -> [[t_us_from_start, reserved_bytes], ...]
+    peaks: dict[str, MemoryPeak] = {}
+    per_step: list[MemoryStepRow] = []
+    growth: dict[str, MemoryGrowth] = {}
+    has_addresses: bool = False  # events carried `Addr` (PyTorch >= 1.10): blocks pair with their frees
+    unpaired_allocations: int = 0  # allocated inside the trace, never freed in it
+    unpaired_frees: int = 0  # freed inside the trace, allocated before it
 
 
 class RankSummary(msgspec.Struct, kw_only=True):
