@@ -1,0 +1,54 @@
+"""capture/interventions.py: fixes applied to unmodified code and removed afterwards (in-process, CPU)."""
+
+from __future__ import annotations
+
+import torch
+from torch.utils.data import DataLoader
+
+from torchscope.capture.interventions import ZERO_GRAD_FIX, applicable, applied
+from torchscope.report.model import Fix
+
+
+def test_dataloader_keywords_are_forced_and_those_needing_workers_dropped_without_them() -> None:
+    data = list(range(8))
+    with applied([Fix(kind="dataloader_kwarg", target="num_workers", value=2),
+                  Fix(kind="dataloader_kwarg", target="persistent_workers", value=True),
+                  Fix(kind="dataloader_kwarg", target="pin_memory", value=True)]):
+        loader = DataLoader(data, batch_size=4)
+        assert loader.num_workers == 2 and loader.persistent_workers is True
+        assert loader.pin_memory is (torch.cuda.is_available())  # pinning needs an accelerator
+    assert DataLoader(data).num_workers == 0  # removed afterwards
+    with applied([Fix(kind="dataloader_kwarg", target="prefetch_factor", value=4)]):
+        assert DataLoader(data, batch_size=4).prefetch_factor is None  # no workers: dropped, not an error
+
+
+def test_optimizer_keywords_reach_the_optimizers_that_take_them() -> None:
+    params = [torch.nn.Parameter(torch.zeros(2))]
+    with applied([Fix(kind="optimizer_kwarg", target="foreach", value=True)]):
+        assert torch.optim.Adam(params, foreach=False).defaults["foreach"] is True
+        assert torch.optim.SGD(params, lr=0.1).defaults["foreach"] is True
+    assert torch.optim.Adam(params, foreach=False).defaults["foreach"] is False
+    assert "__init__" in torch.optim.Adam.__dict__  # Adam's own __init__ is back
+
+
+def test_zero_grad_sets_gradients_to_none_and_flags_are_restored() -> None:
+    param = torch.nn.Parameter(torch.ones(2))
+    param.grad = torch.ones(2)
+    optimizer = torch.optim.SGD([param], lr=0.1)
+    threads = torch.get_num_threads()
+    with applied([Fix(kind="code_change", target=ZERO_GRAD_FIX), Fix(kind="torch_flag", target="torch.set_num_threads", value=1)]):
+        optimizer.zero_grad(set_to_none=False)
+        assert param.grad is None
+        assert torch.get_num_threads() == 1
+    assert torch.get_num_threads() == threads
+    param.grad = torch.ones(2)
+    optimizer.zero_grad(set_to_none=False)
+    assert param.grad is not None and float(param.grad.sum()) == 0.0
+
+
+def test_only_fixes_that_need_no_code_edit_are_applicable() -> None:
+    assert applicable(Fix(kind="dataloader_kwarg", target="num_workers", value=2))
+    assert not applicable(Fix(kind="dataloader_kwarg", target="num_workers", value=None))  # to be chosen
+    assert not applicable(Fix(kind="code_change", target="torch.compile", value="model = torch.compile(model)"))
+    assert applicable(Fix(kind="torch_flag", target="torch.backends.cudnn.benchmark", value=True))
+    assert not applicable(Fix(kind="env_var", target="PYTORCH_CUDA_ALLOC_CONF", value="expandable_segments:True"))

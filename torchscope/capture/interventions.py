@@ -1,0 +1,146 @@
+"""Apply a finding's fixes to an unmodified script, for `torchscope tune`'s trials.
+
+Each fix is data (`report.model.Fix`); this module turns the kinds that can be applied from outside the
+code into patches installed before the script runs and removed after:
+
+* `dataloader_kwarg` (num_workers, pin_memory, persistent_workers, prefetch_factor): the keyword is
+  forced in every `torch.utils.data.DataLoader(...)` call; keywords that need workers are dropped when
+  the loader has none (DataLoader would reject them), `pin_memory` when there is no accelerator.
+* `optimizer_kwarg` (foreach, fused): forced in the constructor of every `torch.optim` optimizer that
+  takes that keyword.
+* `torch_flag`: `torch.set_num_threads` (value: threads), or an attribute path under `torch`
+  (`torch.backends.cudnn.benchmark = True`).
+* `code_change` `optimizer.zero_grad(set_to_none=True)`: the default of every `Optimizer.zero_grad`.
+
+Anything else is reported as not applicable (`applicable()`), never guessed.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from contextlib import ExitStack, contextmanager
+from typing import Any, Callable, Iterator, Sequence
+
+from torchscope.report.model import Fix
+
+DATALOADER_KEYWORDS = ("num_workers", "pin_memory", "persistent_workers", "prefetch_factor")
+_NEEDS_WORKERS = ("persistent_workers", "prefetch_factor")
+OPTIMIZER_KEYWORDS = ("foreach", "fused")
+ZERO_GRAD_FIX = "optimizer.zero_grad(set_to_none=True)"
+
+
+def applicable(fix: Fix) -> bool:
+    """Whether a trial can apply this fix without editing the user's code."""
+    if fix.value is None and not (fix.kind == "code_change" and fix.target == ZERO_GRAD_FIX):
+        return False
+    if fix.kind == "dataloader_kwarg":
+        return fix.target in DATALOADER_KEYWORDS
+    if fix.kind == "optimizer_kwarg":
+        return fix.target in OPTIMIZER_KEYWORDS
+    if fix.kind == "torch_flag":
+        return fix.target == "torch.set_num_threads" or (fix.target.startswith("torch.") and "(" not in fix.target)
+    return fix.kind == "code_change" and fix.target == ZERO_GRAD_FIX
+
+
+@contextmanager
+def applied(fixes: Sequence[Fix]) -> Iterator[None]:
+    """Install the patches of `fixes` (each must be `applicable`), and remove them on exit."""
+    import torch
+
+    with ExitStack() as stack:
+        loader_kwargs = {f.target: f.value for f in fixes if f.kind == "dataloader_kwarg"}
+        if loader_kwargs:
+            stack.enter_context(_patched_init(torch.utils.data.DataLoader, _loader_override(loader_kwargs)))
+        optimizer_kwargs = {f.target: f.value for f in fixes if f.kind == "optimizer_kwarg"}
+        if optimizer_kwargs:
+            for cls in _optimizer_classes(torch):
+                accepted = {k: v for k, v in optimizer_kwargs.items() if k in inspect.signature(cls).parameters}
+                if accepted:
+                    stack.enter_context(_patched_init(cls, _forcing(accepted)))
+        if any(f.kind == "code_change" and f.target == ZERO_GRAD_FIX for f in fixes):
+            stack.enter_context(_zero_grad_to_none(torch))
+        for fix in fixes:
+            if fix.kind == "torch_flag":
+                stack.enter_context(_torch_flag(torch, fix))
+        yield
+
+
+def _forcing(forced: dict[str, Any]) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    return lambda kwargs: {**kwargs, **forced}
+
+
+def _loader_override(forced: dict[str, Any]) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    def override(kwargs: dict[str, Any]) -> dict[str, Any]:
+        import torch
+
+        merged = {**kwargs, **forced}
+        if not merged.get("num_workers"):
+            for keyword in _NEEDS_WORKERS:
+                if keyword in forced:
+                    merged.pop(keyword, None)
+        if merged.get("pin_memory") and not torch.cuda.is_available():
+            merged["pin_memory"] = False  # pinning needs an accelerator; on CPU it only costs a copy
+        return merged
+
+    return override
+
+
+@contextmanager
+def _patched_init(cls: type, override: Callable[[dict[str, Any]], dict[str, Any]]) -> Iterator[None]:
+    """Calls of `cls(...)` (keywords only: the fixes are keywords) see `override(kwargs)`."""
+    own = "__init__" in cls.__dict__
+    original = getattr(cls, "__init__")
+
+    @functools.wraps(original)
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        original(self, *args, **override(kwargs))
+
+    setattr(cls, "__init__", __init__)
+    try:
+        yield
+    finally:
+        if own:
+            setattr(cls, "__init__", original)
+        else:
+            delattr(cls, "__init__")  # it was inherited: leave the class as it was
+
+
+def _optimizer_classes(torch: Any) -> list[type]:
+    base = torch.optim.Optimizer
+    return [c for c in vars(torch.optim).values() if isinstance(c, type) and issubclass(c, base) and c is not base]
+
+
+@contextmanager
+def _zero_grad_to_none(torch: Any) -> Iterator[None]:
+    original = torch.optim.Optimizer.zero_grad
+
+    @functools.wraps(original)
+    def zero_grad(self: Any, set_to_none: bool = True) -> None:
+        original(self, set_to_none=True)
+
+    torch.optim.Optimizer.zero_grad = zero_grad
+    try:
+        yield
+    finally:
+        torch.optim.Optimizer.zero_grad = original
+
+
+@contextmanager
+def _torch_flag(torch: Any, fix: Fix) -> Iterator[None]:
+    if fix.target == "torch.set_num_threads":
+        before = torch.get_num_threads()
+        torch.set_num_threads(int(fix.value))  # type: ignore[arg-type]
+        try:
+            yield
+        finally:
+            torch.set_num_threads(before)
+        return
+    *path, attribute = fix.target.split(".")[1:]
+    owner = functools.reduce(getattr, path, torch)
+    before = getattr(owner, attribute)
+    setattr(owner, attribute, fix.value)
+    try:
+        yield
+    finally:
+        setattr(owner, attribute, before)
