@@ -42,12 +42,19 @@ def _misaligned(dims: str) -> bool:
     return any(d % 8 for s in matrices for d in s[-2:] if isinstance(d, int))
 
 
-def _by_pair(events: EventTable, rows: np.ndarray, test: Callable[[str, str, str], bool]) -> np.ndarray:
-    """`test(name, dims, types)` per row, evaluated once per distinct triple."""
-    key = np.stack([events.name[rows], events.input_dims[rows], events.input_type[rows]], axis=1)
+def _by_triple(events: EventTable, rows: np.ndarray, names: frozenset[str], test: Callable[[str, str], bool]) -> np.ndarray:
+    """Per row: its name is in `names` and `test(dims, types)` holds. The test runs once per distinct
+    (name, dims, types) of the rows so named, usually a handful among thousands of ops."""
+    result = np.zeros(rows.size, dtype=bool)
+    named = np.flatnonzero(events.name_mask(lambda name: name in names, rows))
+    if named.size == 0:
+        return result
+    candidates = rows[named]
+    key = np.stack([events.name[candidates], events.input_dims[candidates], events.input_type[candidates]], axis=1)
     unique, inverse = np.unique(key, axis=0, return_inverse=True)
-    values = np.array([test(*events.text(np.asarray(u))) for u in unique], dtype=bool)
-    return values[inverse.ravel()] if rows.size else np.zeros(0, dtype=bool)
+    values = np.array([test(*events.text(u[1:])) for u in unique], dtype=bool)
+    result[named] = values[inverse.ravel()]
+    return result
 
 
 def patterns(span: SpanInput) -> Patterns:
@@ -60,12 +67,12 @@ def patterns(span: SpanInput) -> Patterns:
     outermost = outermost[np.argsort(events.ts_us[outermost], kind="stable")]
     if outermost.size < 1:
         return Patterns()
-    names = np.array(events.text(events.name[outermost]), dtype=object)
-    conv = _by_pair(events, outermost, lambda name, dims, _: name in CONV_OPS and _has_bias(dims))
+    conv = _by_triple(events, outermost, CONV_OPS, lambda dims, _: _has_bias(dims))
     # The next op, or the one after a BatchNorm's `num_batches_tracked += 1` (training mode).
-    is_bn = np.append(names == "aten::batch_norm", [False, False])
-    followed_by_bn = is_bn[1:-1] | ((np.append(names[1:], "") == "aten::add_") & is_bn[2:])
-    half = _by_pair(events, outermost, lambda name, dims, types: name in MATMUL_OPS and any(t in types for t in HALF_TYPES) and _misaligned(dims))
+    is_bn = np.append(events.name_mask(lambda name: name == "aten::batch_norm", outermost), [False, False])
+    is_add = np.append(events.name_mask(lambda name: name == "aten::add_", outermost)[1:], False)
+    followed_by_bn = is_bn[1:-1] | (is_add & is_bn[2:])
+    half = _by_triple(events, outermost, MATMUL_OPS, lambda dims, types: any(t in types for t in HALF_TYPES) and _misaligned(dims))
     return Patterns(
         conv_bias_before_batch_norm_per_step=float((conv & followed_by_bn).sum() / n),
         half_matmuls_misaligned_per_step=float(half.sum() / n),

@@ -52,13 +52,16 @@ SYNC_FIXED_US = 5.0  # a synchronisation call's own cost when nothing is left to
 
 @dataclass(frozen=True)
 class DeviceQueue:
-    """The span's device ops as the replay needs them, sorted by launch time (times from span start)."""
+    """The span's device ops as the replay needs them (times from span start), grouped by the sync
+    before which they are launched (`segment`), and within a segment by stream, then queue order: the
+    order each replay scans them in, computed once per span rather than once per replay."""
 
     launch_us: np.ndarray
     lag_us: np.ndarray
     dur_us: np.ndarray
     stream: np.ndarray  # dense stream index
-    order: np.ndarray  # original device start (orders ops within a stream)
+    bounds: np.ndarray  # ops of segment j are [bounds[j], bounds[j + 1]); one segment per sync, plus the tail
+    last_of_stream: np.ndarray  # True where the next op is in another segment or stream
 
 
 @dataclass(frozen=True)
@@ -73,7 +76,7 @@ class StepModel:
     sync_end_us: np.ndarray
 
 
-def _device_queue(events: EventTable, t0: float, t1: float) -> DeviceQueue:
+def _device_queue(events: EventTable, t0: float, t1: float, sync_start: np.ndarray) -> DeviceQueue:
     ops = np.flatnonzero(kind_mask(events.kind, DEVICE_KINDS))
     launcher = launcher_of_device_events(events, ops)
     start = events.ts_us[ops] - t0
@@ -82,6 +85,7 @@ def _device_queue(events: EventTable, t0: float, t1: float) -> DeviceQueue:
     ops, start, launch = ops[keep], start[keep], launch[keep]
     dur = events.dur_us[ops]
     _, stream = np.unique(events.stream[ops], return_inverse=True)
+    stream = stream.astype(np.int64)
     by_stream = np.lexsort((start, stream))
     prev_end = np.full(ops.size, -np.inf)
     same = stream[by_stream][1:] == stream[by_stream][:-1]
@@ -90,8 +94,14 @@ def _device_queue(events: EventTable, t0: float, t1: float) -> DeviceQueue:
     waited_on_launch = start - prev_end > QUEUED_GAP_US  # the queue was empty: the lag is the launch delay
     typical = float(np.median(lag[waited_on_launch])) if waited_on_launch.any() else 0.0
     lag = np.where(waited_on_launch, lag, np.minimum(lag, typical))
-    by_launch = np.argsort(launch, kind="stable")
-    return DeviceQueue(launch[by_launch], lag[by_launch], dur[by_launch], stream[by_launch].astype(np.int64), start[by_launch])
+    # An op launched before sync j's start is replayed when the host reaches that sync.
+    segment = np.searchsorted(sync_start, launch, side="right")
+    order = np.lexsort((start, stream, segment))
+    segment, stream = segment[order], stream[order]
+    bounds = np.searchsorted(segment, np.arange(sync_start.size + 2), side="left")
+    last = np.ones(order.size, dtype=bool)
+    last[:-1] = (segment[1:] != segment[:-1]) | (stream[1:] != stream[:-1])
+    return DeviceQueue(launch[order], lag[order], dur[order], stream, bounds, last)
 
 
 def build_model(span: SpanInput) -> StepModel | None:
@@ -110,7 +120,7 @@ def build_model(span: SpanInput) -> StepModel | None:
         steps=len(steps),
         measured_us=t1 - t0,
         host_end_us=host_end,
-        queue=_device_queue(events, t0, t1),
+        queue=_device_queue(events, t0, t1, sync_start),
         sync_start_us=sync_start,
         sync_end_us=sync_start + events.dur_us[syncs][order],
     )
@@ -132,49 +142,38 @@ def _scan(ready: np.ndarray, dur: np.ndarray, stream: np.ndarray, carry: np.ndar
     return cum + np.maximum.accumulate(value + lift) - lift
 
 
-class Replay:
-    """Replays a StepModel with a shrunk cause; `run()` returns the modelled span time."""
-
-    def __init__(self, model: StepModel, removed: intervals.IntervalSet, kept: float, blocking_syncs: bool) -> None:
-        self.model, self.removed, self.kept, self.blocking = model, removed, kept, blocking_syncs
-        self.extra = 0.0  # host delay (or advance) accumulated at the syncs replayed so far
-        self.carry = np.full(int(model.queue.stream.max()) + 1 if model.queue.stream.size else 1, -np.inf)
-        self.done = 0  # device ops replayed so far (in launch order)
-
-    def host(self, t: np.ndarray) -> np.ndarray:
-        """Where host time `t` moves: earlier by the removed cause time before it, plus sync changes."""
-        return t - (1.0 - self.kept) * intervals.covered_before(self.removed, t) + self.extra
-
-    def advance(self, until_us: float) -> None:
-        """Replay every device op launched before `until_us` (original host time)."""
-        q = self.model.queue
-        stop = int(np.searchsorted(q.launch_us, until_us, side="left"))
-        if stop <= self.done:
-            return
-        part = slice(self.done, stop)
-        ready = self.host(q.launch_us[part]) + q.lag_us[part]
-        order = np.lexsort((q.order[part], q.stream[part]))
-        ends = _scan(ready[order], q.dur_us[part][order], q.stream[part][order], self.carry)
-        np.maximum.at(self.carry, q.stream[part][order], ends)
-        self.done = stop
-
-    def run(self) -> float:
-        m = self.model
-        for start, end in zip(m.sync_start_us.tolist(), m.sync_end_us.tolist()):
-            self.advance(start)
-            begin = float(self.host(np.array([start]))[0])
-            fixed = min(end - start, SYNC_FIXED_US)
-            drained = float(self.carry.max()) if self.blocking else -np.inf
-            resumed = max(begin + fixed, drained) if self.blocking else begin + fixed
-            self.extra += resumed - float(self.host(np.array([end]))[0])
-        self.advance(np.inf)
-        host_end = float(self.host(np.array([m.host_end_us]))[0])
-        return max(host_end, float(self.carry.max()))
-
-
 def replay(model: StepModel, removed: intervals.IntervalSet = intervals.EMPTY, kept: float = 1.0, blocking_syncs: bool = True) -> float:
-    """The modelled span time with `removed` host time shrunk to `kept` of itself."""
-    return Replay(model, removed, kept, blocking_syncs).run()
+    """The modelled span time with `removed` host time shrunk to `kept` of itself.
+
+    A host time t moves to t - (1 - kept) * (removed time before t) + the delay accumulated at the
+    syncs replayed so far; the device queues are replayed one segment (ops launched between two syncs)
+    at a time, since each sync's wait depends on what is still queued."""
+    q = model.queue
+    shrink = 1.0 - kept
+    ready = q.launch_us - shrink * intervals.covered_before(removed, q.launch_us) + q.lag_us
+    sync_points = np.concatenate((model.sync_start_us, model.sync_end_us, [model.host_end_us]))
+    moved = sync_points - shrink * intervals.covered_before(removed, sync_points)
+    n_sync = model.sync_start_us.size
+    carry = np.full(int(q.stream.max()) + 1 if q.stream.size else 1, -np.inf)
+    extra = 0.0  # host delay (or advance) accumulated at the syncs replayed so far
+
+    def advance(segment: int) -> None:
+        part = slice(int(q.bounds[segment]), int(q.bounds[segment + 1]))
+        if part.start == part.stop:
+            return
+        ends = _scan(ready[part] + extra, q.dur_us[part], q.stream[part], carry)
+        last = q.last_of_stream[part]
+        # Within a stream ends only grow, so each stream's last op holds its new carry.
+        carry[q.stream[part][last]] = np.maximum(carry[q.stream[part][last]], ends[last])
+
+    for j in range(n_sync):
+        advance(j)
+        begin = moved[j] + extra
+        fixed = min(float(model.sync_end_us[j] - model.sync_start_us[j]), SYNC_FIXED_US)
+        resumed = max(begin + fixed, float(carry.max())) if blocking_syncs else begin + fixed
+        extra += resumed - (moved[n_sync + j] + extra)
+    advance(n_sync)
+    return max(float(moved[-1]) + extra, float(carry.max()))
 
 
 def _main_set(span: SpanInput, mask: np.ndarray, t0: float) -> intervals.IntervalSet:
