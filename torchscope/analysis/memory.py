@@ -1,26 +1,52 @@
-"""Memory timeline from `[memory]` instant events (recorded with `profile_memory=True`).
+"""Memory from `[memory]` instant events (recorded with `profile_memory=True`), per device.
 
-Each event carries the allocation size (`Bytes`) and, since PyTorch 1.10, the device's running totals
-(`Total Allocated`, `Total Reserved`). The timeline is the allocated total per device, thinned to at most
-`MAX_POINTS` points (keeping each bucket's maximum, so the peak is never lost). Over a run, peaks are the
-maximum over spans and ranks; the timeline is the first span's.
+Each event carries the allocation's size (`Bytes`, negative for a free) and, since PyTorch 1.10, the
+block's `Addr` and the device's running totals (`Total Allocated`, `Total Reserved`); older traces have
+only the sizes, and the allocated total is then their running sum from the start of the capture. Per
+device this gives:
+
+* the allocated and reserved totals over time, thinned to at most `MAX_POINTS` points (each bucket keeps
+  its maximum, so the peak is never lost);
+* the peak: its time, step, phase and operator, and what is alive then, by operator and by the user's
+  Python line (blocks paired with their frees by address, `memory_blocks.py`);
+* churn per step and growth across steps (`memory_steps.py`).
+
+The per-span summaries merge into the run's as follows: peaks are the maximum over spans and ranks (the
+peak's details come from the span that holds it), the timelines are the first span's, step rows are
+concatenated, growth is the span's with the most steps; the figures for the rules
+(`measurements.memory`) merge as their types declare.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Optional
 
+import msgspec
 import numpy as np
 
+from torchscope.analysis import intervals
+from torchscope.analysis.memory_blocks import DeviceMemory, device_memory, enclosing_host_event, outermost_op, pair_blocks, user_call_site
+from torchscope.analysis.memory_steps import by_site, growth, step_traffic, surviving_sites
+from torchscope.analysis.reduce import merge_sections
 from torchscope.analysis.registry import Analysis, Part
 from torchscope.analysis.span import SpanInput
 from torchscope.arrays import distinct
-from torchscope.report.model import MemorySummary
+from torchscope.report.measurements import Memory
+from torchscope.report.model import MemoryPeak, MemorySummary
 from torchscope.trace.kinds import Kind
 from torchscope.trace.tables import EventTable
 
 MAX_POINTS = 400
 DEVICE_TYPE_NAMES = {0: "cpu", 1: "cuda"}
+ALLOCATOR_CALLS = frozenset({"cudaMalloc", "cudaFree", "cudaMallocAsync", "cudaFreeAsync", "hipMalloc", "hipFree", "cuMemCreate", "cuMemRelease"})
+
+
+class MemoryExtract(msgspec.Struct, kw_only=True):
+    """One span's memory: the summary shown in reports and the figures the rules read."""
+
+    summary: MemorySummary = msgspec.field(default_factory=MemorySummary)
+    figures: Optional[Memory] = None
 
 
 def device_label(device_type: int, device_id: int) -> str:
@@ -28,61 +54,176 @@ def device_label(device_type: int, device_id: int) -> str:
     return kind if device_id < 0 else f"{kind}:{device_id}"
 
 
-def memory_summary(events: EventTable, origin_us: float) -> MemorySummary:
+@dataclass(frozen=True)
+class _Attribution:
+    """Per memory event: the name code of its operator and of its call site, with the names."""
+
+    op_codes: np.ndarray
+    op_names: list[str]
+    site_codes: np.ndarray
+    site_names: list[str]
+    enclosing: np.ndarray
+
+
+def _attribute(span: SpanInput, mem: np.ndarray) -> _Attribution:
+    events, tree = span.events, span.tree
+    enclosing = enclosing_host_event(events, tree, mem)
+    t_us = events.ts_us[mem]
+    op = outermost_op(events, tree, enclosing, t_us)
+    site_codes, site_names = user_call_site(events, tree, enclosing, t_us, op)
+    op_ids, op_codes = np.unique(np.where(op >= 0, events.name[np.maximum(op, 0)], 0), return_inverse=True)
+    op_names = [events.strings[i] for i in op_ids.tolist()]
+    return _Attribution(op_codes.reshape(-1), op_names, site_codes, site_names, enclosing)
+
+
+def extract_memory(span: SpanInput) -> MemoryExtract:
+    events, steps = span.events, span.steps
     mem = np.flatnonzero(events.kind == Kind.MEMORY)
-    summary = MemorySummary()
+    figures = _allocator_calls(events, span)
     if mem.size == 0:
-        return summary
-    summary.present = True
-    key = events.device_type[mem] * 4096 + (events.device_id[mem] + 1)  # device_id -1 = host
+        return MemoryExtract(figures=figures if figures.allocator_calls_per_step else None)
+    mem = mem[np.argsort(events.ts_us[mem], kind="stable")]
+    origin = float(steps.start_us[0]) if len(steps) else float(events.ts_us.min(initial=0.0))
+    who = _attribute(span, mem)
+    summary = MemorySummary(present=True)
+    key = events.device_type[mem].astype(np.int64) * 4096 + (events.device_id[mem] + 1)  # device_id -1 = host
     for k in distinct(key).tolist():
-        mine = mem[key == k]
-        mine = mine[np.argsort(events.ts_us[mine], kind="stable")]
+        at = np.flatnonzero(key == k)
         label = device_label(int(k // 4096), int(k % 4096) - 1)
-        allocated = events.total_allocated[mine]
-        if (allocated < 0).any():
-            # PyTorch <= 1.9 recorded only each allocation's size: the running sum is the allocated
-            # total relative to the start of the capture.
-            allocated = np.cumsum(events.mem_bytes[mine])
-            allocated = allocated - min(int(allocated.min()), 0)
-        summary.peak_allocated_bytes[label] = int(allocated.max())
-        reserved = events.total_reserved[mine]
-        if (reserved >= 0).any():
-            summary.peak_reserved_bytes[label] = int(reserved.max())
-        summary.timeline[label] = _thin(events.ts_us[mine] - origin_us, allocated)
-    return summary
+        _one_device(span, label, device_memory(events, mem[at]), who, at, origin, summary, figures)
+    return MemoryExtract(summary=summary, figures=figures)
+
+
+def _one_device(
+    span: SpanInput, label: str, memory: DeviceMemory, who: _Attribution, at: np.ndarray, origin: float,
+    summary: MemorySummary, figures: Memory,
+) -> None:  # fmt: skip
+    """Fill `summary` and `figures` with one device's timeline, peak, steps and growth (`at`: the
+    device's positions in the attribution arrays)."""
+    blocks = pair_blocks(memory)
+    sites = who.site_codes[at][blocks.alloc]
+    summary.has_addresses = summary.has_addresses or memory.has_addresses()
+    summary.unpaired_allocations += int((blocks.free < 0).sum()) if memory.has_addresses() else 0
+    summary.unpaired_frees += blocks.orphan_frees
+    summary.peak_allocated_bytes[label] = int(memory.allocated.max())
+    summary.timeline[label] = _thin(memory.ts_us - origin, memory.allocated)
+    figures.peak_allocated_bytes[label] = float(memory.allocated.max())
+    if memory.reserved is not None:
+        summary.peak_reserved_bytes[label] = int(memory.reserved.max())
+        summary.reserved_timeline[label] = _thin(memory.ts_us - origin, memory.reserved)
+        figures.peak_reserved_bytes[label] = float(memory.reserved.max())
+    summary.peaks[label] = _peak(span, memory, blocks, who, at, sites, origin)
+    steps = span.steps
+    if len(steps) == 0:
+        return
+    traffic = step_traffic(memory, blocks, steps, sites)
+    summary.per_step.extend(traffic.rows(label, steps.number))
+    n = len(steps)
+    churn = traffic.temporary_bytes if memory.has_addresses() else traffic.alloc_bytes
+    figures.churn_bytes_per_step[label] = float(churn.mean())
+    figures.churn_allocations_per_step[label] = float(traffic.alloc_count.mean())
+    for site, size in by_site(traffic.temporary_codes, traffic.temporary_block_bytes, who.site_names, 1.0 / n, top=5).items():
+        figures.churn_sites_bytes_per_step[site] = figures.churn_sites_bytes_per_step.get(site, 0.0) + size
+    fit = growth(traffic)
+    fit.surviving_by_call_site = surviving_sites(memory, blocks, steps, sites, who.site_names)
+    summary.growth[label] = fit
+    if fit.boundaries >= 3:
+        figures.growth_bytes_per_step[label] = fit.bytes_per_step
+        figures.growth_r2[label] = fit.r2
+        figures.growth_steps[label] = float(fit.boundaries - 1)
+        for site, size in fit.surviving_by_call_site.items():
+            figures.leak_sites_bytes_per_step[site] = figures.leak_sites_bytes_per_step.get(site, 0.0) + size
+
+
+def _peak(
+    span: SpanInput, memory: DeviceMemory, blocks: Any, who: _Attribution, at: np.ndarray, sites: np.ndarray, origin: float
+) -> MemoryPeak:
+    """The allocated peak: when, in which step/phase/operator, and what is alive then."""
+    position = int(np.argmax(memory.allocated))
+    t = float(memory.ts_us[position])
+    alive = blocks.alive_at(position)
+    sizes = memory.nbytes[blocks.alloc]
+    ops = who.op_codes[at][blocks.alloc]
+    step = int(span.steps.index_of(np.array([t]))[0]) if len(span.steps) else -1
+    site_code = int(who.site_codes[at][position])
+    return MemoryPeak(
+        allocated_bytes=int(memory.allocated[position]),
+        reserved_bytes=int(memory.reserved[position]) if memory.reserved is not None else None,
+        t_us=t - origin,
+        step=int(span.steps.number[step]) if step >= 0 else None,
+        phase=_phase_at(span, t),
+        operator=who.op_names[int(who.op_codes[at][position])],
+        call_site=who.site_names[site_code],
+        alive_by_operator=by_site(ops[alive], sizes[alive], [n or "(no op)" for n in who.op_names]),
+        alive_by_call_site=by_site(sites[alive], sizes[alive], who.site_names),
+        unattributed_bytes=max(int(memory.allocated[position]) - int(sizes[alive].sum()), 0),
+    )
+
+
+def _phase_at(span: SpanInput, t: float) -> str:
+    if len(span.steps) == 0:
+        return ""
+    for name, (starts, ends) in span.phase_sets.items():
+        i = int(np.searchsorted(starts, t, side="right")) - 1
+        if i >= 0 and t < ends[i]:
+            return name
+    return ""
+
+
+def _allocator_calls(events: EventTable, span: SpanInput) -> Memory:
+    """cudaMalloc/cudaFree (and HIP's) runtime calls inside steps: the caching allocator going back to
+    the driver, which a warmed-up steady state should not need."""
+    runtime = np.flatnonzero((events.kind == Kind.RUNTIME) | (events.kind == Kind.DRIVER))
+    if runtime.size == 0 or len(span.steps) == 0:
+        return Memory()
+    calls = runtime[events.name_mask(lambda s: s in ALLOCATOR_CALLS, runtime)]
+    calls = calls[span.steps.index_of(events.ts_us[calls]) >= 0]
+    n = len(span.steps)
+    return Memory(allocator_calls_per_step=calls.size / n, allocator_us_per_step=float(events.dur_us[calls].sum()) / n)
 
 
 def _thin(t: np.ndarray, values: np.ndarray) -> list[list[float]]:
     if t.size <= MAX_POINTS:
-        return [[float(a), float(b)] for a, b in zip(t, values)]
-    buckets = np.array_split(np.arange(t.size), MAX_POINTS)
-    out = []
-    for bucket in buckets:
-        best = bucket[np.argmax(values[bucket])]
-        out.append([float(t[best]), float(values[best])])
-    return out
+        return [[float(a), float(b)] for a, b in zip(t.tolist(), values.tolist())]
+    edges = np.linspace(0, t.size, MAX_POINTS + 1).astype(np.int64)
+    best = np.maximum.reduceat(values, edges[:-1])
+    # the first position in each bucket holding its maximum
+    hits = np.flatnonzero(values == np.repeat(best, np.diff(edges)))
+    bucket = np.searchsorted(edges, hits, side="right") - 1
+    first = hits[np.r_[True, bucket[1:] != bucket[:-1]]]
+    return [[float(a), float(b)] for a, b in zip(t[first].tolist(), values[first].tolist())]
 
 
-def extract_memory(span: SpanInput) -> MemorySummary:
-    steps = span.steps
-    origin = float(steps.start_us[0]) if len(steps) else float(span.events.ts_us.min(initial=0.0))
-    return memory_summary(span.events, origin)
-
-
-def reduce_memory(parts: list[Part[MemorySummary]]) -> dict[str, Any]:
+def reduce_memory(parts: list[Part[MemoryExtract]]) -> dict[str, Any]:
     out = MemorySummary()
-    for memory in (p.value for p in parts):
+    growth_from: dict[str, int] = {}
+    for part in parts:
+        memory = part.value.summary
         if not memory.present:
             continue
         out.present = True
-        for label, peak in memory.peak_allocated_bytes.items():
-            out.peak_allocated_bytes[label] = max(peak, out.peak_allocated_bytes.get(label, 0))
-        for label, peak in memory.peak_reserved_bytes.items():
-            out.peak_reserved_bytes[label] = max(peak, out.peak_reserved_bytes.get(label, 0))
+        out.has_addresses = out.has_addresses or memory.has_addresses
+        out.unpaired_allocations += memory.unpaired_allocations
+        out.unpaired_frees += memory.unpaired_frees
+        for label, peak in memory.peaks.items():
+            if peak.allocated_bytes > out.peak_allocated_bytes.get(label, -1):
+                out.peaks[label] = msgspec.structs.replace(peak, rank=part.key.rank)
+        for label, peak_bytes in memory.peak_allocated_bytes.items():
+            out.peak_allocated_bytes[label] = max(peak_bytes, out.peak_allocated_bytes.get(label, 0))
+        for label, peak_bytes in memory.peak_reserved_bytes.items():
+            out.peak_reserved_bytes[label] = max(peak_bytes, out.peak_reserved_bytes.get(label, 0))
         for label, series in memory.timeline.items():
             out.timeline.setdefault(label, series)
-    return {"memory": out}
+        for label, series in memory.reserved_timeline.items():
+            out.reserved_timeline.setdefault(label, series)
+        out.per_step.extend(msgspec.structs.replace(row, rank=part.key.rank) for row in memory.per_step)
+        for label, fit in memory.growth.items():
+            if fit.boundaries > growth_from.get(label, -1):
+                out.growth[label], growth_from[label] = fit, fit.boundaries
+    figures = merge_sections([Part(key=p.key, value=p.value.figures) for p in parts], Memory)
+    return {"memory": out, "measurements.memory": figures}
 
 
-MEMORY = Analysis(name="memory", extract=extract_memory, extract_type=MemorySummary, reduce=reduce_memory, fills=("memory",))
+MEMORY = Analysis(
+    name="memory", extract=extract_memory, extract_type=MemoryExtract, reduce=reduce_memory, fills=("memory", "measurements.memory")
+)

@@ -1,0 +1,196 @@
+"""Allocator events of one device as columns: blocks paired with their frees by address, and who
+allocated each block (the CPU op the user called, and the user's Python line).
+
+Kineto writes one `[memory]` instant per allocation (`Bytes` > 0) and per free (`Bytes` < 0) with the
+block's `Addr` and, since PyTorch 1.10, the device's running `Total Allocated`/`Total Reserved`. An address
+is reused once freed, so sorting by (address, time) puts each allocation right before its own free: a
+block is an allocation whose next event at the same address is a free. A free with no allocation before
+it released a block allocated before the capture; an allocation with no free outlives the trace.
+
+Instants are not part of the host call tree (they have no duration), so the op enclosing one is found by
+a sorted search per thread (the last host event starting at or before it) and a walk up the tree until
+an ancestor covers it, all events of one tree level at a time.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from torchscope.analysis.frames import readable
+from torchscope.analysis.nesting import HostTree
+from torchscope.arrays import distinct
+from torchscope.trace.kinds import Kind
+from torchscope.trace.tables import EventTable
+
+# Frames of libraries (and of torchscope's own runner) are skipped when naming the user's line.
+_LIBRARY_FRAME = re.compile(r"(site-packages|dist-packages|/torch/|/lib/python\d|<built-in|^torch/|^<frozen|/torchscope/)")
+_FRAME = re.compile(r"^.*\(\d+\): .+$")
+
+
+@dataclass(frozen=True)
+class DeviceMemory:
+    """One device's `[memory]` events in time order (`rows` index the event table)."""
+
+    rows: np.ndarray
+    ts_us: np.ndarray
+    nbytes: np.ndarray
+    allocated: np.ndarray
+    reserved: np.ndarray | None  # None: the trace has no `Total Reserved`
+    addr: np.ndarray
+
+    @property
+    def allocated_before(self) -> np.ndarray:
+        """The allocated total just before each event (the one after it, less its own bytes)."""
+        return self.allocated - self.nbytes
+
+    def has_addresses(self) -> bool:
+        return bool(self.addr.size) and bool((self.addr >= 0).all())
+
+
+def device_memory(events: EventTable, rows: np.ndarray) -> DeviceMemory:
+    """The events `rows` of one device in time order, with the allocated total rebuilt where the trace
+    predates `Total Allocated` (relative to the start of the capture, never below zero)."""
+    rows = rows[np.argsort(events.ts_us[rows], kind="stable")]
+    nbytes = events.mem_bytes[rows]
+    allocated = events.total_allocated[rows]
+    if (allocated < 0).any():
+        allocated = np.cumsum(nbytes)
+        allocated = allocated - min(int(allocated.min()), 0)
+    reserved = events.total_reserved[rows]
+    return DeviceMemory(rows, events.ts_us[rows], nbytes, allocated, reserved if (reserved >= 0).any() else None, events.addr[rows])
+
+
+@dataclass(frozen=True)
+class Blocks:
+    """Blocks allocated inside the trace: position (in `DeviceMemory` order) of each allocation and of
+    its free (-1: never freed in the trace); `orphan_frees` counts frees of blocks allocated before it."""
+
+    alloc: np.ndarray
+    free: np.ndarray
+    orphan_frees: int
+
+    def alive_at(self, position: int) -> np.ndarray:
+        """Which blocks are allocated at or before `position` and not yet freed after it."""
+        return (self.alloc <= position) & ((self.free > position) | (self.free < 0))
+
+
+def pair_blocks(memory: DeviceMemory) -> Blocks:
+    """Allocations paired with their frees by address (see the module docstring); without addresses
+    every allocation is a block that is never freed."""
+    n = memory.nbytes.size
+    position = np.arange(n)
+    if not memory.has_addresses():
+        return Blocks(position[memory.nbytes > 0], np.full(int((memory.nbytes > 0).sum()), -1), 0)
+    order = np.lexsort((position, memory.addr))
+    addr, sign = memory.addr[order], np.sign(memory.nbytes[order])
+    same_next = np.zeros(n, dtype=bool)
+    same_next[:-1] = addr[1:] == addr[:-1]
+    is_alloc = sign > 0
+    paired = is_alloc & same_next & np.r_[sign[1:] < 0, False]
+    freed_by = np.full(n, -1)
+    freed_by[paired] = order[np.flatnonzero(paired) + 1]
+    preceded = np.r_[False, paired[:-1]]  # a free right after its own allocation
+    orphan = int(((sign < 0) & ~preceded).sum())
+    alloc_sorted = np.flatnonzero(is_alloc)
+    alloc, free = order[alloc_sorted], freed_by[alloc_sorted]
+    back = np.argsort(alloc, kind="stable")
+    return Blocks(alloc[back], free[back], orphan)
+
+
+def enclosing_host_event(events: EventTable, tree: HostTree, rows: np.ndarray) -> np.ndarray:
+    """For each instant event in `rows`, the innermost host event on its thread that covers its time
+    (-1: none)."""
+    result = np.full(rows.size, -1, dtype=np.int64)
+    host = np.flatnonzero(tree.depth >= 0)
+    if host.size == 0 or rows.size == 0:
+        return result
+    host_key = _thread_key(events, host)
+    row_key = _thread_key(events, rows)
+    order = np.lexsort((-events.dur_us[host], events.ts_us[host], host_key))
+    host, host_key = host[order], host_key[order]
+    host_ts = events.ts_us[host]
+    row_ts = events.ts_us[rows]
+    for key in distinct(row_key).tolist():  # one sorted search per thread
+        lo, hi = np.searchsorted(host_key, key, "left"), np.searchsorted(host_key, key, "right")
+        mine = np.flatnonzero(row_key == key)
+        last = lo + np.searchsorted(host_ts[lo:hi], row_ts[mine], side="right") - 1
+        result[mine] = np.where(last >= lo, host[np.maximum(last, 0)], -1)
+    while True:  # up the tree until the candidate still runs at the instant
+        at = np.maximum(result, 0)
+        ended = (result >= 0) & (events.ts_us[at] + events.dur_us[at] < row_ts)
+        if not ended.any():
+            return result
+        result = np.where(ended, tree.parent[at], result)
+
+
+def _thread_key(events: EventTable, rows: np.ndarray) -> np.ndarray:
+    return (events.pid[rows].astype(np.int64) << 32) | events.tid[rows].astype(np.int64)
+
+
+def _covers(events: EventTable, at: np.ndarray, t_us: np.ndarray) -> np.ndarray:
+    """Whether event `at` runs at `t_us` (ancestors are checked too: a trace whose events overlap without
+    nesting can give an event a parent that ended before it)."""
+    return (events.ts_us[at] <= t_us) & (t_us <= events.ts_us[at] + events.dur_us[at])
+
+
+def outermost_op(events: EventTable, tree: HostTree, start: np.ndarray, t_us: np.ndarray) -> np.ndarray:
+    """The outermost CPU op enclosing (or being) each `start` event and running at `t_us`: the op the
+    user called (`aten::ones`, not the `aten::empty` inside it); -1 where none."""
+    result = np.full(start.size, -1, dtype=np.int64)
+    current = start.astype(np.int64)
+    while (current >= 0).any():
+        at = np.maximum(current, 0)
+        hit = (current >= 0) & (events.kind[at] == Kind.CPU_OP) & _covers(events, at, t_us)
+        result[hit] = current[hit]
+        current = np.where(current >= 0, tree.parent[at], -1)
+    return result
+
+
+def user_call_site(
+    events: EventTable, tree: HostTree, start: np.ndarray, t_us: np.ndarray, op: np.ndarray
+) -> tuple[np.ndarray, list[str]]:
+    """The innermost user-code frame enclosing each `start` event and the call it made there, as (code
+    per event, readable name per code, code 0 = ""): `train_step (train.py:42) > torch.ones`. From the
+    Python-function events of `with_stack=True` (their line is the function's first line: PyTorch's
+    tracer records calls, not lines, so the call made names the statement), else from the op's `Call
+    stack` argument (older traces, which record lines)."""
+    python = np.flatnonzero(events.kind == Kind.PYTHON_FUNCTION)
+    user = np.zeros(len(events), dtype=bool)
+    if python.size:
+        user[python] = events.name_mask(lambda s: bool(_FRAME.match(s)) and not _LIBRARY_FRAME.search(s), python)
+    frame = np.full(start.size, -1, dtype=np.int64)
+    callee = np.full(start.size, -1, dtype=np.int64)
+    current = start.astype(np.int64)
+    previous = np.full(start.size, -1, dtype=np.int64)
+    pending = current >= 0
+    while pending.any():
+        at = np.maximum(current, 0)
+        covers = _covers(events, at, t_us)
+        hit = pending & user[at] & covers
+        frame[hit], callee[hit] = current[hit], previous[hit]
+        pending &= ~hit
+        previous = np.where(pending & covers & (events.kind[at] == Kind.PYTHON_FUNCTION), current, previous)
+        current = np.where(pending, tree.parent[at], -1)
+        pending &= current >= 0
+    # A pair of string ids per event: (frame, call made) names, else (0, the op's call stack); (0, 0): nothing.
+    name = events.name.astype(np.int64)
+    first = np.where(frame >= 0, name[np.maximum(frame, 0)], 0)
+    second = np.where(frame >= 0, np.where(callee >= 0, name[np.maximum(callee, 0)], 0), -np.where(op >= 0, events.call_stack[np.maximum(op, 0)], 0))
+    pairs, inverse = np.unique(np.stack([first, second], axis=1), axis=0, return_inverse=True)
+    text = [_site_text(events.strings, int(a), int(b)) for a, b in pairs.tolist()]
+    names = [""] + sorted({t for t in text if t})
+    index = {name: i for i, name in enumerate(names)}
+    code_of = np.array([index[t] for t in text], dtype=np.int64)
+    return code_of[inverse.reshape(-1)], names
+
+
+def _site_text(strings: list[str], frame: int, second: int) -> str:
+    if frame > 0:
+        return readable(strings[frame]) + (f" > {readable(strings[second])}" if second > 0 else "")
+    for line in strings[-second].split(";") if second < 0 else ():
+        if line.strip() and not _LIBRARY_FRAME.search(line):
+            return readable(line.strip())
+    return ""
