@@ -49,12 +49,21 @@ ARG_FIELDS: dict[str, tuple[str, Any, Any]] = {
     "device_id": ("Device Id", Int32, -1),
     "addr": ("Addr", Int64, -1),
     "label": ("name", str, ""),
+    # Collectives (`record_param_comms` ops, and NCCL kernels in newer traces): torch/csrc/profiler/util.h.
+    "comm_name": ("Collective name", str, ""),
+    "pg_name": ("Process Group Name", str, ""),
+    "group_size": ("Group size", Int32, -1),
+    "in_nelems": ("In msg nelems", Int64, -1),
+    "out_nelems": ("Out msg nelems", Int64, -1),
+    "comm_dtype": ("dtype", str, ""),
+    "seq": ("Seq", Int64, -1),
 }
 
 _OP = ("external_id", "input_dims", "input_type", "call_stack")
 _DEVICE = ("external_id", "external_id_lower", "correlation", "stream", "device", "nbytes",
            "bandwidth_gbps", "grid", "block", "registers_per_thread", "blocks_per_sm", "occupancy_pct")
 _RUNTIME = ("external_id", "external_id_lower", "correlation", "device", "stream")
+_COMM = ("comm_name", "pg_name", "group_size", "in_nelems", "out_nelems", "comm_dtype", "seq")
 _MEMORY = ("mem_bytes", "total_allocated", "total_reserved", "device_type", "device_id", "addr")
 
 
@@ -95,6 +104,7 @@ ARG_GROUPS: tuple[ArgGroup, ...] = (
     ArgGroup((Kind.RUNTIME, Kind.DRIVER, Kind.CUDA_SYNC), _RUNTIME),
     ArgGroup((Kind.MEMORY,), _MEMORY),
     ArgGroup((Kind.METADATA,), ("label",)),
+    ArgGroup((Kind.CPU_OP, Kind.KERNEL), _COMM),
 )
 
 EVENT_LIST_DECODER = msgspec.json.Decoder(list[Event])

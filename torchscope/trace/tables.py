@@ -34,6 +34,10 @@ NUMERIC_COLUMNS: dict[str, Any] = {
     "device_type": np.int32,
     "device_id": np.int32,
     "addr": np.int64,
+    "group_size": np.int32,
+    "in_nelems": np.int64,
+    "out_nelems": np.int64,
+    "seq": np.int64,
 }
 STRING_COLUMNS: tuple[str, ...] = (
     "ph",
@@ -47,6 +51,9 @@ STRING_COLUMNS: tuple[str, ...] = (
     "grid",
     "block",
     "label",
+    "comm_name",
+    "pg_name",
+    "comm_dtype",
 )
 DERIVED_COLUMNS: dict[str, Any] = {"kind": np.int8}
 ALL_COLUMNS: tuple[str, ...] = (*NUMERIC_COLUMNS, *STRING_COLUMNS, *DERIVED_COLUMNS)
