@@ -171,14 +171,16 @@ def _phase_at(span: SpanInput, t: float) -> str:
 
 
 def _allocator_calls(events: EventTable, span: SpanInput) -> Memory:
-    """cudaMalloc/cudaFree (and HIP's) runtime calls inside steps: the caching allocator going back to
-    the driver, which a warmed-up steady state should not need."""
+    """cudaMalloc/cudaFree (and HIP's) runtime calls per step in the steady state (the steps after a
+    span's first): the caching allocator going back to the driver, which a warmed-up loop should not need."""
     runtime = np.flatnonzero((events.kind == Kind.RUNTIME) | (events.kind == Kind.DRIVER))
     if runtime.size == 0 or len(span.steps) == 0:
         return Memory()
     calls = runtime[events.name_mask(lambda s: s in ALLOCATOR_CALLS, runtime)]
-    calls = calls[span.steps.index_of(events.ts_us[calls]) >= 0]
-    n = len(span.steps)
+    # The first step of a span may still be warming the cache up: steady state is the steps after it.
+    first = 1 if len(span.steps) > 1 else 0
+    calls = calls[span.steps.index_of(events.ts_us[calls]) >= first]
+    n = len(span.steps) - first
     return Memory(allocator_calls_per_step=calls.size / n, allocator_us_per_step=float(events.dur_us[calls].sum()) / n)
 
 

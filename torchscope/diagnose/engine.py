@@ -13,7 +13,7 @@ import dataclasses
 import math
 from typing import Any, Optional
 
-from torchscope.diagnose import rules_device, rules_distributed, rules_host, rules_input, rules_quality
+from torchscope.diagnose import rules_device, rules_distributed, rules_host, rules_input, rules_memory, rules_quality
 from torchscope.diagnose.context import Context, make_context
 from torchscope.diagnose.rule import Rule, Verdict
 from torchscope.report.model import Finding, Report, Severity
@@ -37,6 +37,9 @@ RULES: tuple[Rule, ...] = (
     rules_device.compute_conv_bias_before_batch_norm,
     rules_device.compute_half_matmul_misaligned,
     rules_device.memory_near_capacity,
+    rules_memory.memory_leak,
+    rules_memory.memory_churn,
+    rules_memory.memory_fragmentation,
     rules_distributed.communication_share,
     rules_distributed.straggler_rank,
     rules_quality.no_steps,
