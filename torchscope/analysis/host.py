@@ -43,8 +43,18 @@ def _event_steps(events: EventTable, steps: StepWindows) -> np.ndarray:
     return events.memo(f"step_index:{id(steps)}", lambda: steps.index_of(events.ts_us))
 
 
+def _read_only(mask: np.ndarray) -> np.ndarray:
+    mask.flags.writeable = False  # shared by every analysis of the table
+    return mask
+
+
 def main_thread_mask(events: EventTable) -> np.ndarray:
-    """Events on the thread that records the ProfilerStep markers (the training loop's thread)."""
+    """Events on the thread that records the ProfilerStep markers (the training loop's thread).
+    Computed once per table (several analyses ask); callers must not modify it."""
+    return events.memo("main_thread_mask", lambda: _read_only(_main_thread_mask(events)))
+
+
+def _main_thread_mask(events: EventTable) -> np.ndarray:
     is_step = step_name_mask(events) & (events.kind != Kind.GPU_USER_ANNOTATION)
     if not is_step.any():
         host = kind_mask(events.kind, (Kind.CPU_OP, Kind.USER_ANNOTATION))
@@ -126,8 +136,9 @@ def _user_frame(events: EventTable, tree: HostTree, index: int) -> str:
 
 
 def sync_mask(events: EventTable) -> np.ndarray:
-    """Runtime calls that block the host until the device catches up."""
-    return name_mask(events, lambda s: s in SYNC_CALLS, (Kind.RUNTIME, Kind.DRIVER))
+    """Runtime calls that block the host until the device catches up (computed once per table; callers
+    must not modify it)."""
+    return events.memo("sync_mask", lambda: _read_only(name_mask(events, lambda s: s in SYNC_CALLS, (Kind.RUNTIME, Kind.DRIVER))))
 
 
 def idle_explained_us_per_step(events: EventTable, steps: StepWindows, busy: intervals.IntervalSet) -> float:

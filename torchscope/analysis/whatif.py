@@ -176,38 +176,37 @@ def replay(model: StepModel, removed: intervals.IntervalSet = intervals.EMPTY, k
     return max(float(moved[-1]) + extra, float(carry.max()))
 
 
-def _main_set(span: SpanInput, mask: np.ndarray, t0: float) -> intervals.IntervalSet:
-    """Main-thread intervals of `mask`'s events inside the steps, minus the syncs (which the replay
-    treats as waits of their own), as times from span start."""
-    events, steps = span.events, span.steps
-    chosen = mask & main_thread_mask(span.events)
+def _main_set(span: SpanInput, mask: np.ndarray, allowed: intervals.IntervalSet, t0: float) -> intervals.IntervalSet:
+    """Main-thread intervals of `mask`'s events within `allowed`, as times from `t0`."""
+    events = span.events
+    chosen = mask & main_thread_mask(events)
     start = events.ts_us[chosen]
-    found = intervals.union(start, start + events.dur_us[chosen])
-    windows = intervals.union(steps.start_us, steps.end_us)
-    syncs = sync_mask(events)
-    sync_start = events.ts_us[syncs]
-    found = intervals.subtract(intervals.intersect(found, windows), intervals.union(sync_start, sync_start + events.dur_us[syncs]))
+    found = intervals.intersect(intervals.union(start, start + events.dur_us[chosen]), allowed)
     return found[0] - t0, found[1] - t0
 
 
 def cause_sets(span: SpanInput) -> dict[str, intervals.IntervalSet]:
-    """Each modelled cause's main-thread intervals (times from the span's first step start)."""
-    events, t0 = span.events, float(span.steps.start_us[0])
+    """Each modelled cause's main-thread intervals inside the steps, minus the syncs (which the replay
+    treats as waits of their own), as times from the span's first step start."""
+    events, steps, t0 = span.events, span.steps, float(span.steps.start_us[0])
     phases = phase_masks(events)
+    syncs = sync_mask(events)
+    sync_start = events.ts_us[syncs]
+    allowed = intervals.subtract(intervals.union(steps.start_us, steps.end_us), intervals.union(sync_start, sync_start + events.dur_us[syncs]))
 
     def named(predicate: Callable[[str], bool]) -> np.ndarray:
         return name_mask(events, predicate, HOST_RANGES)
 
-    host_ops = kind_mask(events.kind, HOST_RANGES)
+    host_ops = _main_set(span, kind_mask(events.kind, HOST_RANGES), allowed, 0.0)
     other_start, other_end = span.phase_sets["other"]
-    outside = intervals.intersect((other_start, other_end), _main_set(span, host_ops, 0.0))
+    outside = intervals.intersect((other_start, other_end), host_ops)
     compute = span.compute_set
     return {
-        "data_loading": _main_set(span, phases["data_loading"], t0),
-        "optimizer_step": _main_set(span, named(lambda s: s.startswith("Optimizer.step#")), t0),
-        "zero_grad": _main_set(span, named(lambda s: s.startswith("Optimizer.zero_grad#")), t0),
+        "data_loading": _main_set(span, phases["data_loading"], allowed, t0),
+        "optimizer_step": _main_set(span, named(lambda s: s.startswith("Optimizer.step#")), allowed, t0),
+        "zero_grad": _main_set(span, named(lambda s: s.startswith("Optimizer.zero_grad#")), allowed, t0),
         "outside_steps": (outside[0] - t0, outside[1] - t0),
-        "launch": intervals.intersect((compute[0] - t0, compute[1] - t0), _main_set(span, host_ops, t0)),
+        "launch": intervals.intersect((compute[0] - t0, compute[1] - t0), (host_ops[0] - t0, host_ops[1] - t0)),
     }
 
 
