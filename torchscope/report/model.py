@@ -14,6 +14,7 @@ from typing import Any, Literal, Optional, Union
 
 import msgspec
 
+from torchscope.report.distributed import Distributed
 from torchscope.report.measurements import SECTION_TYPES, Measurements
 from torchscope.rundir.manifest import StepSource
 
@@ -255,6 +256,7 @@ class Report(msgspec.Struct, kw_only=True):
     memory: MemorySummary = msgspec.field(default_factory=MemorySummary)
     ranks: list[RankSummary] = []
     spans: list[SpanSummary] = []
+    distributed: Distributed = msgspec.field(default_factory=Distributed)  # across ranks (report/distributed.py)
     measurements: Measurements = msgspec.field(default_factory=Measurements)
     metrics: list[Metric] = []
     findings: list[Finding] = []

@@ -1,0 +1,266 @@
+"""Per-span extraction of collective instances, for matching across ranks (analysis/distributed.py).
+
+Which events time a collective on a rank, in order of preference:
+
+* `kernel`: NCCL/RCCL kernels on the device (GPU traces): they run from the moment the collective can
+  start on that GPU until every peer has taken part, so their length is transfer plus waiting.
+* `backend`: the backend's own range (`gloo:all_reduce`, `nccl:all_reduce`, `mpi:`, `ucc:`): gloo runs
+  the collective on its worker thread inside it.
+* `record_param_comms`: the c10d op's parameter record (it carries the collective name, process group,
+  sizes and, in recent PyTorch, the sequence number `Seq`).
+* `c10d`: the dispatcher op (`c10d::allreduce_`), when nothing else is there.
+
+Instances are keyed by process group and sequence number where the trace has them (from
+`record_param_comms` with `Seq`, matched in order of occurrence to the timed events of the same group and
+collective); otherwise by step, group, collective and order of occurrence within the step.
+The extract is compact: flat arrays of instances, no events.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from typing import Optional
+
+import msgspec
+import numpy as np
+
+from torchscope.analysis import intervals
+from torchscope.analysis.host import _encloses as encloses  # shared with outside_phases: one definition
+from torchscope.analysis.markers import COMM_OP_PREFIXES, comm_kernel_mask, own_marker_mask, phase_masks
+from torchscope.analysis.span import SpanInput
+from torchscope.analysis.steps import step_marker_mask
+from torchscope.trace.kinds import DEVICE_KINDS, Kind, kind_mask
+from torchscope.trace.tables import EventTable
+
+BACKEND_PREFIXES = tuple(p for p in COMM_OP_PREFIXES if p != "c10d::")
+PHASES = ("data_loading", "forward", "backward", "optimizer", "other")
+_KERNEL_COLLECTIVE = re.compile(r"^(?:nccl|rccl)(?:Dev)?Kernel_([A-Za-z]+)")
+_SUFFIXES = ("_into_tensor_coalesced", "_into_tensor", "_coalesced", "_base", "_tensor")
+_CANONICAL = {
+    "allreduce": "all_reduce", "allgather": "all_gather", "reducescatter": "reduce_scatter",
+    "alltoall": "all_to_all", "alltoallv": "all_to_all", "broadcast": "broadcast", "barrier": "barrier",
+    "send": "send_recv", "recv": "send_recv", "sendrecv": "send_recv", "recvanysource": "send_recv",
+    "gather": "gather", "scatter": "scatter", "reduce": "reduce", "monitoredbarrier": "barrier",
+}
+CULPRITS_PER_PHASE = 15
+
+
+def collective_name(raw: str) -> str:
+    """The collective a backend range, c10d op, kernel or `Collective name` arg stands for, one spelling
+    for all (`all_reduce`); point-to-point send and recv are one `send_recv` so a send matches its recv."""
+    name = raw
+    if match := _KERNEL_COLLECTIVE.match(raw):
+        name = match[1]
+    else:
+        for prefix in (*COMM_OP_PREFIXES, "nccl::"):
+            if name.startswith(prefix):
+                name = name[len(prefix):]
+                break
+    name = name.strip("_").lower()
+    for suffix in _SUFFIXES:
+        if name.endswith(suffix):
+            name = name[: -len(suffix)].strip("_")
+            break
+    flat = name.replace("_", "")
+    return _CANONICAL.get(flat, name)
+
+
+class DeviceTime(msgspec.Struct, kw_only=True):
+    """HTA's temporal breakdown inputs over the whole trace (microseconds)."""
+
+    span_us: float  # first GPU event start to last GPU event end
+    busy_us: float
+    compute_us: float
+    comm_us: float
+    overlap_us: float  # communication overlapped by compute
+
+
+class RankCollectives(msgspec.Struct, kw_only=True):
+    """One span's collective instances (parallel arrays) and its per-step phase times and culprits."""
+
+    source: str = ""
+    names: list[str] = []
+    groups: list[str] = []
+    name_id: list[int] = []
+    group_id: list[int] = []
+    step: list[int] = []  # step number, -1 outside the steps
+    ordinal: list[int] = []  # occurrence within (step, group, name)
+    seq: list[int] = []  # -1 where unknown
+    start_us: list[float] = []
+    dur_us: list[float] = []
+    compute_overlap_us: list[float] = []
+    nelems: list[int] = []
+    step_numbers: list[int] = []
+    step_us: list[float] = []
+    phase_us: dict[str, list[float]] = {}  # phase -> per step (communication taken out first)
+    culprits_us: dict[str, dict[str, float]] = {}  # phase -> raw event name -> us over the span
+    device: Optional[DeviceTime] = None
+
+
+def extract_collectives(span: SpanInput) -> RankCollectives:
+    events = span.events
+    source, rows = _timed_events(events)
+    steps = span.steps
+    phases = span.phase_breakdown
+    out = RankCollectives(
+        step_numbers=[int(n) for n in steps.number],
+        step_us=[float(d) for d in steps.duration_us],
+        phase_us={c: phases.per_step_us[:, i].tolist() for i, c in enumerate(phases.categories) if c in PHASES},
+        culprits_us=_phase_culprits(span),
+        device=_device_time(events) if span.has_device else None,
+    )
+    if rows.size == 0:
+        return out
+    rows = rows[np.argsort(events.ts_us[rows], kind="stable")]
+    raw_names = events.comm_name[rows] if source in ("kernel", "record_param_comms") else np.zeros(rows.size, np.int32)
+    raw_names = np.where(raw_names > 0, raw_names, events.name[rows])
+    names, name_id = _intern([collective_name(s) for s in events.text(raw_names)])
+    groups, group_id = _intern(events.text(events.pg_name[rows]))
+    start = events.ts_us[rows]
+    step_index = steps.index_of(start)
+    step = np.where(step_index >= 0, steps.number[np.maximum(step_index, 0)], -1)
+    out.source, out.names, out.groups = source, names, groups
+    out.name_id, out.group_id, out.step = name_id.tolist(), group_id.tolist(), step.tolist()
+    out.ordinal = _ordinal(np.stack([step, group_id, name_id])).tolist()
+    out.seq = _sequence_numbers(events, source, rows, name_id, names).tolist()
+    out.start_us, out.dur_us = start.tolist(), events.dur_us[rows].tolist()
+    out.compute_overlap_us = intervals.overlap_per_window(_compute_set(span), start, start + events.dur_us[rows]).tolist()
+    out.nelems = np.maximum(events.in_nelems[rows], events.out_nelems[rows]).tolist()
+    return out
+
+
+def _timed_events(events: EventTable) -> tuple[str, np.ndarray]:
+    """The events that time collectives on this rank, and which kind they are (see the module doc)."""
+    host = kind_mask(events.kind, (Kind.CPU_OP, Kind.USER_ANNOTATION))
+    candidates = (
+        ("kernel", comm_kernel_mask(events) & (events.kind == Kind.KERNEL)),
+        ("backend", host & events.name_mask(lambda s: s.startswith(BACKEND_PREFIXES))),
+        ("record_param_comms", host & events.name_mask(lambda s: s == "record_param_comms")),
+        ("c10d", host & events.name_mask(lambda s: s.startswith("c10d::"))),
+    )
+    for source, mask in candidates:
+        if mask.any():
+            return source, np.flatnonzero(mask)
+    return "", np.zeros(0, dtype=np.int64)
+
+
+def _intern(values: list[str]) -> tuple[list[str], np.ndarray]:
+    distinct, ids = np.unique(np.array(values, dtype=object), return_inverse=True)
+    return [str(v) for v in distinct], ids.astype(np.int64)
+
+
+def _ordinal(keys: np.ndarray) -> np.ndarray:
+    """Occurrence index of each column of `keys` among the columns with the same key (in column order)."""
+    n = keys.shape[1]
+    order = np.lexsort((np.arange(n), *keys[::-1]))
+    sorted_keys = keys[:, order]
+    new = np.ones(n, dtype=bool)
+    new[1:] = (sorted_keys[:, 1:] != sorted_keys[:, :-1]).any(axis=0)
+    first = np.maximum.accumulate(np.where(new, np.arange(n), 0))
+    ordinal = np.empty(n, dtype=np.int64)
+    ordinal[order] = np.arange(n) - first
+    return ordinal
+
+
+def _sequence_numbers(events: EventTable, source: str, rows: np.ndarray, name_id: np.ndarray, names: list[str]) -> np.ndarray:
+    """`Seq` of each instance: its own where it has one, else that of the `record_param_comms` of the same
+    collective in the same order, when both lists are equally long (the c10d op and its timed event)."""
+    own = events.seq[rows].astype(np.int64)
+    if (own >= 0).all() or source == "record_param_comms":
+        return own
+    records = np.flatnonzero(events.name_mask(lambda s: s == "record_param_comms") & (events.seq >= 0))
+    seq = np.full(rows.size, -1, dtype=np.int64)
+    if records.size == 0:
+        return seq
+    records = records[np.argsort(events.ts_us[records], kind="stable")]
+    record_names = np.array([collective_name(s) for s in events.text(events.comm_name[records])], dtype=object)
+    for i, name in enumerate(names):  # one pass per distinct collective name (a handful)
+        mine = np.flatnonzero(name_id == i)
+        theirs = records[record_names == name]
+        if theirs.size == mine.size:
+            seq[mine] = events.seq[theirs]
+    return seq
+
+
+def _compute_set(span: SpanInput) -> intervals.IntervalSet:
+    """Compute on this rank: non-communication kernels on GPU traces (HTA's definition), else the host
+    operators that are not communication, step markers or torchscope's labels."""
+    events = span.events
+    if span.has_device:
+        mask = (events.kind == Kind.KERNEL) & ~comm_kernel_mask(events)
+    else:
+        comm = events.name_mask(lambda s: s.startswith(COMM_OP_PREFIXES) or s == "record_param_comms")
+        mask = (events.kind == Kind.CPU_OP) & ~comm & ~step_marker_mask(events) & ~own_marker_mask(events)
+    start = events.ts_us[mask]
+    return intervals.union(start, start + events.dur_us[mask])
+
+
+def _device_time(events: EventTable) -> DeviceTime:
+    """HTA's temporal breakdown and communication-computation overlap inputs: GPU events (kernels, memcpy,
+    memset) over the whole trace; communication = NCCL/RCCL kernels, memory = memcpy/memset."""
+    gpu = kind_mask(events.kind, DEVICE_KINDS) & (events.kind != Kind.GPU_USER_ANNOTATION)
+    comm = comm_kernel_mask(events) & gpu
+    memory = kind_mask(events.kind, (Kind.MEMCPY, Kind.MEMSET)) | events.name_mask(lambda s: "Memcpy" in s or "Memset" in s)
+    compute = gpu & ~comm & ~memory
+
+    def as_set(mask: np.ndarray) -> intervals.IntervalSet:
+        return intervals.union(events.ts_us[mask], events.ts_us[mask] + events.dur_us[mask])
+
+    busy, comp, comm_set = as_set(gpu), as_set(compute), as_set(comm)
+    span_us = float(busy[1][-1] - busy[0][0]) if busy[0].size else 0.0
+    return DeviceTime(
+        span_us=span_us,
+        busy_us=intervals.total_length(busy),
+        compute_us=intervals.total_length(comp),
+        comm_us=intervals.total_length(comm_set),
+        overlap_us=intervals.total_length(intervals.intersect(comp, comm_set)),
+    )
+
+
+def _phase_culprits(span: SpanInput) -> dict[str, dict[str, float]]:
+    """Per phase, the host events (Python frames, operators, ranges) by their time inside that phase
+    (inclusive), largest first: what a rank's extra time in a phase is spent on. Frames that enclose a
+    phase range or a step (the training loop, `<module>`) explain every phase, so none of them."""
+    events = span.events
+    host = kind_mask(events.kind, (Kind.CPU_OP, Kind.USER_ANNOTATION, Kind.PYTHON_FUNCTION))
+    markers = step_marker_mask(events) | own_marker_mask(events)
+    for mask in phase_masks(events).values():
+        markers = markers | mask
+    noise = step_marker_mask(events) | own_marker_mask(events) | events.name_mask(_is_measurement_frame)
+    noise |= encloses(span.tree, markers)
+    rows = np.flatnonzero(host & ~noise)
+    if rows.size == 0 or len(span.steps) == 0:
+        return {}
+    start = events.ts_us[rows]
+    end = start + events.dur_us[rows]
+    names, group = np.unique(events.name[rows], return_inverse=True)
+    out: dict[str, dict[str, float]] = {}
+    for phase in PHASES:
+        phase_set = span.phase_sets.get(phase)
+        if phase_set is None or phase_set[0].size == 0:
+            continue
+        totals = np.bincount(group, intervals.overlap_per_window(phase_set, start, end), names.size)
+        top = np.argsort(-totals)[:CULPRITS_PER_PHASE]
+        out[phase] = {events.strings[int(names[i])]: float(totals[i]) for i in top if totals[i] > 0}
+    return out
+
+
+def _is_measurement_frame(name: str) -> bool:
+    return "/torchscope/" in name or name.startswith("torchscope/") or "torch/profiler/" in name or "torch/autograd/profiler" in name
+
+
+_LIBRARY_PARTS = ("torch/", "site-packages/", "dist-packages/", "/lib/python", "torchscope/", "<frozen ")
+_STDLIB = frozenset(getattr(sys, "stdlib_module_names", ()))
+
+
+def is_user_frame(name: str) -> bool:
+    """A Python frame of the user's code (not torch, a library, the standard library or a built-in)."""
+    match = re.match(r"^(?P<file>[^()]*?)\((?P<line>\d+)\): ", name)
+    if match is None:
+        return False
+    file = match["file"].replace("\\", "/")
+    if any(part in file for part in _LIBRARY_PARTS):
+        return False
+    module = file.rsplit("/", 1)[-1].removesuffix(".py")
+    return module not in _STDLIB

@@ -1,0 +1,142 @@
+"""Which rank the others wait for, in each step and on average, and why it is late.
+
+Lateness needs no clock alignment: in every step, a rank that arrives late at the collectives waits less
+in them than the others. A rank's lateness in a step is the median time the *other* ranks waited in that
+step's collectives minus its own (for two ranks, simply the difference).
+
+Why it is late: its mean time per step in each phase (data loading, forward, backward, optimizer, and
+the step time outside them) against the median other rank's; the phase with the largest excess is the
+`late_phase`, and the operators and Python frames with the largest excess in that phase are the culprits,
+the user's own frames first (they are where a fix goes).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from torchscope.analysis.collective_match import CollectiveTable
+from torchscope.analysis.collectives import RankCollectives, is_user_frame
+from torchscope.analysis.frames import readable
+from torchscope.report.distributed import LatePhase, StepLateness, Straggler
+
+PHASE_NAMES: dict[str, LatePhase] = {
+    "data_loading": "data_loading",
+    "forward": "forward",
+    "backward": "backward",
+    "optimizer": "optimizer",
+    "other": "outside_step",
+}
+CULPRIT_SHARE = 0.3  # a culprit explains at least this share of the late phase's excess
+MAX_CULPRITS = 5
+
+
+def median_of_others(values: np.ndarray) -> np.ndarray:
+    """Per row r of `values` (ranks x columns): the median of the other rows, column by column (NaN
+    entries, ranks without that step, are ignored)."""
+    n_ranks = values.shape[0]
+    out = np.full(values.shape, np.nan)
+    for r in range(n_ranks):  # per rank, vectorised over steps
+        others = np.delete(values, r, axis=0)
+        if others.shape[0]:
+            with np.errstate(all="ignore"):
+                valid = ~np.isnan(others).all(axis=0)
+                out[r, valid] = np.nanmedian(others[:, valid], axis=0)
+    return out
+
+
+def wait_matrix(table: CollectiveTable, n_ranks: int) -> tuple[np.ndarray, np.ndarray]:
+    """(step numbers, ranks x steps waiting time in us; NaN where a rank has no instance in the step)."""
+    inside = table.step >= 0
+    steps, column = np.unique(table.step[inside], return_inverse=True)
+    waits = np.zeros((n_ranks, steps.size))
+    seen = np.zeros((n_ranks, steps.size), dtype=bool)
+    np.add.at(waits, (table.rank[inside], column), table.wait_us[inside])
+    seen[table.rank[inside], column] = True
+    return steps, np.where(seen, waits, np.nan)
+
+
+def lateness(table: CollectiveTable, ranks: list[int]) -> tuple[np.ndarray, np.ndarray, list[StepLateness]]:
+    """(step numbers, ranks x steps lateness in us, the late rank of each step)."""
+    steps, waits = wait_matrix(table, len(ranks))
+    if steps.size == 0 or len(ranks) < 2:
+        return steps, np.zeros((len(ranks), steps.size)), []
+    late = median_of_others(waits) - waits
+    filled = np.where(np.isnan(late), -np.inf, late)
+    worst = np.argmax(filled, axis=0)
+    rows = [
+        StepLateness(step=int(s), late_rank=ranks[int(w)], lateness_us=float(max(filled[w, i], 0.0)))
+        for i, (s, w) in enumerate(zip(steps.tolist(), worst.tolist()))
+    ]
+    return steps, late, rows
+
+
+def per_step_phases(spans: list[RankCollectives]) -> dict[str, float]:
+    """A rank's mean time per step in each phase."""
+    steps = sum(len(s.step_numbers) for s in spans)
+    totals: dict[str, float] = {}
+    for span in spans:
+        for phase, values in span.phase_us.items():
+            totals[phase] = totals.get(phase, 0.0) + float(sum(values))
+    return {p: v / steps for p, v in totals.items()} if steps else {}
+
+
+def straggler(
+    ranks: list[int], extracts: list[list[RankCollectives]], steps: np.ndarray, late: np.ndarray, phases: list[dict[str, float]]
+) -> Straggler | None:
+    """The rank with the largest mean lateness, its late phase and culprits (None without lateness)."""
+    if late.size == 0:
+        return None
+    with np.errstate(all="ignore"):
+        mean_late = np.nan_to_num(np.nanmean(late, axis=1), nan=-np.inf)
+    index = int(np.argmax(mean_late))
+    if not np.isfinite(mean_late[index]) or mean_late[index] <= 0:
+        return None
+    mine = late[index]
+    filled = np.where(np.isnan(late), -np.inf, late)
+    late_steps = int((np.argmax(filled, axis=0) == index).sum())
+    excess = _phase_excess(index, phases)
+    phase = max(excess, key=lambda p: excess[p]) if excess and max(excess.values()) > 0 else None
+    return Straggler(
+        rank=ranks[index],
+        mean_lateness_us=float(mean_late[index]),
+        lateness_us_by_step={str(int(s)): float(v) for s, v in zip(steps.tolist(), mine.tolist()) if not np.isnan(v)},
+        late_steps=late_steps,
+        steps=int(steps.size),
+        late_phase=PHASE_NAMES[phase] if phase else None,
+        phase_excess_us_per_step={PHASE_NAMES[p]: v for p, v in excess.items()},
+        culprits_us_per_step=_culprits(index, extracts, phase, excess.get(phase, 0.0)) if phase else {},
+    )
+
+
+def _phase_excess(index: int, phases: list[dict[str, float]]) -> dict[str, float]:
+    others = [p for i, p in enumerate(phases) if i != index]
+    return {
+        phase: phases[index].get(phase, 0.0) - float(np.median([o.get(phase, 0.0) for o in others]))
+        for phase in PHASE_NAMES
+        if others
+    }
+
+
+def _culprit_rates(spans: list[RankCollectives], phase: str) -> dict[str, float]:
+    steps = sum(len(s.step_numbers) for s in spans)
+    rates: dict[str, float] = {}
+    for span in spans:
+        for name, us in span.culprits_us.get(phase, {}).items():
+            rates[name] = rates.get(name, 0.0) + us / max(steps, 1)
+    return rates
+
+
+def _culprits(index: int, extracts: list[list[RankCollectives]], phase: str, phase_excess: float) -> dict[str, float]:
+    """The straggler's operators and frames with the most extra time in `phase` against the median other
+    rank, readable, the user's own frames first."""
+    mine = _culprit_rates(extracts[index], phase)
+    others = [_culprit_rates(spans, phase) for i, spans in enumerate(extracts) if i != index]
+    excess = {name: us - float(np.median([o.get(name, 0.0) for o in others])) for name, us in mine.items()}
+    wanted = [n for n, v in excess.items() if v >= CULPRIT_SHARE * phase_excess and v > 0]
+    wanted.sort(key=lambda n: (not is_user_frame(n), -excess[n]))
+    out: dict[str, float] = {}
+    for name in wanted:
+        out.setdefault(readable(name), excess[name])
+        if len(out) == MAX_CULPRITS:
+            break
+    return out
