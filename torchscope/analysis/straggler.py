@@ -12,6 +12,8 @@ the user's own frames first (they are where a fix goes).
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 
 from torchscope.analysis.collective_match import CollectiveTable
@@ -126,6 +128,11 @@ def _culprit_rates(spans: list[RankCollectives], phase: str) -> dict[str, float]
     return rates
 
 
+def _is_python(name: str) -> bool:
+    """A Python frame or built-in call (not an operator or a range)."""
+    return name.startswith("<built-in") or re.match(r"^[^()]*\(\d+\): ", name) is not None
+
+
 def _culprits(index: int, extracts: list[list[RankCollectives]], phase: str, phase_excess: float) -> dict[str, float]:
     """The straggler's operators and frames with the most extra time in `phase` against the median other
     rank, readable, the user's own frames first."""
@@ -133,6 +140,8 @@ def _culprits(index: int, extracts: list[list[RankCollectives]], phase: str, pha
     others = [_culprit_rates(spans, phase) for i, spans in enumerate(extracts) if i != index]
     excess = {name: us - float(np.median([o.get(name, 0.0) for o in others])) for name, us in mine.items()}
     wanted = [n for n, v in excess.items() if v >= CULPRIT_SHARE * phase_excess and v > 0]
+    if any(is_user_frame(n) for n in wanted):  # then library frames and built-ins inside them say nothing more
+        wanted = [n for n in wanted if is_user_frame(n) or not _is_python(n)]
     wanted.sort(key=lambda n: (not is_user_frame(n), -excess[n]))
     out: dict[str, float] = {}
     for name in wanted:

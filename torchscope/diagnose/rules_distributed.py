@@ -13,22 +13,42 @@ from torchscope.report.model import Fix
 COMMUNICATION = Threshold(0.10, "warning above 10 % of the step (TB)")
 
 
+COMM_FIXES = (
+    Fix(
+        kind="code_change",
+        target="DistributedDataParallel.no_sync",
+        value="with model.no_sync(): loss.backward()",
+        summary="with gradient accumulation, all-reduce only on the last micro-step",
+    ),
+    Fix(
+        kind="code_change",
+        target="DistributedDataParallel.bucket_cap_mb",
+        value=None,
+        summary="tune the gradient bucket size so all-reduces start earlier and overlap the backward pass",
+    ),
+    Fix(
+        kind="code_change",
+        target="DistributedDataParallel.register_comm_hook",
+        value="torch.distributed.algorithms.ddp_comm_hooks.default_hooks.bf16_compress_hook",
+        summary="compress gradients before the all-reduce (half the bytes on the wire)",
+    ),
+)
+
+
 @rule(
     "communication.share",
     "communication",
     COMMUNICATION,
     severity=by_share(COMMUNICATION.value),
-    fixes=(
-        Fix(
-            kind="code_change",
-            target="DistributedDataParallel.no_sync",
-            value="with model.no_sync(): loss.backward()",
-            summary="with gradient accumulation, all-reduce only on the last micro-step",
-        ),
-    ),
+    fixes=COMM_FIXES,
 )
 def communication_share(ctx: Context) -> Optional[Verdict]:
-    """Collective communication not hidden behind compute."""
+    """Collective transfer not hidden behind compute. With collectives matched across ranks only the
+    transfer counts (the shortest instance of each collective, less its overlap with compute): the time
+    ranks wait for a late rank is the straggler's, and no interconnect advice would shorten it."""
+    distributed = ctx.report.distributed
+    if distributed.present and distributed.matched:
+        return _exposed_transfer(ctx)
     share = ctx.breakdown_share("communication") if ctx.has_device else ctx.phase_share("communication")
     if share <= 0:
         return None
@@ -37,21 +57,109 @@ def communication_share(ctx: Context) -> Optional[Verdict]:
         "without overlapping compute",
         share=share,
         evidence={"communication_us_per_step": share * ctx.mean_step_us, "ranks": len(ctx.report.ranks)},
-        recommendation=(
-            "Overlap or reduce communication: with DDP keep gradient bucketing on (tune bucket_cap_mb), use "
-            "gradient accumulation with model.no_sync() on the first N-1 micro-steps, a larger batch per rank, "
-            "or a gradient-compression comm hook; check the interconnect (NCCL over NVLink/InfiniBand, not TCP)."
-        ),
+        recommendation=_COMM_ADVICE,
+        fix_targets=("DistributedDataParallel.no_sync",),
+    )
+
+
+_COMM_ADVICE = (
+    "Overlap or reduce communication: with DDP keep gradient bucketing on (tune bucket_cap_mb), use "
+    "gradient accumulation with model.no_sync() on the first N-1 micro-steps, a larger batch per rank, "
+    "or a gradient-compression comm hook; check the interconnect (NCCL over NVLink/InfiniBand, not TCP)."
+)
+
+
+def _exposed_transfer(ctx: Context) -> Optional[Verdict]:
+    distributed = ctx.report.distributed
+    share = ctx.share(distributed.exposed_transfer_us_per_step)
+    if share <= 0:
+        return None
+    waiting = f"; waiting for late ranks ({ms(distributed.wait_us_per_step)}) is the straggler's" if distributed.wait_us_per_step > 0 else ""
+    return Verdict(
+        title=f"Collective transfer not overlapped with compute takes {pct(share)} of the step "
+        f"({ms(distributed.exposed_transfer_us_per_step)}){waiting}",
+        share=share,
+        evidence={
+            "exposed_transfer_us_per_step": distributed.exposed_transfer_us_per_step,
+            "transfer_us_per_step": distributed.transfer_us_per_step,
+            "wait_us_per_step": distributed.wait_us_per_step,
+            "matched_collectives": distributed.matched,
+            "match_method": distributed.match_method,
+            "ranks": distributed.world_size,
+        },
+        recommendation=_COMM_ADVICE,
     )
 
 
 STRAGGLER = Threshold(0.05, "spread >= 5 % of the mean step (MSPROF slow-rank: (max-min)/mean > 5 %)")
 
 
-# No fix as data: the cause (data, hardware, rank-0-only work) is for the user to find.
+# No fix as data: the cause (data, hardware, rank-0-only work) is for the user to find; the finding names it.
 @rule("straggler.rank", "straggler", STRAGGLER, severity=by_share(STRAGGLER.value))
 def straggler_rank(ctx: Context) -> Optional[Verdict]:
-    """One rank holds the others back: spread of step times, or of time waited in collectives."""
+    """One rank holds the others back. With collectives matched across ranks: the rank that arrives last
+    (the others wait for it), by how much per step, the phase that makes it late and what in that phase;
+    otherwise the spread of step times, or of time spent in collectives."""
+    distributed = ctx.report.distributed
+    if distributed.present and distributed.matched:
+        return _late_rank(ctx)
+    return _spread(ctx)
+
+
+_PHASE_TEXT = {
+    "data_loading": "data loading",
+    "forward": "forward pass",
+    "backward": "backward pass",
+    "optimizer": "optimizer step",
+    "outside_step": "work outside data loading/forward/backward/optimizer",
+}
+_PHASE_ADVICE = {
+    "data_loading": "make its input pipeline as fast as the others' (more DataLoader workers, pinned memory, "
+    "the same storage and preprocessing on every node, samples of even cost per rank)",
+    "forward": "even out the forward work per rank (inputs of equal size per rank, e.g. bucket samples by "
+    "length; no rank-specific branches in the model; same hardware and clocks on every node)",
+    "backward": "even out the backward work per rank (equal input sizes, no extra hooks or parameters on one rank)",
+    "optimizer": "give every rank the same optimizer work (no rank-only parameter updates or EMA copies)",
+    "outside_step": "move the extra per-step work out of the loop, to every N steps or a background thread "
+    "(logging, metrics, checkpointing on rank 0)",
+}
+
+
+def _late_rank(ctx: Context) -> Optional[Verdict]:
+    distributed = ctx.report.distributed
+    late = distributed.straggler
+    if late is None:
+        return None
+    share = ctx.share(late.mean_lateness_us)
+    phase = late.late_phase
+    culprits = ", ".join(list(late.culprits_us_per_step)[:2])
+    why = ""
+    if phase is not None:
+        why = f": its {_PHASE_TEXT[phase]} takes {ms(late.phase_excess_us_per_step.get(phase, 0.0))} more than the median rank's"
+        why += f", mostly {culprits}" if culprits else ""
+    return Verdict(
+        title=f"Rank {late.rank} arrives {ms(late.mean_lateness_us)} late at the collectives per step "
+        f"(last in {late.late_steps} of {late.steps} steps){why}",
+        share=min(share, 1.0),
+        evidence={
+            "straggler_rank": late.rank,
+            "mean_lateness_us": late.mean_lateness_us,
+            "lateness_us_by_step": late.lateness_us_by_step,
+            "late_steps": late.late_steps,
+            "late_phase": phase,
+            "phase_excess_us_per_step": late.phase_excess_us_per_step,
+            "culprits_us_per_step": late.culprits_us_per_step,
+            "wait_us_per_step": distributed.wait_us_per_step,
+        },
+        recommendation=(
+            f"The other ranks wait for rank {late.rank} in every collective. "
+            + (f"Look at {culprits} on rank {late.rank}, and {_PHASE_ADVICE[phase]}." if phase else
+               "Its phases look like the others': check its hardware, clocks and node (a slower host or GPU).")
+        ),
+    )
+
+
+def _spread(ctx: Context) -> Optional[Verdict]:
     ranks = [r for r in ctx.report.ranks if r.steps > 0]
     if len(ranks) < 2:
         return None
