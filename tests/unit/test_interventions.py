@@ -52,3 +52,31 @@ def test_only_fixes_that_need_no_code_edit_are_applicable() -> None:
     assert not applicable(Fix(kind="code_change", target="torch.compile", value="model = torch.compile(model)"))
     assert applicable(Fix(kind="torch_flag", target="torch.backends.cudnn.benchmark", value=True))
     assert not applicable(Fix(kind="env_var", target="PYTORCH_CUDA_ALLOC_CONF", value="expandable_segments:True"))
+
+
+def test_each_change_records_the_users_call_site_and_alternatives_exclude_each_other() -> None:
+    from torchscope.capture import interventions
+
+    interventions.sites.clear()
+    params = [torch.nn.Parameter(torch.zeros(2))]
+
+    class MyLoader(DataLoader):  # a subclass: the site is the line that builds it, not its super().__init__
+        def __init__(self, data: list[int]) -> None:
+            super().__init__(data, batch_size=2)
+
+    with applied([Fix(kind="dataloader_kwarg", target="num_workers", value=2),
+                  Fix(kind="optimizer_kwarg", target="fused", value=True)]):
+        MyLoader(list(range(4))); line = _line()  # noqa: E702
+        optimizer = torch.optim.Adam(params, foreach=True)  # both True would raise: the user's foreach is dropped
+    assert optimizer.defaults["fused"] is True and not optimizer.defaults["foreach"]
+    assert interventions.sites["dataloader_kwarg:num_workers"] == {f"{__file__}:{line}"}
+    assert interventions.sites["optimizer_kwarg:fused"] == {f"{__file__}:{line + 1}"}
+    with applied([Fix(kind="dataloader_kwarg", target="num_workers", value=0)]):
+        DataLoader(list(range(4)), num_workers=0)  # nothing changed: nothing recorded
+    assert "dataloader_kwarg:num_workers" in interventions.sites and len(interventions.sites["dataloader_kwarg:num_workers"]) == 1
+
+
+def _line() -> int:
+    import sys
+
+    return sys._getframe(1).f_lineno

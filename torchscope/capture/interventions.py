@@ -10,15 +10,22 @@ code into patches installed before the script runs and removed after:
   takes that keyword.
 * `torch_flag`: `torch.set_num_threads` (value: threads), or an attribute path under `torch`
   (`torch.backends.cudnn.benchmark = True`).
-* `code_change` `optimizer.zero_grad(set_to_none=True)`: the default of every `Optimizer.zero_grad`.
+* `code_change` `optimizer.zero_grad` (value `optimizer.zero_grad(set_to_none=True)`): every
+  `Optimizer.zero_grad` call sets the gradients to None.
 
-Anything else is reported as not applicable (`applicable()`), never guessed.
+Anything else is reported as not applicable (`applicable()`), never guessed. Every patch records where
+the user's code reached it (`sites`: file:line of the call, outside torch), so a trial can tell a fix
+that was applied from one that never met a DataLoader or optimizer, and `tune` can point at the line
+to change.
 """
 
 from __future__ import annotations
 
 import functools
 import inspect
+import os
+import sys
+from collections import defaultdict
 from contextlib import ExitStack, contextmanager
 from typing import Any, Callable, Iterator, Sequence
 
@@ -28,11 +35,26 @@ DATALOADER_KEYWORDS = ("num_workers", "pin_memory", "persistent_workers", "prefe
 _NEEDS_WORKERS = ("persistent_workers", "prefetch_factor")
 OPTIMIZER_KEYWORDS = ("foreach", "fused")
 ZERO_GRAD_FIX = "optimizer.zero_grad(set_to_none=True)"
+ZERO_GRAD_TARGETS = ("optimizer.zero_grad", ZERO_GRAD_FIX)
+
+# fix label (`label(fix)`) -> the call sites ("file:line") where the patch changed a call.
+sites: dict[str, set[str]] = defaultdict(set)
+
+
+def label(fix: Fix) -> str:
+    """The key of a fix in `sites`: kind and target."""
+    return f"{fix.kind}:{fix.target}"
+
+
+def _is_zero_grad(fix: Fix) -> bool:
+    return fix.kind == "code_change" and fix.target in ZERO_GRAD_TARGETS
 
 
 def applicable(fix: Fix) -> bool:
     """Whether a trial can apply this fix without editing the user's code."""
-    if fix.value is None and not (fix.kind == "code_change" and fix.target == ZERO_GRAD_FIX):
+    if _is_zero_grad(fix):
+        return True
+    if fix.value is None:
         return False
     if fix.kind == "dataloader_kwarg":
         return fix.target in DATALOADER_KEYWORDS
@@ -40,7 +62,7 @@ def applicable(fix: Fix) -> bool:
         return fix.target in OPTIMIZER_KEYWORDS
     if fix.kind == "torch_flag":
         return fix.target == "torch.set_num_threads" or (fix.target.startswith("torch.") and "(" not in fix.target)
-    return fix.kind == "code_change" and fix.target == ZERO_GRAD_FIX
+    return False
 
 
 @contextmanager
@@ -51,23 +73,32 @@ def applied(fixes: Sequence[Fix]) -> Iterator[None]:
     with ExitStack() as stack:
         loader_kwargs = {f.target: f.value for f in fixes if f.kind == "dataloader_kwarg"}
         if loader_kwargs:
-            stack.enter_context(_patched_init(torch.utils.data.DataLoader, _loader_override(loader_kwargs)))
+            stack.enter_context(_patched_init(torch.utils.data.DataLoader, _loader_override(loader_kwargs), "dataloader_kwarg"))
         optimizer_kwargs = {f.target: f.value for f in fixes if f.kind == "optimizer_kwarg"}
         if optimizer_kwargs:
             for cls in _optimizer_classes(torch):
                 accepted = {k: v for k, v in optimizer_kwargs.items() if k in inspect.signature(cls).parameters}
                 if accepted:
-                    stack.enter_context(_patched_init(cls, _forcing(accepted)))
-        if any(f.kind == "code_change" and f.target == ZERO_GRAD_FIX for f in fixes):
-            stack.enter_context(_zero_grad_to_none(torch))
+                    stack.enter_context(_patched_init(cls, _optimizer_override(accepted), "optimizer_kwarg"))
+        zero_grad = next((f for f in fixes if _is_zero_grad(f)), None)
+        if zero_grad is not None:
+            stack.enter_context(_zero_grad_to_none(torch, label(zero_grad)))
         for fix in fixes:
             if fix.kind == "torch_flag":
                 stack.enter_context(_torch_flag(torch, fix))
         yield
 
 
-def _forcing(forced: dict[str, Any]) -> Callable[[dict[str, Any]], dict[str, Any]]:
-    return lambda kwargs: {**kwargs, **forced}
+def _optimizer_override(forced: dict[str, Any]) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    """`foreach` and `fused` are alternatives: forcing one on drops the user's other (both True is an error)."""
+    def override(kwargs: dict[str, Any]) -> dict[str, Any]:
+        merged = {**kwargs, **forced}
+        for keyword, other in (("fused", "foreach"), ("foreach", "fused")):
+            if forced.get(keyword) and other not in forced:
+                merged.pop(other, None)
+        return merged
+
+    return override
 
 
 def _loader_override(forced: dict[str, Any]) -> Callable[[dict[str, Any]], dict[str, Any]]:
@@ -87,14 +118,20 @@ def _loader_override(forced: dict[str, Any]) -> Callable[[dict[str, Any]], dict[
 
 
 @contextmanager
-def _patched_init(cls: type, override: Callable[[dict[str, Any]], dict[str, Any]]) -> Iterator[None]:
-    """Calls of `cls(...)` (keywords only: the fixes are keywords) see `override(kwargs)`."""
+def _patched_init(cls: type, override: Callable[[dict[str, Any]], dict[str, Any]], kind: str) -> Iterator[None]:
+    """Calls of `cls(...)` (keywords only: the fixes are keywords) see `override(kwargs)`; each keyword
+    the override set or changed is recorded in `sites` under `kind:keyword`."""
     own = "__init__" in cls.__dict__
     original = getattr(cls, "__init__")
 
     @functools.wraps(original)
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
-        original(self, *args, **override(kwargs))
+        changed = override(kwargs)
+        site = _caller_site(cls)
+        for keyword, value in changed.items():
+            if keyword not in kwargs or kwargs[keyword] is not value:
+                sites[f"{kind}:{keyword}"].add(site)
+        original(self, *args, **changed)
 
     setattr(cls, "__init__", __init__)
     try:
@@ -106,17 +143,39 @@ def _patched_init(cls: type, override: Callable[[dict[str, Any]], dict[str, Any]
             delattr(cls, "__init__")  # it was inherited: leave the class as it was
 
 
+_TORCHSCOPE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+
+
+def _caller_site(cls: type | None = None) -> str:
+    """file:line of the innermost frame outside torch and torchscope: where the user's code made the call.
+    The `__init__` of a subclass of `cls` (calling `super().__init__`) is passed over to the line that
+    built the object."""
+    import torch
+
+    skip = (_TORCHSCOPE_DIR, os.path.dirname(os.path.abspath(torch.__file__)) + os.sep)
+    frame = sys._getframe(2)
+    while frame is not None:
+        constructor = (cls is not None and frame.f_code.co_name == "__init__"
+                       and isinstance(frame.f_locals.get("self"), cls))
+        if not frame.f_code.co_filename.startswith(skip) and not constructor:
+            return f"{frame.f_code.co_filename}:{frame.f_lineno}"
+        frame = frame.f_back  # type: ignore[assignment]
+    return "unknown"
+
+
 def _optimizer_classes(torch: Any) -> list[type]:
     base = torch.optim.Optimizer
     return [c for c in vars(torch.optim).values() if isinstance(c, type) and issubclass(c, base) and c is not base]
 
 
 @contextmanager
-def _zero_grad_to_none(torch: Any) -> Iterator[None]:
+def _zero_grad_to_none(torch: Any, key: str) -> Iterator[None]:
     original = torch.optim.Optimizer.zero_grad
 
     @functools.wraps(original)
     def zero_grad(self: Any, set_to_none: bool = True) -> None:
+        if not set_to_none:
+            sites[key].add(_caller_site())
         original(self, set_to_none=True)
 
     torch.optim.Optimizer.zero_grad = zero_grad
@@ -128,6 +187,7 @@ def _zero_grad_to_none(torch: Any) -> Iterator[None]:
 
 @contextmanager
 def _torch_flag(torch: Any, fix: Fix) -> Iterator[None]:
+    sites[label(fix)].add("process-wide")
     if fix.target == "torch.set_num_threads":
         before = torch.get_num_threads()
         torch.set_num_threads(int(fix.value))  # type: ignore[arg-type]

@@ -1,30 +1,47 @@
 """One trial of `torchscope tune`: run the user's script under the profiler with some fixes applied.
 
-    python -m torchscope.capture.trial --fixes FIXES.json --out DIR --active N (script.py | -m module) [args]
+    python -m torchscope.capture.trial --fixes FIXES.json --out DIR --record RECORD.json --active N
+        (script.py | -m module) [args]
 
 Runs in its own process (a fix must not leak into the next trial) and stops once the active steps are
-captured. Exit status: the script's (0 also when the capture stopped it).
+captured. RECORD.json gets what the run itself showed: where each fix reached the code (`sites`, from
+capture/interventions.py) and the loss of each backward pass (`losses`: the scalar `Tensor.backward` was
+called on), for tune's loss-sanity check. Exit status: the script's (0 also when the capture stopped it).
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
+import math
 import sys
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Iterator, Optional, Sequence
 
 import msgspec
 
-from torchscope.capture.interventions import applied
+from torchscope.capture import interventions
 from torchscope.capture.runner import Target, run_target
+from torchscope.files import write_atomic
 from torchscope.report.model import Fix
 from torchscope.rundir.config import CaptureConfig
+
+MAX_LOSSES = 10_000  # a long script must not grow the record without bound
+
+
+class TrialRecord(msgspec.Struct, kw_only=True):
+    """What a trial saw besides its trace."""
+
+    sites: dict[str, list[str]] = {}
+    losses: list[Optional[float]] = []  # None: a non-finite loss (NaN or inf)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m torchscope.capture.trial")
     parser.add_argument("--fixes", type=Path, required=True, help="JSON list of fixes to apply")
     parser.add_argument("--out", required=True)
+    parser.add_argument("--record", type=Path, required=True, help="where to write the TrialRecord (JSON)")
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--active", type=int, default=5)
     parser.add_argument("-m", dest="module", nargs=argparse.REMAINDER)
@@ -35,11 +52,42 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Timing, not culprits: no stacks, shapes or memory events (they slow Python-heavy steps unevenly).
     config = CaptureConfig(out=args.out, wait=1, warmup=args.warmup, active=args.active, record_shapes=False,
                            profile_memory=False, with_stack=False, with_flops=False, stop_after_active=True)
-    with applied(fixes):
-        outcome = run_target(target, config)
+    losses: list[Any] = []
+    try:
+        with applied_with_losses(fixes, losses):
+            outcome = run_target(target, config)
+    finally:
+        record = TrialRecord(sites={k: sorted(v) for k, v in interventions.sites.items()}, losses=_floats(losses))
+        write_atomic(args.record, msgspec.json.encode(record))
     if outcome.exception is not None:
         print(f"trial failed: {type(outcome.exception).__name__}: {outcome.exception}", file=sys.stderr)
     return outcome.exit_code
+
+
+@contextmanager
+def applied_with_losses(fixes: Sequence[Fix], losses: list[Any]) -> Iterator[None]:
+    """The fixes applied, and every scalar `Tensor.backward` kept (detached, no device sync) in `losses`."""
+    import torch
+
+    original = torch.Tensor.backward
+
+    @functools.wraps(original)
+    def backward(self: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+        if self.numel() == 1 and len(losses) < MAX_LOSSES:
+            losses.append(self.detach().clone())
+        return original(self, *args, **kwargs)
+
+    torch.Tensor.backward = backward  # type: ignore[method-assign]
+    try:
+        with interventions.applied(fixes):
+            yield
+    finally:
+        torch.Tensor.backward = original  # type: ignore[method-assign]
+
+
+def _floats(values: list[Any]) -> list[Optional[float]]:
+    numbers = [float(value.float().cpu()) for value in values]
+    return [n if math.isfinite(n) else None for n in numbers]
 
 
 if __name__ == "__main__":

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import Any
 
-from torchscope.errors import UsageError
+from torchscope.errors import InputError, UsageError
 
-FORMATS = ("terminal", "json")
+FORMATS = ("terminal", "json", "html")
+INTERRUPTED_EXIT = 130
 
 
 def register(subparsers: Any) -> None:
@@ -17,15 +19,22 @@ def register(subparsers: Any) -> None:
         "tune", help="try the recommended fixes on a script and measure them",
         usage="torchscope tune [options] (script.py | -m module) [args ...]",
         description="Run a baseline trial, then one trial per fix the diagnosis proposes (applied without "
-        "editing the code), and report measured speed-ups with their confidence.",
+        "editing the code), then the faster ones together, and report measured speed-ups with their "
+        "confidence. Trials run in a temporary directory with TORCHSCOPE_TRIAL=1 set (docs/tune.md).",
     )
     parser.add_argument("--active", type=int, default=5, help="steps measured per trial (default 5)")
     parser.add_argument("--warmup", type=int, default=2, help="steps before measuring (default 2)")
-    parser.add_argument("--budget", type=float, default=600.0, metavar="S", help="no new trial after S seconds (600)")
+    parser.add_argument("--budget", type=float, default=600.0, metavar="S",
+                        help="stop trying after S seconds in all (default 600)")
+    parser.add_argument("--loss-tolerance", type=float, default=0.1, metavar="F",
+                        help="a trial whose mean loss moves more than F (relative) is not used (default 0.1)")
     parser.add_argument("--in-place", action="store_true",
                         help="run trials in this directory (by default a temporary one, so the script's "
                         "outputs, such as checkpoints, are not written here)")
+    parser.add_argument("--keep", type=Path, metavar="DIR",
+                        help="keep each trial's capture under DIR (open one with torchscope analyze or view)")
     parser.add_argument("--format", choices=FORMATS, default="terminal")
+    parser.add_argument("-o", "--output", metavar="FILE", help="write the result to FILE instead of stdout")
     parser.add_argument("-m", dest="module", nargs=argparse.REMAINDER, metavar="module")
     parser.add_argument("target", nargs=argparse.REMAINDER, metavar="script.py [args ...]")
     parser.set_defaults(func=execute)
@@ -46,14 +55,37 @@ def execute(args: argparse.Namespace) -> int:
     else:
         raise UsageError("nothing to tune: give a script (torchscope tune train.py) or -m module")
     if args.active < 3 or args.warmup < 0:
-        raise UsageError("--active must be at least 3 (fewer steps cannot tell a change from noise)")
-    result = tune(command, TuneOptions(warmup=args.warmup, active=args.active, budget_s=args.budget, in_place=args.in_place))
-    if args.format == "json":
+        raise UsageError("--active must be at least 3 (fewer steps cannot tell a change from noise), --warmup at least 0")
+    if not args.loss_tolerance >= 0 or not args.budget > 0:
+        raise UsageError("--loss-tolerance must be at least 0 and --budget above 0")
+    options = TuneOptions(warmup=args.warmup, active=args.active, budget_s=args.budget, in_place=args.in_place,
+                          loss_tolerance=args.loss_tolerance, keep=args.keep.resolve() if args.keep else None)
+    result = tune(command, options, progress=lambda line: print(f"torchscope tune: {line}", file=sys.stderr, flush=True))
+    _write(args.output, _render(args.format, result))
+    return INTERRUPTED_EXIT if result.interrupted else 0
+
+
+def _render(fmt: str, result: Any) -> str:
+    if fmt == "json":
         import msgspec
 
-        sys.stdout.write(msgspec.json.format(msgspec.json.encode(result), indent=2).decode() + "\n")
-    else:
-        from torchscope.render.tune_terminal import render_tune_terminal
+        return msgspec.json.format(msgspec.json.encode(result), indent=2).decode() + "\n"
+    if fmt == "html":
+        from torchscope.render.tune_html import render_tune_html
 
-        sys.stdout.write(render_tune_terminal(result))
-    return 0
+        return render_tune_html(result)
+    from torchscope.render.tune_terminal import render_tune_terminal
+
+    return render_tune_terminal(result)
+
+
+def _write(output: str | None, text: str) -> None:
+    if not output:
+        sys.stdout.write(text)
+        return
+    from torchscope.files import write_atomic
+
+    try:
+        write_atomic(Path(output), text.encode("utf-8"))
+    except OSError as exc:
+        raise InputError(f"{output}: cannot write the result ({exc.strerror or exc})") from None

@@ -1,42 +1,70 @@
 """`tune(script)`: measure the diagnosis's fixes instead of guessing them.
 
-A baseline trial, then one trial per finding whose fixes can be applied without editing the code
-(capture/interventions.py), each in its own process (capture/trial.py), then the faster ones together.
-Each trial's steady-state step time is compared with the baseline's by the same noise model as `diff`
-(pipeline/noise.py). Trials run in a temporary working directory (the script's own outputs, such as
-checkpoints, land there and are deleted) unless `in_place`; the environment variable TORCHSCOPE_TRIAL=1
-lets a script tell a trial from a real run.
+A baseline trial, then one trial per candidate: a finding's fixes that can be applied without editing
+the code (capture/interventions.py), each in its own process (capture/trial.py); then the faster,
+compatible ones together, re-measured. Each trial's steady-state step time is compared with the
+baseline's by the same noise model as `diff` (pipeline/noise.py: Welch's t interval over the measured
+steps with a run-to-run floor).
+
+Safety: trials run in a temporary working directory (the script's own outputs, such as checkpoints,
+land there and are deleted) unless `in_place`; the environment variable TORCHSCOPE_TRIAL=1 lets a
+script tell a trial from a real run. A trial that fails, or whose mean loss moves beyond
+`loss_tolerance` of the baseline's, is reported and never used. A trial still running after
+`early_stop` times the baseline trial's wall time is stopped as clearly slower. Ctrl-C stops the running
+trial and returns what was measured.
 """
 
 from __future__ import annotations
 
+import math
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Optional, Sequence, Union
 
 import msgspec
 
-from torchscope.capture.interventions import applicable
+from torchscope.capture.interventions import applicable, label
+from torchscope.capture.trial import TrialRecord
 from torchscope.errors import InputError
 from torchscope.pipeline.analyze import analyze
 from torchscope.pipeline.diff import step_samples
 from torchscope.pipeline.noise import relative_change_interval
+from torchscope.pipeline.tune_snippets import code_change
 from torchscope.report.model import Fix, Report
 from torchscope.report.tune import Candidate, TuneResult
+
+TRIAL_ENV = "TORCHSCOPE_TRIAL"
+# Keywords that exclude each other: one candidate each, and never both in the combination.
+ALTERNATIVES = (frozenset({("optimizer_kwarg", "foreach"), ("optimizer_kwarg", "fused")}),)
 
 
 @dataclass(frozen=True)
 class TuneOptions:
     warmup: int = 2
     active: int = 5
-    budget_s: float = 600.0  # no new trial starts after this
+    budget_s: float = 600.0  # no trial starts, and a running one is stopped, once this is spent
     in_place: bool = False  # run trials in the user's working directory (scripts whose inputs are relative)
-    timeout_s: float = 300.0  # one trial
+    timeout_s: float = 600.0  # one trial, the baseline included
+    loss_tolerance: float = 0.1  # relative change of the mean loss beyond which a trial is not used
+    early_stop: float = 3.0  # a trial running this many times the baseline trial's wall time is clearly slower
+    keep: Optional[Path] = None  # keep each trial's run directory here (by default deleted with the rest)
+
+
+@dataclass(frozen=True)
+class _Trial:
+    report: Report
+    record: TrialRecord
+    wall_s: float
+    out: Path
+
+
+_Outcome = Union[_Trial, str]  # a string: why the trial gave no measurement
 
 
 @dataclass
@@ -44,65 +72,94 @@ class _Trials:
     options: TuneOptions
     command: list[str]
     workdir: Path
+    outdir: Path
     count: int = 0
     started: float = field(default_factory=time.monotonic)
 
-    def run(self, fixes: Sequence[Fix]) -> Report | str:
-        """The trial's Report, or why it failed."""
+    def run(self, fixes: Sequence[Fix], limit_s: float) -> _Outcome:
         self.count += 1
-        out = self.workdir / f"trial{self.count}"
+        out = self.outdir / f"trial{self.count}"
         fixes_file = self.workdir / f"trial{self.count}.fixes.json"
+        record_file = self.workdir / f"trial{self.count}.record.json"
         fixes_file.write_bytes(msgspec.json.encode(list(fixes)))
         argv = [sys.executable, "-m", "torchscope.capture.trial", "--fixes", str(fixes_file), "--out", str(out),
-                "--warmup", str(self.options.warmup), "--active", str(self.options.active), *self.command]
-        cwd = os.getcwd() if self.options.in_place else str(self.workdir)
-        env = {**os.environ, "TORCHSCOPE_TRIAL": "1"}
+                "--record", str(record_file), "--warmup", str(self.options.warmup), "--active", str(self.options.active),
+                *self.command]
+        cwd = os.getcwd() if self.options.in_place else str(self.workdir / f"trial{self.count}.cwd")
+        os.makedirs(cwd, exist_ok=True)
+        env = {**os.environ, TRIAL_ENV: "1"}
+        began = time.monotonic()
         try:
-            done = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=self.options.timeout_s)
+            # subprocess.run kills the trial on any exception here, Ctrl-C included.
+            done = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=max(limit_s, 1.0))
         except subprocess.TimeoutExpired:
-            return f"timed out after {self.options.timeout_s:.0f} s"
+            return f"stopped after {limit_s:.0f} s"
+        wall = time.monotonic() - began
         if done.returncode != 0:
             last = (done.stderr.strip().splitlines() or ["no message"])[-1]
             return f"exit {done.returncode}: {last}"
         try:
-            return analyze(out, jobs=1)
-        except InputError as exc:
+            record = msgspec.json.decode(record_file.read_bytes(), type=TrialRecord)
+            return _Trial(analyze(out, jobs=1), record, wall, out)
+        except (InputError, OSError, msgspec.DecodeError) as exc:
             return f"no usable trace: {exc}"
 
-    def over_budget(self) -> bool:
-        return time.monotonic() - self.started > self.options.budget_s
+    def left_s(self) -> float:
+        return self.options.budget_s - (time.monotonic() - self.started)
 
 
-def tune(command: Sequence[str], options: TuneOptions = TuneOptions()) -> TuneResult:
-    """`command`: what follows `python` (`script.py args` or `-m module args`), paths as the user gave them."""
+def tune(command: Sequence[str], options: TuneOptions = TuneOptions(),
+         progress: Callable[[str], None] = lambda line: None) -> TuneResult:
+    """`command`: what follows `python` (`script.py args` or `-m module args`), paths as the user gave them.
+    `progress` gets one line as each trial starts."""
     command = _absolute(list(command))
     started = time.monotonic()
+    candidates: list[Candidate] = []
+    combination: Optional[Candidate] = None
+    interrupted = False
     with tempfile.TemporaryDirectory(prefix="torchscope-tune-") as tmp:
-        trials = _Trials(options, command, Path(tmp))
-        baseline = trials.run([])
+        if options.keep is not None:
+            options.keep.mkdir(parents=True, exist_ok=True)
+        # A fresh folder under --keep: a run already there must not be taken for a trial's.
+        outdir = Path(tempfile.mkdtemp(prefix="tune-", dir=options.keep)) if options.keep is not None else Path(tmp)
+        trials = _Trials(options, command, Path(tmp), outdir)
+        progress("baseline trial")
+        baseline = trials.run([], options.timeout_s)
         if isinstance(baseline, str):
             raise InputError(f"the baseline run failed ({baseline})")
-        base = step_samples(baseline)
-        candidates = candidates_from(baseline)
-        for candidate in candidates:
-            if trials.over_budget():
-                candidate.detail = "not run: the time budget was spent"
-                continue
-            _measure(candidate, trials.run(candidate.fixes), base)
-        winners = [c for c in candidates if c.status == "faster"]
-        combination = None
-        if len(winners) > 1 and not trials.over_budget():
-            combination = _combine(winners)
-            _measure(combination, trials.run(combination.fixes), base)
-    best = max([c for c in [*candidates, combination] if c is not None and c.status == "faster"],
-               key=lambda c: c.speedup or 0.0, default=None)
-    verdict = (f"best: {best.fix} ({best.speedup:.2f}x)" if best is not None
+        base = step_samples(baseline.report)
+        candidates = candidates_from(baseline.report)
+        try:
+            for number, candidate in enumerate(candidates, 1):
+                if trials.left_s() <= 0:
+                    candidate.detail = "not run: the time budget was spent"
+                    continue
+                progress(f"trial {number}/{len(candidates)}: {candidate.fix}")
+                _run_candidate(candidate, trials, baseline, base)
+            winners = [c for c in candidates if c.status == "faster"]
+            if len(winners) > 1:
+                combination = combine(winners)
+                if trials.left_s() > 0:
+                    progress(f"combination: {combination.fix}")
+                    _run_candidate(combination, trials, baseline, base)
+                else:
+                    combination.detail = "not run: the time budget was spent"
+        except KeyboardInterrupt:
+            interrupted = True
+            for candidate in [*candidates, *([combination] if combination else [])]:
+                if candidate.status == "skipped" and not candidate.detail:
+                    candidate.detail = "not run: interrupted"
+    measured = [c for c in [*candidates, combination] if c is not None and c.status == "faster"]
+    best = max(measured, key=lambda c: c.speedup or 0.0, default=None)
+    verdict = (f"best: {best.fix} ({best.speedup:.2f}x)" if best is not None and best.speedup is not None
                else "no candidate beats the baseline beyond noise")
+    notes = [] if candidates else ["the diagnosis proposed no fix that a trial can apply without editing the code"]
+    if interrupted:
+        notes.append("interrupted (Ctrl-C): the trials not run are marked skipped")
     return TuneResult(
-        command=command, baseline_step_us=sum(base) / len(base) if base else 0.0, baseline_steps=len(base),
-        candidates=candidates, combination=combination, trials=trials.count,
-        elapsed_s=time.monotonic() - started, verdict=verdict,
-        notes=[] if candidates else ["the diagnosis proposed no fix that a trial can apply without editing the code"],
+        command=command, baseline_step_us=statistics.fmean(base) if base else 0.0, baseline_steps=len(base),
+        candidates=candidates, combination=combination, best=best.fix if best else None, trials=trials.count,
+        elapsed_s=time.monotonic() - started, verdict=verdict, interrupted=interrupted, notes=notes,
     )
 
 
@@ -114,52 +171,123 @@ def _absolute(command: list[str]) -> list[str]:
 
 
 def candidates_from(report: Report) -> list[Candidate]:
-    """One candidate per finding with applicable fixes (a finding's fixes go together: persistent
-    workers mean nothing without workers), most costly finding first; duplicates dropped."""
+    """The candidates of each finding, most costly finding first, duplicates dropped. A finding's fixes go
+    together (persistent workers mean nothing without workers) except alternatives (`foreach` or
+    `fused`): one candidate each, with the finding's other fixes."""
     seen: set[tuple[tuple[str, str, str], ...]] = set()
     out = []
     for finding in report.findings:
-        fixes = [f for f in finding.fixes if applicable(f)]
-        key = tuple(sorted((f.kind, f.target, repr(f.value)) for f in fixes))
-        if not fixes or key in seen:
-            continue
-        seen.add(key)
-        out.append(Candidate(
-            fix=", ".join(_describe(f) for f in fixes), description=f"{finding.id}: {finding.title}", fixes=fixes,
-            finding=finding.id, predicted_saving=finding.time_share,
-        ))
+        for fixes in _variants([f for f in finding.fixes if applicable(f)]):
+            key = tuple(sorted((f.kind, f.target, repr(f.value)) for f in fixes))
+            if not fixes or key in seen:
+                continue
+            seen.add(key)
+            out.append(Candidate(
+                fix=", ".join(_describe(f) for f in fixes), description=f"{finding.id}: {finding.title}", fixes=fixes,
+                finding=finding.id, predicted_saving=finding.time_share,
+            ))
     return out
+
+
+def _variants(fixes: list[Fix]) -> list[list[Fix]]:
+    for group in ALTERNATIVES:
+        chosen = [f for f in fixes if (f.kind, f.target) in group]
+        if len(chosen) > 1:
+            rest = [f for f in fixes if (f.kind, f.target) not in group]
+            return [[*rest, f] for f in chosen]
+    return [fixes]
 
 
 def _describe(fix: Fix) -> str:
     if fix.kind == "code_change":
-        return fix.target
+        return str(fix.value or fix.target)
     return f"{fix.target}={fix.value!r}" if not isinstance(fix.value, str) else f"{fix.target}={fix.value}"
 
 
-def _measure(candidate: Candidate, trial: Report | str, base: list[float]) -> None:
+def _run_candidate(candidate: Candidate, trials: _Trials, baseline: _Trial, base: list[float]) -> None:
+    limit = min(trials.options.early_stop * baseline.wall_s, trials.options.timeout_s)
+    budget = trials.left_s()
+    trial = trials.run(candidate.fixes, min(limit, budget))
     if isinstance(trial, str):
-        candidate.status, candidate.detail = "failed", trial
+        if trial.startswith("stopped after") and budget < limit:
+            candidate.detail = f"not finished: the time budget ran out ({trial})"
+        elif trial.startswith("stopped after"):
+            candidate.status = "slower"
+            candidate.detail = (f"stopped early, clearly slower: {trial}, over {trials.options.early_stop:g}x "
+                                f"the baseline trial's {baseline.wall_s:.0f} s")
+        else:
+            candidate.status, candidate.detail = "failed", trial
         return
-    samples = step_samples(trial)
+    candidate.trial_s = trial.wall_s
+    measure(candidate, base, step_samples(trial.report))
+    candidate.applied_at = sorted({s for f in candidate.fixes for s in trial.record.sites.get(label(f), [])})
+    after = next((f for f in trial.report.findings if f.id == candidate.finding), None)
+    candidate.finding_after = after.time_share if after is not None else None
+    candidate.loss_change = loss_change(baseline.record.losses, trial.record.losses)
+    if candidate.status == "faster":
+        candidate.change = code_change(candidate.fixes, trial.record.sites)
+    if trials.options.keep is not None:
+        candidate.trial_dir = str(trial.out)
+    if not candidate.applied_at:
+        candidate.status = "not applied"
+        candidate.detail = "no call in the script took this fix (nothing to change), so the measurement says nothing about it"
+    elif candidate.loss_change is not None and not abs(candidate.loss_change) <= trials.options.loss_tolerance:
+        candidate.status = "loss changed"
+        candidate.detail = (f"mean loss moved {_pct(candidate.loss_change)} from the baseline's (tolerance "
+                            f"{100 * trials.options.loss_tolerance:g} %): not used")
+
+
+def _pct(change: float) -> str:
+    return f"{100 * change:+.1f} %" if math.isfinite(change) else "to NaN/inf"
+
+
+def measure(candidate: Candidate, base: Sequence[float], samples: Sequence[float]) -> None:
+    """Speed-up of `samples` over `base` with its 95 % interval, by diff's noise model."""
     interval = relative_change_interval(base, samples)
-    mean = sum(samples) / len(samples) if samples else 0.0
-    candidate.step_us = mean
+    candidate.step_us = statistics.fmean(samples) if samples else None
     candidate.speedup = 1.0 / (1.0 + interval.change_pct / 100.0) if interval.change_pct > -100 else None
-    if interval.low_pct is not None and interval.high_pct is not None and interval.low_pct > -100:
-        candidate.ci_low = 1.0 / (1.0 + interval.high_pct / 100.0)
-        candidate.ci_high = 1.0 / (1.0 + interval.low_pct / 100.0)
+    if interval.low_pct is not None and interval.high_pct is not None:
+        # The interval of the change maps to one of the speed-up; a bound at or past -100 % is unbounded.
+        candidate.ci_low = 1.0 / (1.0 + interval.high_pct / 100.0) if interval.high_pct > -100 else None
+        candidate.ci_high = 1.0 / (1.0 + interval.low_pct / 100.0) if interval.low_pct > -100 else None
     candidate.significant = interval.significant
     candidate.measured_saving = -interval.change_pct / 100.0
     candidate.status = ("faster" if interval.change_pct < 0 else "slower") if interval.significant else "no significant change"
     candidate.detail = interval.method
 
 
-def _combine(winners: list[Candidate]) -> Candidate:
-    """The winners' fixes together; where two set the same keyword, the faster candidate's value."""
+def loss_change(base: Sequence[Optional[float]], trial: Sequence[Optional[float]]) -> Optional[float]:
+    """Mean loss of the trial over the baseline's, minus 1, over the backward passes both made (None: no
+    loss seen). A non-finite loss where the baseline's were finite is an infinite change."""
+    n = min(len(base), len(trial))
+    if n == 0:
+        return None
+    if any(v is None for v in base[:n]):
+        return None  # the baseline itself diverged: nothing to hold the trial to
+    if any(v is None for v in trial[:n]):
+        return math.inf
+    b = statistics.fmean(v for v in base[:n] if v is not None)
+    t = statistics.fmean(v for v in trial[:n] if v is not None)
+    if b == 0:
+        return 0.0 if t == 0 else math.inf
+    return t / b - 1.0
+
+
+def combine(winners: list[Candidate]) -> Candidate:
+    """The winners' fixes together. Where two set the same keyword, or keywords that exclude each other,
+    the faster candidate's fix is kept. Predicted saving: the findings' savings compounded."""
     chosen: dict[tuple[str, str], Fix] = {}
     for candidate in sorted(winners, key=lambda c: c.speedup or 0.0):
         for fix in candidate.fixes:
-            chosen[(fix.kind, fix.target)] = fix
+            key = (fix.kind, fix.target)
+            for group in ALTERNATIVES:
+                if key in group:
+                    for other in group - {key}:
+                        chosen.pop(other, None)
+            chosen[key] = fix
     fixes = list(chosen.values())
-    return Candidate(fix=", ".join(_describe(f) for f in fixes), description="the faster candidates together", fixes=fixes)
+    kept = 1.0
+    for candidate in winners:
+        kept *= 1.0 - (candidate.predicted_saving or 0.0)
+    return Candidate(fix=", ".join(_describe(f) for f in fixes), description="the faster candidates together",
+                     fixes=fixes, predicted_saving=1.0 - kept)

@@ -1,34 +1,59 @@
-"""Terminal rendering of a TuneResult: the verdict, then each candidate with its measured speed-up."""
+"""Terminal rendering of a TuneResult: the verdict, then each candidate with its measured speed-up, the
+diagnosis's prediction next to the measured saving, and for a winner the code change."""
 
 from __future__ import annotations
 
 from torchscope.render.units import duration
 from torchscope.report.tune import Candidate, TuneResult
-
-_CONTROL = {c: f"\\x{c:02x}" for c in (*range(0x00, 0x20), *range(0x7F, 0xA0))}
+from torchscope.text import printable
 
 
 def render_tune_terminal(result: TuneResult) -> str:
     lines = [
-        f"torchscope tune: {' '.join(result.command)}".translate(_CONTROL),
+        printable(f"torchscope tune: {' '.join(result.command)}"),
         f"baseline step time {duration(result.baseline_step_us)} over {result.baseline_steps} steps; "
         f"{result.trials} trial(s) in {result.elapsed_s:.0f} s",
-        f"verdict: {result.verdict}",
+        printable(f"verdict: {result.verdict}"),
         "",
     ]
-    for candidate in result.candidates + ([result.combination] if result.combination else []):
+    for candidate in result.candidates:
         lines += _candidate(candidate)
-    lines += [f"note: {note}" for note in result.notes]
+    if result.combination is not None:
+        lines += ["combination:", *_candidate(result.combination)]
+    lines += [printable(f"note: {note}") for note in result.notes]
     return "\n".join(lines) + "\n"
 
 
+def speedup_text(c: Candidate) -> str:
+    """`1.52x (95 % CI 1.31-1.80x)`; an unbounded side of the interval shows as `inf`."""
+    if c.speedup is None:
+        return "n/a"
+    if c.ci_low is None and c.ci_high is None:
+        return f"{c.speedup:.2f}x"
+    low = f"{c.ci_low:.2f}" if c.ci_low is not None else "0"
+    high = f"{c.ci_high:.2f}" if c.ci_high is not None else "inf"
+    return f"{c.speedup:.2f}x (95 % CI {low}-{high}x)"
+
+
+def prediction_text(c: Candidate) -> str:
+    """The diagnosis's predicted saving next to the measured one."""
+    if c.measured_saving is None:
+        return ""
+    predicted = f"predicted {100 * c.predicted_saving:.0f} %" if c.predicted_saving is not None else "no prediction"
+    return f"saving: {predicted}, measured {100 * c.measured_saving:.0f} %"
+
+
 def _candidate(c: Candidate) -> list[str]:
-    speed = f"{c.speedup:.2f}x" if c.speedup is not None else "n/a"
-    ci = f" (95 % CI {c.ci_low:.2f}-{c.ci_high:.2f}x)" if c.ci_low is not None and c.ci_high is not None else ""
-    predicted = (f"; the diagnosis expected {100 * c.predicted_saving:.0f} % saved, measured {100 * c.measured_saving:.0f} %"
-                 if c.predicted_saving is not None and c.measured_saving is not None else "")
-    return [
-        f"  [{c.status}] {c.fix}: {speed}{ci}{predicted}".translate(_CONTROL),
-        f"      {c.description}".translate(_CONTROL),
-        *([f"      {c.detail}".translate(_CONTROL)] if c.detail and c.status in ("failed", "skipped") else []),
-    ]
+    lines = [f"  [{c.status}] {c.fix}: {speedup_text(c)}", f"      {c.description}"]
+    extra = [prediction_text(c)]
+    if c.loss_change is not None:
+        extra.append(f"loss {100 * c.loss_change:+.1f} %")
+    if c.measured_saving is not None and c.finding is not None:
+        extra.append("finding gone in the trial" if c.finding_after is None
+                     else f"finding still at {100 * c.finding_after:.0f} % of the step")
+    if any(extra):
+        lines.append("      " + "; ".join(e for e in extra if e))
+    if c.status not in ("faster", "slower", "no significant change") and c.detail:
+        lines.append(f"      {c.detail}")
+    lines += [f"      {line}" for line in c.change]
+    return [printable(line) for line in lines]

@@ -11,7 +11,11 @@ from torchscope.report.model import Fix
 
 TUNE_SCHEMA_VERSION = 1
 
-TrialStatus = Literal["faster", "slower", "no significant change", "failed", "skipped"]
+# faster/slower/no significant change: measured; failed: the trial exited with an error or left no trace;
+# not applied: no call in the script took the fix (no DataLoader, an optimizer without the keyword);
+# loss changed: the loss moved beyond tolerance (not used, whatever its speed); skipped: not run (budget,
+# Ctrl-C).
+TrialStatus = Literal["faster", "slower", "no significant change", "failed", "not applied", "loss changed", "skipped"]
 
 
 class Candidate(msgspec.Struct, kw_only=True):
@@ -27,6 +31,12 @@ class Candidate(msgspec.Struct, kw_only=True):
     status: TrialStatus = "skipped"
     predicted_saving: Optional[float] = None  # the finding's time_share: what the diagnosis expected
     measured_saving: Optional[float] = None  # 1 - trial / baseline step time
+    applied_at: list[str] = []  # file:line of each call the fix changed ("process-wide" for a flag)
+    loss_change: Optional[float] = None  # mean loss of the trial relative to the baseline's, minus 1
+    finding_after: Optional[float] = None  # the finding's time_share in the trial (None: no longer diagnosed)
+    change: list[str] = []  # the code change to make, diff-like ("- old", "+ new") where the call site is known
+    trial_s: Optional[float] = None  # wall time of the trial process
+    trial_dir: Optional[str] = None  # the trial's capture, where kept (`tune --keep DIR`)
     detail: str = ""
 
 
@@ -37,7 +47,9 @@ class TuneResult(msgspec.Struct, kw_only=True):
     baseline_steps: int
     candidates: list[Candidate]
     combination: Optional[Candidate] = None
+    best: Optional[str] = None  # `fix` of the fastest candidate or the combination; None: none beat the baseline
     trials: int
     elapsed_s: float
     verdict: str
+    interrupted: bool = False
     notes: list[str] = []

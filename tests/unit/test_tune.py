@@ -1,0 +1,84 @@
+"""pipeline/tune.py's decisions and the code change it shows (no trials: those are in
+tests/integration/test_tune.py)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from types import SimpleNamespace
+
+from torchscope.pipeline.tune import candidates_from, combine, loss_change, measure
+from torchscope.pipeline.tune_snippets import code_change
+from torchscope.render.tune_html import render_tune_html
+from torchscope.render.tune_terminal import render_tune_terminal
+from torchscope.report.model import Finding, Fix
+from torchscope.report.tune import Candidate, TuneResult
+
+FOREACH = Fix(kind="optimizer_kwarg", target="foreach", value=True)
+FUSED = Fix(kind="optimizer_kwarg", target="fused", value=True)
+WORKERS = Fix(kind="dataloader_kwarg", target="num_workers", value=2)
+PERSISTENT = Fix(kind="dataloader_kwarg", target="persistent_workers", value=True)
+
+
+def _finding(id: str, fixes: list[Fix], share: float) -> Finding:
+    return Finding(id=id, category="other", severity="warning", title=id, evidence={}, time_share=share,
+                   recommendation="", fixes=fixes)
+
+
+def test_candidates_keep_a_findings_fixes_together_but_split_alternatives() -> None:
+    findings = [
+        _finding("data", [WORKERS, PERSISTENT, Fix(kind="code_change", target="torch.compile", value="x")], 0.5),
+        _finding("opt", [FUSED, FOREACH], 0.2),
+        _finding("again", [WORKERS, PERSISTENT], 0.1),  # the same fixes: no second trial
+    ]
+    candidates = candidates_from(SimpleNamespace(findings=findings))  # type: ignore[arg-type]  # only findings are read
+    assert [c.fixes for c in candidates] == [[WORKERS, PERSISTENT], [FUSED], [FOREACH]]
+    assert [c.predicted_saving for c in candidates] == [0.5, 0.2, 0.2]
+
+
+def test_the_combination_keeps_one_of_two_alternatives_and_compounds_the_predictions() -> None:
+    fast = Candidate(fix="a", description="", fixes=[WORKERS], speedup=2.0, predicted_saving=0.5)
+    fused = Candidate(fix="b", description="", fixes=[FUSED], speedup=1.3, predicted_saving=0.2)
+    foreach = Candidate(fix="c", description="", fixes=[FOREACH], speedup=1.2, predicted_saving=0.2)
+    together = combine([fast, foreach, fused])
+    assert set(together.fixes) == {WORKERS, FUSED}
+    assert math.isclose(together.predicted_saving or 0, 1 - 0.5 * 0.8 * 0.8)
+
+
+def test_a_speedup_is_reported_with_its_interval_only_beyond_noise() -> None:
+    base = [100.0, 102.0, 98.0, 101.0, 99.0]
+    halved = Candidate(fix="x", description="", fixes=[])
+    measure(halved, base, [50.0, 51.0, 49.0, 50.5, 49.5])
+    assert halved.status == "faster" and halved.significant
+    assert halved.ci_low is not None and halved.ci_high is not None and halved.ci_low < 2.0 < halved.ci_high
+    same = Candidate(fix="y", description="", fixes=[])
+    measure(same, base, [101.0, 99.0, 100.5, 98.5, 102.0])
+    assert same.status == "no significant change" and not same.significant
+
+
+def test_loss_change_is_relative_and_a_diverged_trial_is_infinite() -> None:
+    assert loss_change([2.0, 2.0], [2.2, 2.2, 9.0]) == 0.10000000000000009
+    assert loss_change([2.0], [None]) == math.inf
+    assert loss_change([None], [2.0]) is None  # the baseline diverged: nothing to hold the trial to
+    assert loss_change([], [1.0]) is None
+
+
+def test_the_code_change_rewrites_the_users_call_keeping_its_arguments(tmp_path: Path) -> None:
+    script = tmp_path / "train.py"
+    script.write_text("import torch\nopt = torch.optim.Adam(\n    model.parameters(), lr=1e-3,\n    foreach=False)\n")
+    lines = code_change([FUSED], {"optimizer_kwarg:fused": [f"{script}:2"]})
+    assert lines == [f"--- {script}:2", "- opt = torch.optim.Adam(", "-     model.parameters(), lr=1e-3,",
+                     "-     foreach=False)", "+ opt = torch.optim.Adam(model.parameters(), lr=1e-3, fused=True)"]
+    assert code_change([WORKERS], {}) == ["+ DataLoader(..., num_workers=2)"]  # no known site: generic
+
+
+def test_renderers_escape_user_text() -> None:
+    candidate = Candidate(fix="num_workers=2", description="data: <b>\x1b[31m", fixes=[WORKERS], status="faster",
+                          speedup=2.0, ci_low=1.5, ci_high=2.6, predicted_saving=0.4, measured_saving=0.5,
+                          change=["+ DataLoader(<x>)"])
+    result = TuneResult(command=["<script>.py"], baseline_step_us=1000.0, baseline_steps=5, candidates=[candidate],
+                        trials=2, elapsed_s=3.0, verdict="best: num_workers=2 (2.00x)")
+    page = render_tune_html(result)
+    assert "<script>" not in page and "&lt;script&gt;.py" in page and "\x1b" not in page
+    text = render_tune_terminal(result)
+    assert "\x1b" not in text and "predicted 40 %, measured 50 %" in text and "2.00x (95 % CI 1.50-2.60x)" in text

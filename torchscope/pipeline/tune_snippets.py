@@ -1,0 +1,103 @@
+"""The code change that makes a measured fix permanent, diff-like, for `torchscope tune`.
+
+A keyword fix (DataLoader, optimizer, `zero_grad`) is shown against the user's own call where the trial
+recorded it (capture/interventions.py's call sites): the call is found in the file's syntax tree at that
+line, its keywords set, and the lines shown as `- old` / `+ new`. Where the site is not a readable
+Python file, or the call cannot be found, a generic snippet says what to add. A torch flag is a line at
+the start of the script.
+"""
+
+from __future__ import annotations
+
+import ast
+from typing import Mapping, Optional, Sequence
+
+from torchscope.capture.interventions import label
+from torchscope.report.model import Fix
+
+_EXCLUSIVE = {"fused": "foreach", "foreach": "fused"}
+
+
+def code_change(fixes: Sequence[Fix], sites: Mapping[str, Sequence[str]]) -> list[str]:
+    """Lines of the change for `fixes`; `sites`: the call sites ("file:line") each fix reached, by
+    `interventions.label(fix)`."""
+    groups = {
+        "DataLoader": [f for f in fixes if f.kind == "dataloader_kwarg"],
+        "optimizer": [f for f in fixes if f.kind == "optimizer_kwarg"],
+        "zero_grad": [f for f in fixes if f.kind == "code_change"],
+    }
+    lines: list[str] = []
+    for what, group in groups.items():
+        if not group:
+            continue
+        wanted = {"set_to_none": True} if what == "zero_grad" else {f.target: f.value for f in group}
+        places = sorted({site for f in group for site in sites.get(label(f), [])})
+        changes = [change for change in (_at_site(site, wanted, what) for site in places) if change is not None]
+        lines += [line for change in changes for line in change] or [f"+ {_generic(what, wanted)}"]
+    for fix in fixes:
+        if fix.kind == "torch_flag":
+            lines.append(f"+ {fix.target}({fix.value!r})" if fix.target == "torch.set_num_threads"
+                         else f"+ {fix.target} = {fix.value!r}")
+    return lines
+
+
+def _generic(what: str, wanted: Mapping[str, object]) -> str:
+    args = ", ".join(f"{k}={v!r}" for k, v in wanted.items())
+    if what == "zero_grad":
+        return "optimizer.zero_grad(set_to_none=True)"
+    return f"{what}(..., {args})" if what == "DataLoader" else f"torch.optim.<Optimizer>(..., {args})"
+
+
+def _at_site(site: str, wanted: Mapping[str, object], what: str) -> Optional[list[str]]:
+    path, _, line_text = site.rpartition(":")
+    if not path.endswith(".py") or not line_text.isdigit():
+        return None
+    line = int(line_text)
+    try:
+        with open(path, encoding="utf-8") as handle:
+            source = handle.read()
+        tree = ast.parse(source)
+    except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
+        return None
+    call = _call_at(tree, line, what)
+    if call is None or call.end_lineno is None or call.end_col_offset is None:
+        return None
+    new = _with_keywords(source, call, wanted)
+    old_lines = source.splitlines()[call.lineno - 1:call.end_lineno]
+    prefix = old_lines[0][:call.col_offset]
+    suffix = old_lines[-1][call.end_col_offset:]
+    return [f"--- {path}:{call.lineno}", *(f"- {text}" for text in old_lines), f"+ {prefix}{new}{suffix}"]
+
+
+def _call_at(tree: ast.AST, line: int, what: str) -> Optional[ast.Call]:
+    """The smallest call spanning `line` that fits `what`: a `zero_grad` call, or a class construction
+    (a capitalised callee: the DataLoader or optimizer, whatever the user's subclass is called; a name
+    with `Loader` is preferred for a DataLoader)."""
+    def rank(node: ast.Call) -> tuple[int, int, int]:
+        preferred = what == "DataLoader" and "Loader" in _name(node)
+        return (node.end_lineno or node.lineno) - node.lineno, 0 if preferred else 1, -node.col_offset
+
+    fitting = [
+        node for node in ast.walk(tree)
+        if isinstance(node, ast.Call) and node.lineno <= line <= (node.end_lineno or node.lineno)
+        and (_name(node) == "zero_grad" if what == "zero_grad" else _name(node)[:1].isupper())
+    ]
+    return min(fitting, key=rank, default=None)
+
+
+def _name(call: ast.Call) -> str:
+    func = call.func
+    return func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+
+
+def _with_keywords(source: str, call: ast.Call, wanted: Mapping[str, object]) -> str:
+    """The call with `wanted` keywords set (an exclusive one's partner dropped), on one line; the user's
+    own arguments kept as written."""
+    def text(node: ast.AST) -> str:
+        return ast.get_source_segment(source, node) or ast.unparse(node)
+
+    dropped = {_EXCLUSIVE[k] for k, v in wanted.items() if k in _EXCLUSIVE and v is True}
+    kept = [k for k in call.keywords if k.arg not in wanted and k.arg not in dropped]
+    arguments = [" ".join(text(a).split()) for a in [*call.args, *kept]]
+    arguments += [f"{k}={v!r}" for k, v in wanted.items()]
+    return f"{text(call.func)}({', '.join(arguments)})"
