@@ -108,3 +108,15 @@ def test_progress_bar_is_silent_for_short_loads_and_off_without_a_tty(capsys: py
         progress(1, 2)
         progress(2, 2)
     assert capsys.readouterr().err == ""
+
+
+def test_evidence_with_none_or_text_inside_a_timed_dict_renders() -> None:
+    # A plug-in's rule (or an older report) may put None beside numbers in a per-rank *_us dict.
+    finding = {"id": "straggler.x", "category": "straggler", "severity": "warning", "title": "Rank 1 is late",
+               "time_share": 0.2, "recommendation": "look at rank 1",
+               "evidence": {"late_us_per_rank": {"0": None, "1": 1500.0, "2": "n/a"}}}
+    minimal = {"schema_version": 2, "torchscope_version": "0.0.1",
+               "run": {"paths": [], "trace_files": [], "ranks": [0, 1, 2], "device_kind": "cpu"},
+               "steps": [], "breakdown": {}, "findings": [finding]}
+    text = render_terminal(decode_report(json.dumps(minimal).encode()), width=120)
+    assert "late_us_per_rank={0: None, 1: 1,500 us, 2: n/a}" in text

@@ -132,6 +132,10 @@ def _saving(f: Finding) -> str:
     return text
 
 
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 def _evidence_value(key: str, value: Any) -> str:
     """Units from the key's name: *_us* -> us, *share*/*fraction*/utilization -> %, *bytes* -> MiB."""
     if isinstance(value, (int, float)) and not isinstance(value, bool):
@@ -142,7 +146,9 @@ def _evidence_value(key: str, value: Any) -> str:
         if "bytes" in key:
             return _bytes(float(value))
     if isinstance(value, dict) and _in_us(key):
-        return "{" + ", ".join(f"{k}: {_us(float(v))}" for k, v in list(value.items())[:5]) + "}"
+        # A plug-in's or an old report's dict may hold None or text beside the numbers.
+        shown = (f"{k}: {_us(float(v)) if _is_number(v) else _value(v)}" for k, v in list(value.items())[:5])
+        return "{" + ", ".join(shown) + "}"
     return _value(value)
 
 
