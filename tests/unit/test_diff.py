@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import random
 from pathlib import Path
 
@@ -115,6 +116,17 @@ def test_bad_thresholds_and_inputs_are_one_line_errors(tmp_path: Path, capsys: p
         assert err.startswith("torchscope: error: ") and err.count("\n") == 1
     assert cli.main(["diff", str(base), str(tmp_path / "missing")]) == 2
     assert "no such file" in capsys.readouterr().err
+
+
+def test_a_fifo_or_device_given_as_a_report_is_refused_without_blocking(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # Reading a FIFO named like a saved report would wait for a writer forever.
+    base = _trace(tmp_path / "a" / "t.pt.trace.json", 10_000)
+    fifo = tmp_path / "baseline.json"
+    os.mkfifo(fifo)
+    for bad in (fifo, Path("/dev/zero")):
+        assert cli.main(["diff", str(bad), str(base), "--no-cache"]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("torchscope: error: ") and err.count("\n") == 1
 
 
 def test_a_saved_version_1_report_is_a_valid_baseline(tmp_path: Path) -> None:

@@ -11,6 +11,7 @@ from typing import Callable, Sequence
 import msgspec
 
 from torchscope.errors import InputError
+from torchscope.files import read_regular
 from torchscope.pipeline.analyze import analyze
 from torchscope.pipeline.noise import DEFAULT_RUN_NOISE_PCT, Interval, relative_change_interval
 from torchscope.report.diff import (
@@ -33,24 +34,26 @@ TOP_ROWS = 50
 def load_report(path: str | Path, jobs: int | None = None, use_cache: bool = True) -> Report:
     """The Report of `path`: a saved torchscope JSON report is read, anything else is analysed."""
     path = Path(path)
-    if path.is_file() and path.suffix == ".json" and _looks_like_report(path):
+    data = _report_bytes(path) if path.suffix == ".json" else None
+    if data is not None:
         try:
-            return decode_report(path.read_bytes())
+            return decode_report(data)
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
             raise InputError(f"{path}: not a usable torchscope report ({exc})") from None
     return analyze(path, jobs=jobs, use_cache=use_cache)
 
 
-def _looks_like_report(path: Path) -> bool:
-    """A JSON object with `schema_version` and `run` and no `traceEvents` (key order not assumed: reports
-    are often saved key-sorted by other tools). Reports are small; a file over MAX_REPORT_BYTES is a trace."""
+def _report_bytes(path: Path) -> bytes | None:
+    """The file's bytes if it is a saved report: a JSON object with `schema_version` and `run` and no
+    `traceEvents` (key order not assumed: reports are often saved key-sorted by other tools). Read through
+    the guarded opener (regular files only, at most MAX_REPORT_BYTES: reports are small, a larger file is
+    a trace); anything else is left to the trace loader, which says why it cannot be read."""
     try:
-        if path.stat().st_size > MAX_REPORT_BYTES:
-            return False
-        top = msgspec.json.decode(path.read_bytes(), type=dict[str, msgspec.Raw])
+        data = read_regular(path, MAX_REPORT_BYTES)
+        top = msgspec.json.decode(data, type=dict[str, msgspec.Raw])
     except (OSError, msgspec.DecodeError, msgspec.ValidationError):
-        return False  # not an object (a list of events) or unreadable: let the trace loader say why
-    return "schema_version" in top and "run" in top and "traceEvents" not in top
+        return None
+    return data if "schema_version" in top and "run" in top and "traceEvents" not in top else None
 
 
 def diff_paths(
