@@ -6,6 +6,7 @@ Public API:
     load(path)          read traces into columnar tables, grouped by worker (no torch needed)
     analyze(path)       load + analyse + diagnose -> Report
     Report              the typed report (torchscope.report.model), the input of every renderer
+    step()              mark the end of a training step for the capture that records, if any (no torch)
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__", "profile", "Profiler", "load", "analyze", "Report"]
+__all__ = ["__version__", "profile", "Profiler", "load", "analyze", "Report", "step"]
 
 # The names below are imported on first use, so `import torchscope` stays free of torch and cheap; type
 # checkers see their real signatures through this block.
@@ -31,6 +32,15 @@ else:
         from torchscope.capture.profiler import Profiler
 
         return Profiler(*args, **kwargs)
+
+
+def step() -> None:
+    """Mark the end of a training step: under ``torchscope run`` (or inside ``torchscope.profile()``) the
+    calls are the steps and automatic detection stops; with nothing recording it does nothing.
+    """
+    from torchscope.capture.steps import mark_step
+
+    mark_step()
 
 
 _LAZY = {

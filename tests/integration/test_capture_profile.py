@@ -276,7 +276,9 @@ def test_capture_defaults_agree_everywhere() -> None:
 
 def test_phase_hooks_report_boundaries_and_nest_phases() -> None:
     events: list[str] = []
-    hooks = PhaseHooks(labels=False, on_boundary=events.append, on_optimizer_step=lambda o: events.append("step"))
+    hooks = PhaseHooks(
+        labels=False, on_boundary=lambda kind, key: events.append(kind), on_optimizer_step=lambda o: events.append("step")
+    )
     hooks.install()
     try:
         torch.manual_seed(0)

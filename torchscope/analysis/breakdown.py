@@ -9,6 +9,11 @@ before it, so per-step parts add up to the step duration ("other" is what no cat
   too, and torchscope's own phase labels and ProfilerStep ranges are not CPU work.)
 * CPU-only traces (and the `phases` split of device traces) use the host phases: communication >
   data_loading > optimizer > backward > forward > other.
+
+Closure-based steps (`optimizer.step(closure)`: LBFGS, Lightning) run forward and backward *inside* torch's
+`Optimizer.step#...` range. The optimizer's time is that range less the closures, backward and forward
+nested in it (optimizer ranges inside them, e.g. a `zero_grad` in the closure, stay the optimizer's); what
+a closure runs outside forward and backward (the loss, the training-step code) counts as forward.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from torchscope.analysis import intervals
-from torchscope.analysis.markers import HOST_RANGES, LABEL_PREFIX, comm_kernel_mask, phase_masks
+from torchscope.analysis.markers import HOST_RANGES, LABEL_PREFIX, closure_mask, comm_kernel_mask, phase_masks
 from torchscope.analysis.steps import StepWindows, step_marker_mask
 from torchscope.trace.kinds import Kind, kind_mask
 from torchscope.trace.tables import EventTable
@@ -71,16 +76,34 @@ def phase_partition(
     """Host-phase breakdown, plus the time attributed to each phase as interval sets (incl. "other")."""
     masks = phase_masks(events)
     sets = {name: _set(events, masks[name]) for name in PHASE_PRIORITY}
+    closures = _set(events, closure_mask(events))
+    nested = _merge(closures, sets["backward"], sets["forward"])
+    sets["optimizer"] = _optimizer_outside(events, masks["optimizer"], nested)
     if not masks["forward"].any():
         sets["forward"] = _implicit_forward(events, steps, sets["backward"])
     else:
         sets["forward"] = _forward_through_loss(sets, steps)
+    sets["forward"] = _merge(sets["forward"], closures)
     windows = intervals.union(steps.start_us, steps.end_us)
     parts = intervals.priority_partition([sets[name] for name in PHASE_PRIORITY], windows)
     per_priority = np.stack([intervals.overlap_per_window(p, steps.start_us, steps.end_us) for p in parts], axis=1)
     order = [PHASE_PRIORITY.index(c) if c != "other" else len(PHASE_PRIORITY) for c in PHASE_CATEGORIES]
     named = dict(zip((*PHASE_PRIORITY, "other"), parts))
     return StepBreakdown(PHASE_CATEGORIES, per_priority[:, order]), named
+
+
+def _merge(*sets: intervals.IntervalSet) -> intervals.IntervalSet:
+    return intervals.union(np.concatenate([s[0] for s in sets]), np.concatenate([s[1] for s in sets]))
+
+
+def _optimizer_outside(events: EventTable, optimizer: np.ndarray, nested: intervals.IntervalSet) -> intervals.IntervalSet:
+    """Optimizer ranges less the closures/backward/forward they hold; ranges that start inside those
+    (a ``zero_grad`` in a closure) are kept whole."""
+    if nested[0].size == 0:
+        return _set(events, optimizer)
+    inner = optimizer & intervals.contains(nested, events.ts_us)
+    outer = intervals.subtract(_set(events, optimizer & ~inner), nested)
+    return _merge(outer, _set(events, inner))
 
 
 def _forward_through_loss(sets: dict[str, intervals.IntervalSet], steps: StepWindows) -> intervals.IntervalSet:

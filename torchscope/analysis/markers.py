@@ -4,7 +4,8 @@ One place for every name pattern the analyses rely on, so each is documented onc
 * data loading: `enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__` (num_workers=0) or
   `..._MultiProcessingDataLoaderIter.__next__`, and `enumerate(DataPipe)#...` (torch.utils.data).
 * optimizer: `Optimizer.step#SGD.step`, `Optimizer.zero_grad#SGD.zero_grad` (torch.optim), and the
-  `torchscope:optimizer` label.
+  `torchscope:optimizer` label; the `torchscope:closure` label marks the closure an `optimizer.step(closure)`
+  runs (its time is not the optimizer's).
 * backward: `autograd::engine::evaluate_function: XBackward0` (the autograd engine; bare `XBackward` node
   names in PyTorch <= 1.9), the `torchscope:backward` label.
 * forward: the `torchscope:forward` label, `DistributedDataParallel.forward`, `DataParallel.forward`.
@@ -20,7 +21,7 @@ from typing import Callable
 
 import numpy as np
 
-from torchscope.rundir.labels import LABEL_PREFIX, PHASE_LABELS, STEP_PREFIX
+from torchscope.rundir.labels import CLOSURE, LABEL_PREFIX, PHASE_LABELS, STEP_PREFIX
 from torchscope.trace.kinds import Kind, kind_mask
 from torchscope.trace.tables import EventTable
 
@@ -106,6 +107,11 @@ def _phase_masks(events: EventTable) -> dict[str, np.ndarray]:
         "forward": name_mask(events, is_forward_name, HOST_RANGES) | by_user("forward"),
         "communication": name_mask(events, is_comm_op_name, HOST_RANGES),
     }
+
+
+def closure_mask(events: EventTable) -> np.ndarray:
+    """The closures run by ``optimizer.step(closure)``, as the capture labels them."""
+    return name_mask(events, lambda s: s == CLOSURE, HOST_RANGES)
 
 
 def own_marker_mask(events: EventTable) -> np.ndarray:

@@ -6,16 +6,23 @@ Labels are ``record_function`` ranges (``user_annotation`` events in the trace) 
 * ``torchscope:forward``   -- the outermost ``nn.Module`` call (global forward pre/post hooks)
 * ``torchscope:backward``  -- ``Tensor.backward`` / ``torch.autograd.backward``
 * ``torchscope:optimizer`` -- ``Optimizer.step`` (global optimizer step pre/post hooks)
+* ``torchscope:closure``   -- the closure of ``optimizer.step(closure)`` (LBFGS, Lightning): the optimizer
+  label is suspended while it runs, so the forward and backward inside it are labelled as such
 
 Data loading needs no label: torch already marks each fetch as ``enumerate(DataLoader)#..._DataLoaderIter.__next__``,
 and ``zero_grad`` keeps torch's own ``Optimizer.zero_grad#<Cls>.zero_grad`` range.
 
 Only one phase is open at a time in the whole process: a module called inside backward (activation
-checkpointing), inside an optimizer step (closures) or on another thread while a phase is open
-(``DataParallel`` replicas) is part of the open phase, so ranges always nest properly.
+checkpointing), inside an optimizer step (outside its closure) or on another thread while a phase is open
+(``DataParallel`` replicas) is part of the open phase, so ranges always nest properly. A closure passed
+to ``step()`` is wrapped (through the step pre-hook, which may replace the arguments): the optimizer
+range closes when the closure starts and reopens when it returns, so ``torchscope:optimizer`` ranges
+cover the optimizer's own work only.
 
-The same hooks report *boundaries* -- a top-level DataLoader fetch, forward or backward starting, an
-optimizer step ending -- to the step detector (:mod:`torchscope.capture.steps`).
+The same hooks report *boundaries* -- a top-level DataLoader fetch, forward (with the module's id) or
+backward starting, an optimizer step ending -- to the step detector (:mod:`torchscope.capture.steps`).
+Boundaries inside a closure are not reported: they are inside torch's ``Optimizer.step#`` range, where a
+step must not end.
 
 The hooks never modify tensors, arguments or results, do nothing in forked DataLoader workers and
 during ``torch.compile`` tracing, and swallow their own errors (recorded once through ``on_error``).
@@ -38,7 +45,7 @@ import torch.utils.data.dataloader as dataloader_module
 from torch.nn.modules import module as nn_module
 
 from torchscope.capture.notices import describe
-from torchscope.rundir.labels import BACKWARD, FORWARD, OPTIMIZER
+from torchscope.rundir.labels import BACKWARD, CLOSURE, FORWARD, OPTIMIZER
 
 Boundary = Literal["data", "forward", "backward"]
 
@@ -72,7 +79,7 @@ class PhaseHooks:
         self,
         *,
         labels: bool = True,
-        on_boundary: Callable[[Boundary], None] | None = None,
+        on_boundary: Callable[[Boundary, int], None] | None = None,
         on_optimizer_step: Callable[[Any], None] | None = None,
         on_error: Callable[[str], None] | None = None,
     ) -> None:
@@ -84,6 +91,7 @@ class PhaseHooks:
         self._owner_pid = 0
         self._active: _OpenPhase | None = None
         self._forward_depth = 0  # module calls open inside the forward phase, on its thread
+        self._closures = 0  # optimizer-step closures running now (boundaries inside them are not reported)
         self._retire_requested = False
         self._handles: list[Any] = []
         self._patches: list[tuple[Any, str, Any, Any]] = []  # (owner, attribute, original, wrapper)
@@ -167,13 +175,16 @@ class PhaseHooks:
         """
         self._retire_requested = True
 
-    def _boundary(self, kind: Boundary) -> bool:
-        """Report a boundary (no phase is open). False when the hooks were retired meanwhile.
+    def _boundary(self, kind: Boundary, key: int = 0) -> bool:
+        """Report a boundary (no phase is open; ``key`` is the module's id for a forward). False when the
+        hooks were retired meanwhile.
 
         The callback may raise CaptureComplete (a SystemExit) on purpose; that propagates."""
+        if self._closures:
+            return True
         if self._on_boundary is not None:
             try:
-                self._on_boundary(kind)
+                self._on_boundary(kind, key)
             except Exception as exc:
                 self._report(exc)
         if self._retire_requested:
@@ -195,7 +206,7 @@ class PhaseHooks:
         if phase is None:
             if _pid != self._owner_pid or _compiling():
                 return None
-            if not self._boundary("forward"):  # before the range opens: a new step starts outside it
+            if not self._boundary("forward", id(module)):  # before the range opens: a new step starts outside it
                 return None
             self._open(FORWARD, id(module))
             self._forward_depth = 1
@@ -213,7 +224,7 @@ class PhaseHooks:
                 self._close(phase)
         return None
 
-    def _optimizer_pre(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+    def _optimizer_pre(self, optimizer: Any, args: Any, kwargs: Any) -> tuple[Any, Any] | None:
         if not self._ours():
             return None
         phase = self._active
@@ -221,7 +232,7 @@ class PhaseHooks:
             self._close(phase)  # left open by an earlier step of this optimizer that raised
             phase = None
         if phase is None:
-            self._open(OPTIMIZER, id(optimizer))
+            return self._wrap_closure_argument(self._open(OPTIMIZER, id(optimizer)), args, kwargs)
         return None
 
     def _optimizer_post(self, optimizer: Any, args: Any, kwargs: Any) -> None:
@@ -236,6 +247,56 @@ class PhaseHooks:
             except Exception as exc:
                 self._report(exc)
         return None
+
+    def _wrap_closure_argument(self, phase: _OpenPhase, args: Any, kwargs: Any) -> tuple[Any, Any] | None:
+        """The step's arguments with its closure wrapped (``args`` holds the optimizer first), or None
+        (unchanged) when it has none: torch's pre-hook protocol."""
+        if callable(kwargs.get("closure")):
+            return args, {**kwargs, "closure": self._closure_wrapper(phase, kwargs["closure"])}
+        if len(args) >= 2 and callable(args[1]):
+            return (args[0], self._closure_wrapper(phase, args[1]), *args[2:]), kwargs
+        return None
+
+    def _closure_wrapper(self, phase: _OpenPhase, closure: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(closure)
+        def run_closure(*args: Any, **kwargs: Any) -> Any:
+            # The step's optimizer phase open now (reopened after each earlier call: LBFGS calls it often).
+            current = self._active
+            suspended = current is not None and current.name is OPTIMIZER and current.key == phase.key
+            if current is not None and suspended and current.thread == threading.get_ident():
+                self._close(current)
+            else:
+                suspended = False
+            self._closures += 1
+            label = self._label(CLOSURE)
+            try:
+                return closure(*args, **kwargs)
+            finally:
+                self._end_label(label)
+                self._closures -= 1
+                if suspended and self._active is None and self.installed:
+                    self._open(OPTIMIZER, phase.key)  # the step goes on after the closure
+
+        return run_closure
+
+    def _label(self, name: str) -> Any:
+        """An entered record_function range that is not a phase (None when labels are off)."""
+        if not self.labels:
+            return None
+        try:
+            rf = torch.autograd.profiler.record_function(name)
+            rf.__enter__()
+            return rf
+        except Exception as exc:
+            self._report(exc)
+            return None
+
+    def _end_label(self, rf: Any) -> None:
+        if rf is not None:
+            try:
+                rf.__exit__(None, None, None)
+            except Exception as exc:
+                self._report(exc)
 
     def _wrap_backward(self, original: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(original)

@@ -29,7 +29,7 @@ from torchscope.capture.phases import PhaseHooks
 from torchscope.capture.quiet import native_stderr_filtered
 from torchscope.capture.rundir import DistEnv, choose_run_dir, detect_dist_env, worker_name
 from torchscope.capture.signals import DeferredSignals, SigtermSaver
-from torchscope.capture.steps import StepDetector
+from torchscope.capture.steps import StepDetector, register_marker, unregister_marker
 from torchscope.capture.tracewriter import TraceWriter
 from torchscope.errors import CaptureError
 from torchscope.rundir.config import CaptureConfig
@@ -297,6 +297,14 @@ class Profiler:
             return
         self._prof = prof
         conflicts.activate(self)
+        register_marker(self._marker)
+
+    def _marker(self) -> None:
+        """``torchscope.step()`` in the script: a step, and under ``auto_step`` the end of detection."""
+        if self._detector is not None:
+            self._detector.on_marker()
+        else:
+            self.step()
 
     def _install_hooks(self) -> None:
         if self.auto_step:
@@ -323,6 +331,7 @@ class Profiler:
         prof, self._prof = self._prof, None
         if prof is None:
             return
+        unregister_marker(self._marker)
         conflicts.deactivate(self)
         try:
             with conflicts.own_call(self), native_stderr_filtered(self._quiet):
@@ -347,7 +356,10 @@ class Profiler:
         c = self.config
         first_active = c.skip_first + c.wait + c.warmup
         if self.auto_step and self.steps_seen == 0:
-            why = "no training steps were detected (no optimizer.step() and no DataLoader iteration)"
+            why = (
+                "no training steps were detected (no optimizer.step(), DataLoader iteration, backward() or"
+                " repeated model call; torchscope.step() marks them)"
+            )
         else:
             why = f"the run made {self.steps_seen} step(s) and recording starts at step {first_active}"
         self._problem(f"no trace was written: {why}; lower --skip-first/--wait/--warmup or run more steps")

@@ -19,3 +19,6 @@ FORWARD = LABEL_PREFIX + "forward"
 BACKWARD = LABEL_PREFIX + "backward"
 OPTIMIZER = LABEL_PREFIX + "optimizer"
 PHASE_LABELS: dict[Phase, str] = {"forward": FORWARD, "backward": BACKWARD, "optimizer": OPTIMIZER}
+# The closure an ``optimizer.step(closure)`` runs (LBFGS, Lightning): its forward and backward are not the
+# optimizer's. The optimizer label is suspended while it runs; this range marks the closure itself.
+CLOSURE = LABEL_PREFIX + "closure"

@@ -27,8 +27,9 @@ SCHEMA_VERSION = 1
 MAX_MANIFEST_BYTES = 16 << 20  # a manifest is a few KB: anything this large is not one
 
 Status = Literal["complete", "interrupted", "error", "stopped"]
-# How the capture marked steps: `prof.step()` calls in code, or found by `torchscope run`.
-StepMarking = Literal["manual", "optimizer", "dataloader", "none"]
+# How the capture marked steps: `prof.step()` / `torchscope.step()` calls in code, or found by `torchscope run`
+# (optimizer steps, DataLoader fetches, a forward after a backward, repeated calls of the first module).
+StepMarking = Literal["manual", "optimizer", "dataloader", "backward", "module", "none"]
 # Where an analysis found its steps (report.run.step_source): ProfilerStep#N ranges, or the whole trace.
 StepSource = Literal["profiler_step", "whole_trace"]
 

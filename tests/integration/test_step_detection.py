@@ -1,0 +1,122 @@
+"""Steps under `torchscope run` for loops with no optimizer object and no DataLoader (issue 13).
+
+Real CPU training loops run as subprocesses: manual SGD (the update written by hand after
+`loss.backward()`), a loop that only evaluates a model (no backward either), and a script that marks its
+steps with `torchscope.step()`. Each must give at least 3 recorded steps, each step one iteration of the
+loop (one backward per step, read from the trace), and a breakdown that adds up to the step time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parents[2]
+
+MANUAL_SGD = """
+import torch
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.Tanh(), torch.nn.Linear(64, 10))
+criterion = torch.nn.CrossEntropyLoss()  # a module too: a second top-level forward per iteration
+data, target = torch.randn(2048, 32), torch.randint(0, 10, (2048,))
+for i in range(0, 2048, 128):
+    model.zero_grad()
+    loss = criterion(model(data[i:i + 128]), target[i:i + 128])
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 0.5)
+    for p in model.parameters():
+        p.data.add_(p.grad, alpha=-0.1)
+"""
+
+EVALUATE_ONLY = """
+import torch
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(32, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10)).eval()
+head = torch.nn.Softmax(dim=1)
+with torch.no_grad():
+    for i in range(12):
+        x = torch.randn(256, 32)  # made in the loop: no DataLoader
+        probs = head(model(x))
+"""
+
+MARKED = """
+import torch, torchscope
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.Tanh(), torch.nn.Linear(64, 1))
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+x, y = torch.randn(128, 32), torch.randn(128, 1)
+for i in range(10):
+    for micro in range(2):  # two optimizer steps per marked step: the marker decides, not the optimizer
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
+    torchscope.step()
+"""
+
+
+def _run_script(tmp_path: Path, source: str) -> Path:
+    script = tmp_path / "train.py"
+    script.write_text(textwrap.dedent(source))
+    out = tmp_path / "run"
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    command = [sys.executable, "-m", "torchscope", "run", "--no-report", "--no-stack", "--out", str(out), str(script)]
+    done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stderr
+    return out
+
+
+def _manifest(run_dir: Path) -> dict:
+    return json.loads((run_dir / "run.json").read_text())
+
+
+def _labels_per_step(run_dir: Path, label: str) -> list[int]:
+    """How many `label` ranges start inside each ProfilerStep of the trace."""
+    (trace,) = run_dir.glob("*.pt.trace.json")
+    events = [e for e in json.loads(trace.read_text())["traceEvents"] if e.get("ph") == "X"]
+    steps = sorted((e["ts"], e["ts"] + e["dur"]) for e in events if e["name"].startswith("ProfilerStep#"))
+    starts = [e["ts"] for e in events if e["name"] == label]
+    return [sum(lo <= ts < hi for ts in starts) for lo, hi in steps]
+
+
+def _check_report(run_dir: Path) -> None:
+    from torchscope.pipeline.analyze import analyze
+
+    report = analyze([str(run_dir)], use_cache=False)
+    assert report.run.step_source == "profiler_step"
+    assert len(report.steps) >= 3
+    for step in report.steps:
+        assert sum(step.breakdown.values()) == pytest.approx(step.duration_us, rel=0.01)
+
+
+def test_manual_sgd_steps_from_backward(tmp_path: Path) -> None:
+    run_dir = _run_script(tmp_path, MANUAL_SGD)
+    assert _manifest(run_dir)["options"]["step_marking"] == "backward"
+    assert _labels_per_step(run_dir, "torchscope:backward") == [1, 1, 1]
+    assert _labels_per_step(run_dir, "torchscope:forward") == [2, 2, 2]  # the model and the criterion
+    _check_report(run_dir)
+
+
+def test_loop_without_optimizer_dataloader_or_backward(tmp_path: Path) -> None:
+    run_dir = _run_script(tmp_path, EVALUATE_ONLY)
+    assert _manifest(run_dir)["options"]["step_marking"] == "module"
+    assert _labels_per_step(run_dir, "torchscope:forward") == [2, 2, 2]  # the model and the softmax head
+    _check_report(run_dir)
+
+
+def test_torchscope_step_marks_the_steps(tmp_path: Path) -> None:
+    run_dir = _run_script(tmp_path, MARKED)
+    manifest = _manifest(run_dir)
+    assert manifest["options"]["step_marking"] == "manual"
+    assert manifest["steps_seen"] >= 9
+    assert _labels_per_step(run_dir, "torchscope:optimizer") == [2, 2, 2]
+    _check_report(run_dir)

@@ -1,0 +1,74 @@
+"""Host-phase breakdown of closure-based optimizer steps (issue 13), on synthetic traces.
+
+`optimizer.step(closure)` runs forward and backward inside torch's `Optimizer.step#` range; the capture
+labels the closure (`torchscope:closure`) and suspends its optimizer label meanwhile.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from helpers.trace_builder import TraceBuilder
+from torchscope.analysis.breakdown import phase_partition
+from torchscope.analysis.steps import find_steps
+from torchscope.trace.parse import parse_trace_bytes
+
+
+def _shares(builder: TraceBuilder) -> dict[str, float]:
+    events = parse_trace_bytes(json.dumps(builder.document()).encode()).events
+    steps = find_steps(events)
+    breakdown, _ = phase_partition(events, steps)
+    total = breakdown.per_step_us.sum()
+    return {c: float(breakdown.per_step_us[:, i].sum() / total) for i, c in enumerate(breakdown.categories)}
+
+
+def _closure_step(b: TraceBuilder, t0: float, labels: bool) -> None:
+    """One 1000 us step: Optimizer.step 0-1000 holding a closure 100-900 (zero_grad 100-150, forward
+    150-450, loss 450-500, backward 500-900), optimizer work 0-100 and 900-1000."""
+    b.step(1 + int(t0 // 1000), t0, 1000)
+    b.annotation("Optimizer.step#LBFGS.step", t0, 1000)
+    if labels:
+        b.annotation("torchscope:optimizer", t0 + 1, 99)
+        b.annotation("torchscope:closure", t0 + 100, 800)
+        b.annotation("torchscope:forward", t0 + 150, 300)
+        b.annotation("torchscope:backward", t0 + 500, 400)
+        b.annotation("torchscope:optimizer", t0 + 900, 99)
+    b.annotation("Optimizer.zero_grad#LBFGS.zero_grad", t0 + 100, 50)
+    b.op("aten::addmm", t0 + 150, 300)
+    b.op("aten::mse_loss", t0 + 450, 50)
+    b.op("autograd::engine::evaluate_function: AddmmBackward0", t0 + 500, 400)
+    b.op("aten::dot", t0 + 910, 80)
+
+
+def test_closure_time_is_not_the_optimizers() -> None:
+    b = TraceBuilder()
+    for t0 in (0.0, 1000.0, 2000.0):
+        _closure_step(b, t0, labels=True)
+    shares = _shares(b)
+    assert shares["optimizer"] == pytest.approx(0.25)  # 0-100, 900-1000, and zero_grad 100-150 in the closure
+    assert shares["backward"] == pytest.approx(0.40)
+    assert shares["forward"] == pytest.approx(0.35)  # the model, and the loss computed in the closure
+    assert shares["other"] == pytest.approx(0.0)
+
+
+def test_without_labels_the_autograd_work_inside_the_step_is_backward() -> None:
+    b = TraceBuilder()
+    for t0 in (0.0, 1000.0, 2000.0):
+        _closure_step(b, t0, labels=False)
+    shares = _shares(b)
+    assert shares["backward"] == pytest.approx(0.40)
+    assert shares["optimizer"] == pytest.approx(0.60)  # the unlabelled forward cannot be told apart
+
+
+def test_an_optimizer_step_without_closure_is_unchanged() -> None:
+    b = TraceBuilder()
+    for i, t0 in enumerate((0.0, 1000.0, 2000.0)):
+        b.step(i + 1, t0, 1000)
+        b.annotation("torchscope:forward", t0, 400)
+        b.annotation("torchscope:backward", t0 + 400, 400)
+        b.annotation("Optimizer.step#SGD.step", t0 + 800, 200)
+        b.annotation("torchscope:optimizer", t0 + 801, 198)
+    shares = _shares(b)
+    assert (shares["forward"], shares["backward"], shares["optimizer"]) == pytest.approx((0.4, 0.4, 0.2))

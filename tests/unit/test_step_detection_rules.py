@@ -1,0 +1,100 @@
+"""Step detection rules without torch (issue 13): the pure StepDetector fed with boundary events, and the
+`torchscope.step()` marker's registry."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torchscope.capture import steps
+from torchscope.capture.steps import StepDetector
+
+MODEL, CRITERION, OTHER = 101, 202, 303
+
+
+class _Counter:
+    def __init__(self) -> None:
+        self.steps = 0
+
+    def __call__(self) -> None:
+        self.steps += 1
+
+
+def _drive(script: list[Any]) -> tuple[StepDetector, _Counter]:
+    counter = _Counter()
+    detector = StepDetector(counter)
+    for event in script:
+        if isinstance(event, tuple):
+            detector.on_boundary(*event)
+        elif isinstance(event, str):
+            detector.on_boundary(event)
+        else:
+            detector.on_optimizer_step(event)
+    return detector, counter
+
+
+def test_manual_sgd_steps_at_the_forward_after_each_backward() -> None:
+    iteration = [("forward", MODEL), ("forward", CRITERION), "backward"]
+    detector, counter = _drive(iteration * 5)
+    assert detector.source == "backward" and counter.steps == 4
+
+
+def test_gradient_checkpoint_style_forward_inside_an_iteration_does_not_double_steps() -> None:
+    # Two top-level forwards (an encoder, then a decoder) before the single backward.
+    iteration = [("forward", MODEL), ("forward", OTHER), ("forward", CRITERION), "backward"]
+    detector, counter = _drive(iteration * 4)
+    assert detector.source == "backward" and counter.steps == 3
+
+
+def test_evaluation_loop_steps_at_each_call_of_the_first_module() -> None:
+    iteration = [("forward", MODEL), ("forward", OTHER)]
+    detector, counter = _drive(iteration * 6)
+    assert detector.source == "module" and counter.steps == 5
+
+
+def test_a_single_fetch_then_a_loop_uses_the_backward_rule() -> None:
+    detector, counter = _drive(["data"] + [("forward", MODEL), "backward"] * 4)
+    assert detector.source == "backward" and counter.steps == 3
+
+
+def test_dataloader_keeps_priority_over_backward() -> None:
+    detector, counter = _drive(["data", ("forward", MODEL), "backward"] * 4)
+    assert detector.source == "dataloader" and counter.steps == 3
+
+
+def test_an_optimizer_takes_over_from_the_backward_rule() -> None:
+    opt = object()
+    detector, counter = _drive([("forward", MODEL), "backward"] * 2 + [opt] + [("forward", MODEL), "backward", opt] * 3)
+    assert detector.source == "optimizer"
+    assert counter.steps == 1 + 3  # one from the backward rule, then one per optimizer step (the last pending)
+
+
+def test_the_marker_replaces_detection() -> None:
+    opt = object()
+    counter = _Counter()
+    detector = StepDetector(counter)
+    for _ in range(4):
+        for _ in range(3):  # three optimizer steps per marked step
+            detector.on_boundary("forward", MODEL)
+            detector.on_boundary("backward")
+            detector.on_optimizer_step(opt)
+        detector.on_marker()
+    # The first iteration's two optimizer boundaries fired before the first marker; then only markers.
+    assert detector.source == "manual" and counter.steps == 2 + 4
+
+
+def test_mark_step_reaches_the_latest_recording_capture_only() -> None:
+    first, second = _Counter(), _Counter()
+    steps.mark_step()  # nothing records: a no-op
+    steps.register_marker(first)
+    steps.register_marker(second)
+    try:
+        steps.mark_step()
+        assert (first.steps, second.steps) == (0, 1)
+        steps.unregister_marker(second)
+        steps.mark_step()
+        assert (first.steps, second.steps) == (1, 1)
+    finally:
+        steps.unregister_marker(first)
+        steps.unregister_marker(second)
+    steps.mark_step()
+    assert (first.steps, second.steps) == (1, 1)
