@@ -119,9 +119,9 @@ def _one_device(
     traffic = step_traffic(memory, blocks, steps, sites)
     summary.per_step.extend(traffic.rows(label, steps.number))
     n = len(steps)
-    churn = traffic.temporary_bytes if memory.has_addresses() else traffic.alloc_bytes
-    figures.churn_bytes_per_step[label] = float(churn.mean())
-    figures.churn_allocations_per_step[label] = float(traffic.alloc_count.mean())
+    if memory.has_addresses():  # temporaries need pairs: an allocated total alone says nothing of them
+        figures.churn_bytes_per_step[label] = float(traffic.temporary_bytes.mean())
+        figures.churn_allocations_per_step[label] = float(traffic.alloc_count.mean())
     for site, size in by_site(traffic.temporary_codes, traffic.temporary_block_bytes, who.site_names, 1.0 / n, top=5).items():
         figures.churn_sites_bytes_per_step[site] = figures.churn_sites_bytes_per_step.get(site, 0.0) + size
     fit = growth(traffic)
@@ -174,20 +174,21 @@ def _allocator_calls(events: EventTable, span: SpanInput) -> Memory:
     """cudaMalloc/cudaFree (and HIP's) runtime calls per step in the steady state (the steps after a
     span's first): the caching allocator going back to the driver, which a warmed-up loop should not need."""
     runtime = np.flatnonzero((events.kind == Kind.RUNTIME) | (events.kind == Kind.DRIVER))
-    if runtime.size == 0 or len(span.steps) == 0:
+    # The first step of a span may still be warming the cache up: steady state is the steps after it
+    # (none without step markers, where the one window includes the set-up).
+    if runtime.size == 0 or len(span.steps) < 2 or span.steps.source == "whole_trace":
         return Memory()
     calls = runtime[events.name_mask(lambda s: s in ALLOCATOR_CALLS, runtime)]
-    # The first step of a span may still be warming the cache up: steady state is the steps after it.
-    first = 1 if len(span.steps) > 1 else 0
-    calls = calls[span.steps.index_of(events.ts_us[calls]) >= first]
-    n = len(span.steps) - first
+    calls = calls[span.steps.index_of(events.ts_us[calls]) >= 1]
+    n = len(span.steps) - 1
     return Memory(allocator_calls_per_step=calls.size / n, allocator_us_per_step=float(events.dur_us[calls].sum()) / n)
 
 
 def _thin(t: np.ndarray, values: np.ndarray) -> list[list[float]]:
     if t.size <= MAX_POINTS:
         return [[float(a), float(b)] for a, b in zip(t.tolist(), values.tolist())]
-    edges = np.linspace(0, t.size, MAX_POINTS + 1).astype(np.int64)
+    q, r = divmod(t.size, MAX_POINTS)  # the buckets of np.array_split: the first r hold one more
+    edges = np.r_[0, np.cumsum(np.r_[np.full(r, q + 1), np.full(MAX_POINTS - r, q)])].astype(np.int64)
     best = np.maximum.reduceat(values, edges[:-1])
     # the first position in each bucket holding its maximum
     hits = np.flatnonzero(values == np.repeat(best, np.diff(edges)))

@@ -78,12 +78,12 @@ class Blocks:
 
 
 def pair_blocks(memory: DeviceMemory) -> Blocks:
-    """Allocations paired with their frees by address (see the module docstring); without addresses
-    every allocation is a block that is never freed."""
+    """Allocations paired with their frees by address (see the module docstring); none without
+    addresses (traces before PyTorch 1.10), where the peak stays unattributed."""
     n = memory.nbytes.size
     position = np.arange(n)
-    if not memory.has_addresses():
-        return Blocks(position[memory.nbytes > 0], np.full(int((memory.nbytes > 0).sum()), -1), 0)
+    if not memory.has_addresses():  # nothing can be paired: no block is known
+        return Blocks(position[:0], position[:0], 0)
     order = np.lexsort((position, memory.addr))
     addr, sign = memory.addr[order], np.sign(memory.nbytes[order])
     same_next = np.zeros(n, dtype=bool)
@@ -107,8 +107,8 @@ def enclosing_host_event(events: EventTable, tree: HostTree, rows: np.ndarray) -
     host = np.flatnonzero(tree.depth >= 0)
     if host.size == 0 or rows.size == 0:
         return result
-    host_key = _thread_key(events, host)
-    row_key = _thread_key(events, rows)
+    keys = _thread_key(events, np.r_[host, rows])
+    host_key, row_key = keys[: host.size], keys[host.size :]
     order = np.lexsort((-events.dur_us[host], events.ts_us[host], host_key))
     host, host_key = host[order], host_key[order]
     host_ts = events.ts_us[host]
@@ -127,7 +127,16 @@ def enclosing_host_event(events: EventTable, tree: HostTree, rows: np.ndarray) -
 
 
 def _thread_key(events: EventTable, rows: np.ndarray) -> np.ndarray:
-    return (events.pid[rows].astype(np.int64) << 32) | events.tid[rows].astype(np.int64)
+    """(pid, tid) as one int64 per row, equal for the same thread however it is written: older traces
+    give memory events an integer tid and ops the same tid as a string (two different interned ids)."""
+    return (_same_text(events, events.pid[rows]) << 32) | _same_text(events, events.tid[rows])
+
+
+def _same_text(events: EventTable, ids: np.ndarray) -> np.ndarray:
+    distinct_ids, inverse = np.unique(ids, return_inverse=True)
+    first: dict[str, int] = {}
+    canonical = np.array([first.setdefault(events.strings[i], i) for i in distinct_ids.tolist()], dtype=np.int64)
+    return canonical[inverse.reshape(-1)]
 
 
 def _covers(events: EventTable, at: np.ndarray, t_us: np.ndarray) -> np.ndarray:
@@ -139,11 +148,16 @@ def _covers(events: EventTable, at: np.ndarray, t_us: np.ndarray) -> np.ndarray:
 def outermost_op(events: EventTable, tree: HostTree, start: np.ndarray, t_us: np.ndarray) -> np.ndarray:
     """The outermost CPU op enclosing (or being) each `start` event and running at `t_us`: the op the
     user called (`aten::ones`, not the `aten::empty` inside it); -1 where none."""
+    ops = np.flatnonzero(events.kind == Kind.CPU_OP)
+    is_op = np.zeros(len(events), dtype=bool)
+    # Older traces write record_function ranges (ProfilerStep#5, Optimizer.step#SGD.step,
+    # enumerate(DataLoader)#...) as ops too; no operator name holds a '#'.
+    is_op[ops] = events.name_mask(lambda s: "#" not in s, ops)
     result = np.full(start.size, -1, dtype=np.int64)
     current = start.astype(np.int64)
     while (current >= 0).any():
         at = np.maximum(current, 0)
-        hit = (current >= 0) & (events.kind[at] == Kind.CPU_OP) & _covers(events, at, t_us)
+        hit = (current >= 0) & is_op[at] & _covers(events, at, t_us)
         result[hit] = current[hit]
         current = np.where(current >= 0, tree.parent[at], -1)
     return result

@@ -1,0 +1,147 @@
+"""Memory analysis (analysis/memory*.py) on synthetic traces: blocks paired by address, the peak and
+who holds it, churn and growth per step, old traces without `Addr`/totals, allocator calls."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+import torchscope
+from helpers.trace_builder import HOST_PID, HOST_TID, TraceBuilder
+from torchscope.analysis.memory_blocks import DeviceMemory, pair_blocks
+from torchscope.analysis.memory_steps import StepTraffic, growth
+from torchscope.report.model import Report
+
+MIB = 1024 * 1024
+STEP_US = 1000.0
+
+
+class Allocator:
+    """Writes `[memory]` events as Kineto does, keeping the running totals."""
+
+    def __init__(self, builder: TraceBuilder, device_type: int = 1, device_id: int = 0, tid: Any = HOST_TID) -> None:
+        self.b, self.device_type, self.device_id, self.tid = builder, device_type, device_id, tid
+        self.allocated = 0
+        self.sizes: dict[int, int] = {}
+
+    def event(self, ts: float, addr: int, nbytes: int, **drop: bool) -> None:
+        self.allocated += nbytes
+        args = {"Addr": addr, "Bytes": nbytes, "Total Allocated": self.allocated, "Total Reserved": 2 * self.allocated + 64 * MIB,
+                "Device Type": self.device_type, "Device Id": self.device_id}  # fmt: skip
+        for key in [k for k, v in drop.items() if v]:
+            args.pop({"no_addr": "Addr", "no_totals": "Total Allocated"}[key])
+            if key == "no_totals":
+                args.pop("Total Reserved")
+        self.b.events.append({"ph": "i", "s": "t", "name": "[memory]", "pid": HOST_PID, "tid": self.tid, "ts": ts, "args": args})
+
+    def alloc(self, ts: float, addr: int, nbytes: int, **drop: bool) -> None:
+        self.sizes[addr] = nbytes
+        self.event(ts, addr, nbytes, **drop)
+
+    def free(self, ts: float, addr: int, nbytes: int | None = None, **drop: bool) -> None:
+        self.event(ts, addr, -(nbytes if nbytes is not None else self.sizes.pop(addr)), **drop)
+
+
+def _training(tmp_path: Path, steps: int = 5, leak: int = 4 * MIB, temp: int = 32 * MIB, **drop: bool) -> Report:
+    """Each step: `aten::ones` keeps a `leak` block for good, `aten::mul` makes a `temp` temporary freed
+    in `aten::sum`; before the steps a block allocated before the capture is freed (an orphan free)."""
+    b = TraceBuilder().gpu()
+    mem = Allocator(b)
+    mem.allocated = 10 * MIB  # allocated before the capture
+    mem.free(50.0, addr=999, nbytes=MIB, **drop)  # a block allocated before the capture
+    for i in range(steps):
+        t0 = 100.0 + i * STEP_US
+        b.step(i + 5, t0, STEP_US - 10)
+        b.op("aten::mul", t0 + 100, 100)
+        b.op("aten::empty", t0 + 110, 10)
+        mem.alloc(t0 + 115, addr=5000, nbytes=temp, **drop)
+        b.op("aten::ones", t0 + 300, 50)
+        mem.alloc(t0 + 310, addr=1000 + i, nbytes=leak, **drop)
+        b.op("aten::sum", t0 + 500, 100)
+        mem.free(t0 + 550, addr=5000, **drop)
+    path = b.write(tmp_path / "trace.json")
+    return torchscope.analyze(path, jobs=1, use_cache=False)
+
+
+def test_blocks_pair_with_their_frees_and_the_peak_is_attributed(tmp_path: Path) -> None:
+    report = _training(tmp_path)
+    memory = report.memory
+    assert memory.has_addresses and memory.unpaired_frees == 1 and memory.unpaired_allocations == 5
+    peak = memory.peaks["cuda:0"]
+    # The peak: in the last step, while the temporary and all five leaked blocks are alive.
+    assert peak.allocated_bytes == 9 * MIB + 5 * 4 * MIB + 32 * MIB
+    assert peak.step == 9 and peak.operator == "aten::ones"
+    assert peak.alive_by_operator == {"aten::mul": 32 * MIB, "aten::ones": 20 * MIB}
+    assert peak.unattributed_bytes == 9 * MIB  # the blocks allocated before the capture
+    assert peak.reserved_bytes == 2 * peak.allocated_bytes + 64 * MIB
+
+
+def test_churn_and_growth_per_step(tmp_path: Path) -> None:
+    report = _training(tmp_path)
+    rows = [r for r in report.memory.per_step if r.device == "cuda:0"]
+    assert [r.temporary_bytes for r in rows] == [32 * MIB] * 5
+    assert [r.alloc_count for r in rows] == [2] * 5 and [r.free_count for r in rows] == [1] * 5
+    assert [r.allocated_at_end_bytes - r.allocated_at_start_bytes for r in rows] == [4 * MIB] * 5
+    fit = report.memory.growth["cuda:0"]
+    assert fit.bytes_per_step == 4 * MIB and fit.low_bytes_per_step == 4 * MIB and fit.r2 == 1.0 and fit.boundaries == 6
+    figures = report.measurements.memory
+    assert figures.churn_bytes_per_step == {"cuda:0": 32 * MIB}
+    assert figures.growth_bytes_per_step == {"cuda:0": 4 * MIB}
+    assert [f.id for f in report.findings if f.category == "memory"] == ["memory.leak", "memory.churn"]
+
+
+def test_old_traces_without_addr_or_totals(tmp_path: Path) -> None:
+    """PyTorch <= 1.9: sizes only. The allocated total is their running sum; nothing can be paired, so
+    the peak is unattributed and no churn figure is claimed, while growth still shows."""
+    report = _training(tmp_path, no_addr=True, no_totals=True)
+    memory = report.memory
+    assert not memory.has_addresses and memory.peaks["cuda:0"].alive_by_operator == {}
+    # Running sum from the capture's start, shifted so it never goes below zero (the orphan free).
+    assert memory.peak_allocated_bytes["cuda:0"] == 5 * 4 * MIB + 32 * MIB
+    assert memory.peaks["cuda:0"].unattributed_bytes == memory.peak_allocated_bytes["cuda:0"]
+    assert "cuda:0" not in memory.peak_reserved_bytes
+    assert report.measurements.memory.churn_bytes_per_step == {}
+    assert report.measurements.memory.growth_bytes_per_step == {"cuda:0": 4 * MIB}
+
+
+def test_thread_written_as_text_on_ops_and_as_number_on_memory_events(tmp_path: Path) -> None:
+    b = TraceBuilder()
+    b.step(3, 0.0, 100.0)
+    b.events.append({"ph": "X", "cat": "Operator", "name": "aten::empty", "pid": HOST_PID, "tid": str(HOST_TID), "ts": 10.0, "dur": 5.0, "args": {}})
+    Allocator(b, device_type=0, device_id=-1).alloc(12.0, addr=7, nbytes=4096)
+    report = torchscope.analyze(b.write(tmp_path / "t.json"), jobs=1, use_cache=False)
+    assert report.memory.peaks["cpu"].operator == "aten::empty"
+
+
+def test_allocator_calls_after_the_first_step_cost_time(tmp_path: Path) -> None:
+    b = TraceBuilder().gpu()
+    for i in range(4):
+        t0 = i * STEP_US
+        b.step(i + 5, t0, STEP_US)
+        b.runtime("cudaMalloc", t0 + 10, 100.0)
+        b.runtime("cudaFree", t0 + 200, 50.0)
+    report = torchscope.analyze(b.write(tmp_path / "t.json"), jobs=1, use_cache=False)
+    figures = report.measurements.memory
+    assert figures.allocator_calls_per_step == 2.0 and figures.allocator_us_per_step == 150.0
+    frag = next(f for f in report.findings if f.id == "memory.fragmentation")
+    assert frag.time_share == 0.15 and frag.severity == "warning"
+
+
+def test_pairing_reuses_addresses_in_time_order() -> None:
+    # addr 1: alloc, free, alloc again (never freed); addr 2: free only (orphan).
+    nbytes = np.array([10, 5, -10, 20, -7])
+    addr = np.array([1, 3, 1, 1, 2])
+    memory = DeviceMemory(np.arange(5), np.arange(5.0), nbytes, np.cumsum(nbytes), None, addr)
+    blocks = pair_blocks(memory)
+    assert blocks.alloc.tolist() == [0, 1, 3] and blocks.free.tolist() == [2, -1, -1] and blocks.orphan_frees == 1
+    assert blocks.alive_at(2).tolist() == [False, True, False]
+
+
+def test_growth_slope_ignores_one_odd_step() -> None:
+    """Theil-Sen: an optimizer creating its state in the first step does not read as a leak."""
+    at_start = np.array([0, 100, 100, 100, 100, 100], dtype=float) * MIB
+    traffic = StepTraffic(at_start, np.r_[at_start[1:], 100 * MIB], *([np.zeros(6)] * 5), np.zeros(0), np.zeros(0))
+    fit = growth(traffic)
+    assert fit.bytes_per_step == 0.0 and fit.low_bytes_per_step == 0.0
