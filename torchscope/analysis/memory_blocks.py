@@ -38,7 +38,7 @@ class DeviceMemory:
     ts_us: np.ndarray
     nbytes: np.ndarray
     allocated: np.ndarray
-    reserved: np.ndarray | None  # None: the trace has no `Total Reserved`
+    reserved: np.ndarray | None  # None: no `Total Reserved` in the trace, or only zeros (the CPU)
     addr: np.ndarray
 
     @property
@@ -60,7 +60,9 @@ def device_memory(events: EventTable, rows: np.ndarray) -> DeviceMemory:
         allocated = np.cumsum(nbytes)
         allocated = allocated - min(int(allocated.min()), 0)
     reserved = events.total_reserved[rows]
-    return DeviceMemory(rows, events.ts_us[rows], nbytes, allocated, reserved if (reserved >= 0).any() else None, events.addr[rows])
+    # The CPU allocator reserves nothing ahead (its `Total Reserved` stays 0): no reserved series there.
+    has_reserved = bool((reserved > 0).any())
+    return DeviceMemory(rows, events.ts_us[rows], nbytes, allocated, reserved if has_reserved else None, events.addr[rows])
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from torchscope.render.memory_terminal import memory_table
 from torchscope.render.registry import RenderOptions, register
 from torchscope.render.units import duration
 from torchscope.report.model import CategoryTime, Finding, Report
@@ -53,6 +54,7 @@ def render_terminal(
         _operators(report, by_shape, top),
         _kernels(report, top),
         _ranges(report, top),
+        memory_table(report.memory),
         _spans(report),
         _ranks(report),
         _warnings(report),
