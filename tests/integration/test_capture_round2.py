@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -114,3 +115,43 @@ def test_the_run_directory_is_resolved_before_the_script_changes_directory(tmp_p
     assert manifest["trace_files"] and not (tmp_path / "elsewhere" / "runs").exists()
     # torch's and Kineto's lines about the capture stay off the script's stderr (no -v)
     assert [line for line in result.stderr.splitlines() if not line.startswith("torchscope: ")] == []
+
+
+FAILING_RANK_0 = textwrap.dedent(
+    """
+    import torch, torch.distributed as dist
+    dist.init_process_group("gloo")
+    model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(8, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for step in range(4):
+        opt.zero_grad()
+        model(torch.randn(4, 8)).sum().backward()
+        opt.step()
+    if dist.get_rank() == 0:
+        import sys, time
+        print(f"failing at {time.time()}", file=sys.stderr, flush=True)
+        raise RuntimeError("rank 0 gives up")
+    dist.barrier()  # rank 1 waits for rank 0, which never comes: torchrun must stop it
+    """
+)
+
+
+def test_a_failing_rank_0_under_torchrun_exits_promptly_with_its_error(tmp_path: Path) -> None:
+    import time
+
+    (tmp_path / "fail0.py").write_text(FAILING_RANK_0)
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+               "-m", "torchscope", "run", "--out", "runs", "--wait", "0", "--warmup", "0", "--active", "2", "fail0.py"]
+    done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180)
+    ended = time.time()
+    assert done.returncode != 0
+    assert "rank 0 gives up" in done.stderr
+    failed_at = float(re.search(r"failing at ([0-9.]+)", done.stderr).group(1))  # type: ignore[union-attr]
+    # Before the fix rank 0 waited 30 s for rank 1's manifest after failing; torchrun's own shutdown
+    # (stopping rank 1, its summary) takes a few seconds. Startup is not counted: it varies with load.
+    assert ended - failed_at < 20.0, f"torchrun took {ended - failed_at:.1f} s after rank 0 failed"
+    [manifest] = (tmp_path / "runs").glob("**/run.rank0.json")
+    data = json.loads(manifest.read_text())
+    assert data["status"] == "error" and data["trace_files"]  # what was captured before the error is kept
