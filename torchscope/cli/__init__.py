@@ -16,7 +16,7 @@ from torchscope import __version__
 from torchscope.errors import TorchscopeError
 from torchscope.text import one_line
 
-SUBCOMMANDS = ("run", "analyze", "demo", "view", "diff", "check", "tune")
+SUBCOMMANDS = ("run", "analyze", "demo", "view", "diff", "check", "tune", "memory")
 INTERNAL_ERROR_EXIT = 3
 
 
