@@ -128,3 +128,31 @@ def test_clicking_a_kernel_shows_the_runtime_call_that_launched_it(page: Page, r
             break
     assert "launched by: cuda" in tab.locator("#ts-details").inner_text()
     assert page.errors == []
+
+
+def _si_rate(value: float) -> str:
+    prefixes, i = ["", "K", "M", "G", "T", "P"], 0
+    while abs(value) >= 1000 and i < len(prefixes) - 1:
+        value, i = value / 1000, i + 1
+    return f"{value:.2f} {prefixes[i]}FLOP/s"
+
+
+def test_operators_show_achieved_flops_where_known(page: Page, reports: dict[str, Path], cpu_run: Path) -> None:
+    import torchscope
+
+    report = torchscope.analyze(cpu_run, jobs=1, use_cache=False)
+    known = {r.name: r.achieved_flops_per_s for r in report.operators if r.achieved_flops_per_s is not None}
+    unknown = [r.name for r in report.operators if r.flops is None]
+    assert known and unknown  # the linear layers' matmuls have FLOPs from their shapes; relu has none
+    tab = _open(page, reports["cpu"], "operators")
+    table = tab.locator("#view-operators table.data").first
+    headers = [str(t) for t in table.locator("thead th").all_inner_texts()]
+    column = next(i for i, h in enumerate(headers, start=1) if h.startswith("FLOP/s"))
+    names, rates = _column(tab, table, 1), _column(tab, table, column)
+    shown = dict(zip(names, rates))
+    for name, rate in known.items():
+        if name in shown:
+            assert shown[name] == _si_rate(rate), name
+    assert any(name in shown for name in known)
+    assert all(shown[name] == "-" for name in unknown if name in shown)
+    assert page.errors == []

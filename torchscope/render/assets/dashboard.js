@@ -43,6 +43,12 @@
     while (Math.abs(b) >= 1024 && i < u.length - 1) { b /= 1024; i++; }
     return b.toFixed(i ? 1 : 0) + " " + u[i];
   }
+  function fmtRate(v) {  // FLOP/s with an SI prefix: 1.23 TFLOP/s
+    if (v == null || isNaN(v)) return "-";
+    const u = ["", "K", "M", "G", "T", "P"]; let i = 0;
+    while (Math.abs(v) >= 1000 && i < u.length - 1) { v /= 1000; i++; }
+    return v.toFixed(2) + " " + u[i] + "FLOP/s";
+  }
   const pct = (f) => (f == null ? "-" : (100 * f).toFixed(1) + " %");
   const metric = (name) => { const m = (R.metrics || []).find((x) => x.name === name); return m ? m.value : null; };
   const card = (title, ...body) => el("div", { class: "card" }, el("h2", { text: title }), ...body);
@@ -163,12 +169,20 @@
       { key: "name", title: "operator" }, ...(shape ? [{ key: "input_shapes", title: "input shapes" }] : []),
       { key: "calls", title: "calls", num: true }, { key: "host_self_us", title: "host self", num: true, fmt: fmtUs },
       { key: "host_total_us", title: "host total", num: true, fmt: fmtUs }, { key: "device_self_us", title: "device self", num: true, fmt: fmtUs },
-      { key: "device_total_us", title: "device total", num: true, fmt: fmtUs }];
+      { key: "device_total_us", title: "device total", num: true, fmt: fmtUs },
+      ...(withFlops ? [{ key: "flops_per_s", title: "FLOP/s", num: true, fmt: fmtRate }] : [])];
+    // OperatorRow.achieved_flops_per_s: FLOPs (from input shapes) over device time where the op launched
+    // device work, else host time; "-" where the op's FLOPs are unknown.
+    const withRate = (rows) => (rows || []).map((r) => {
+      const seconds = (r.device_total_us || r.host_total_us) / 1e6;
+      return { ...r, flops_per_s: r.flops != null && seconds > 0 ? r.flops / seconds : null };
+    });
+    const withFlops = (R.operators || []).some((r) => r.flops != null);
     const holder = el("div");
     const byShape = (R.operators_by_shape || []).length > 0;
     const toggle = el("select", { "aria-label": "group by", onchange: (e) => draw(e.target.value === "shape") },
       el("option", { value: "name", text: "group by operator" }), byShape ? el("option", { value: "shape", text: "group by operator + input shapes" }) : null);
-    function draw(shape) { holder.replaceChildren(table(cols(shape), shape ? R.operators_by_shape : R.operators, { sort: "host_self_us", extra: [toggle] })); }
+    function draw(shape) { holder.replaceChildren(table(cols(shape), withRate(shape ? R.operators_by_shape : R.operators), { sort: "host_self_us", extra: [toggle] })); }
     root.append(card("Operators", holder));
     draw(false);
     if ((R.ranges || []).length) root.append(card("record_function ranges", table([{ key: "name", title: "range" },
