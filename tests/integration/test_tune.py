@@ -1,45 +1,125 @@
-"""`torchscope tune` on the planted CPU examples: each finding's fix applied without editing the code,
-in its own trial process, measured against the baseline (real runs)."""
+"""`torchscope tune` on real CPU training runs: each finding's fix applied without editing the code, in
+its own trial process, measured against the baseline. Trials are kept short (few steps, one baseline
+where the noise estimate is not the point) so the whole file stays well under two minutes."""
 
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
+
+from torchscope.pipeline.analyze import analyze
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples" / "bottlenecks"
 
+# A slow __getitem__ read with num_workers=0, and a checkpoint plus a log line written by relative path
+# (into the working directory) after every step: the trials must leave that directory as it was.
+CHECKPOINTING = """
+import os, time, torch
+from torch.utils.data import DataLoader, Dataset
 
-def _tune(script: str, cwd: Path, *extra: str) -> dict:  # type: ignore[type-arg]
-    done = subprocess.run([sys.executable, "-m", "torchscope", "tune", "--format", "json", *extra, str(EXAMPLES / script)],
-                          cwd=cwd, capture_output=True, text=True, timeout=900)
+class Slow(Dataset):
+    def __len__(self): return 1024
+    def __getitem__(self, i):
+        time.sleep(0.001)
+        return torch.ones(16) * (i % 7), i % 3
+
+model = torch.nn.Linear(16, 3)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+for step, (x, y) in enumerate(DataLoader(Slow(), batch_size=16)):
+    loss = torch.nn.functional.cross_entropy(model(x), y)
+    optimizer.zero_grad(); loss.backward(); optimizer.step()
+    torch.save(model.state_dict(), f"checkpoint{step}.pt")
+    with open("train.log", "a") as log:
+        log.write(f"{step} {loss.item()} trial={os.environ.get('TORCHSCOPE_TRIAL')}\\n")
+    if step == 40:
+        break
+"""
+
+# Compute-bound: a few large matmuls per step, nothing else to fix.
+HEALTHY = """
+import torch
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(512, 1024), torch.nn.ReLU(), torch.nn.Linear(1024, 512))
+optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
+data = torch.randn(256, 512)
+for _ in range(10):
+    loss = model(data).square().mean()
+    optimizer.zero_grad(); loss.backward(); optimizer.step()
+"""
+
+
+def _tune(target: str, cwd: Path, *options: str) -> dict:  # type: ignore[type-arg]
+    done = subprocess.run([sys.executable, "-m", "torchscope", "tune", "--format", "json", *options, target],
+                          cwd=cwd, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)  # type: ignore[no-any-return]
 
 
-def test_more_dataloader_workers_are_measured_faster(tmp_path: Path) -> None:
-    result = _tune("slow_getitem.py", tmp_path)
+def test_more_dataloader_workers_are_measured_faster_and_the_change_points_at_the_call(tmp_path: Path) -> None:
+    script = EXAMPLES / "slow_getitem.py"
+    result = _tune(str(script), tmp_path, "--baselines", "1")
     data = next(c for c in result["candidates"] if c["finding"] == "data_loading.exposed")
-    assert any(f["target"] == "num_workers" for f in data["fixes"])
+    assert any(f["target"] == "num_workers" and f["value"] >= 2 for f in data["fixes"])
     assert data["status"] == "faster" and data["significant"] is True
-    assert data["speedup"] >= 1.5
-    assert result["verdict"].startswith("best: ")
+    assert data["speedup"] >= 1.5 and data["ci_low"] > 1.0  # beyond noise: the interval's low end too
+    assert abs(data["loss_change"]) <= 0.1
+    assert result["verdict"].startswith("best: ") and result["best"] is not None
+    line = next(n for n, text in enumerate(script.read_text().splitlines(), 1) if "DataLoader(" in text)
+    assert data["applied_at"] == [f"{script}:{line}"]
+    assert data["change"][0] == f"--- {script}:{line}" and "num_workers=2" in data["change"][-1]
+    assert data["predicted_saving"] > 0 and data["measured_saving"] > 0
 
 
-def test_a_foreach_optimizer_is_measured_faster(tmp_path: Path) -> None:
-    result = _tune("adam_foreach_false.py", tmp_path, "--active", "4", "--warmup", "1")
+def test_a_foreach_optimizer_is_applied_and_measured(tmp_path: Path) -> None:
+    """foreach=True really reaches the script's Adam (its trial's trace runs foreach ops); whether it is
+    faster depends on the machine (on this 2-core CPU it is within noise), so the test asserts the
+    measurement is made and reported, not a speed-up."""
+    script = EXAMPLES / "adam_foreach_false.py"
+    result = _tune(str(script), tmp_path, "--baselines", "1", "--keep", str(tmp_path / "trials"))
     optimizer = next(c for c in result["candidates"] if c["finding"] == "optimizer.step")
-    assert any(f["kind"] == "optimizer_kwarg" for f in optimizer["fixes"])
-    assert optimizer["status"] == "faster" and optimizer["speedup"] > 1.0
+    assert [f["target"] for f in optimizer["fixes"]] in (["foreach"], ["fused"])
+    line = next(n for n, text in enumerate(script.read_text().splitlines(), 1) if "optim.Adam(" in text)
+    assert optimizer["applied_at"] == [f"{script}:{line}"]
+    trial = analyze(Path(optimizer["trial_dir"]), jobs=1)
+    assert trial.measurements.optimizer.implementation in ("foreach", "fused")
+    assert trial.measurements.optimizer.foreach_ops_per_step + trial.measurements.optimizer.fused_ops_per_step > 0
+    assert optimizer["status"] in ("faster", "slower", "no significant change")
+    assert optimizer["speedup"] > 0 and optimizer["ci_low"] is not None and optimizer["ci_high"] is not None
+    assert optimizer["predicted_saving"] > 0 and optimizer["measured_saving"] is not None
+    assert optimizer["loss_change"] is not None and abs(optimizer["loss_change"]) < 1e-3  # same arithmetic
 
 
-def test_a_script_that_writes_checkpoints_leaves_the_working_directory_alone(tmp_path: Path) -> None:
+def test_a_healthy_compute_bound_script_has_no_winner(tmp_path: Path) -> None:
+    (tmp_path / "healthy.py").write_text(HEALTHY)
+    result = _tune("healthy.py", tmp_path)
+    assert result["verdict"] == "no candidate beats the baseline beyond noise" and result["best"] is None
+    assert not any(c["status"] == "faster" for c in result["candidates"])
+    assert result["noise_pct"] >= 2.0 and result["baseline_steps"] == 10  # two baselines of five steps
+
+
+def test_checkpoints_stay_out_of_the_users_directory_and_ctrl_c_returns_what_was_measured(tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_text(CHECKPOINTING)
     before = sorted(p.name for p in tmp_path.iterdir())
-    result = _tune("checkpoint_every_step.py", tmp_path)
-    assert result["trials"] >= 1
-    assert sorted(p.name for p in tmp_path.iterdir()) == before  # the checkpoints went to the trial's folder
+    tune = subprocess.Popen([sys.executable, "-m", "torchscope", "tune", "--format", "json", "--baselines", "1", "train.py"],
+                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert tune.stderr is not None
+    for line in tune.stderr:  # the baseline is measured once the first candidate's trial starts
+        if "tune: trial 1/" in line:
+            break
+    time.sleep(1.0)
+    os.kill(tune.pid, signal.SIGINT)
+    out, err = tune.communicate(timeout=60)
+    assert tune.returncode == 130, err
+    result = json.loads(out)
+    assert result["interrupted"] is True and result["baseline_steps"] == 5
+    assert any(c["finding"] == "data_loading.exposed" and c["status"] == "skipped" for c in result["candidates"])
+    assert sorted(p.name for p in tmp_path.iterdir()) == before  # no checkpoint, no log: they went to the trial's folder

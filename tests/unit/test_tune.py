@@ -4,10 +4,11 @@ tests/integration/test_tune.py)."""
 from __future__ import annotations
 
 import math
+import statistics
 from pathlib import Path
 from types import SimpleNamespace
 
-from torchscope.pipeline.tune import candidates_from, combine, loss_change, measure
+from torchscope.pipeline.tune import candidates_from, combine, loss_change, measure, run_noise_pct
 from torchscope.pipeline.tune_snippets import code_change
 from torchscope.render.tune_html import render_tune_html
 from torchscope.render.tune_terminal import render_tune_terminal
@@ -56,6 +57,12 @@ def test_a_speedup_is_reported_with_its_interval_only_beyond_noise() -> None:
     assert same.status == "no significant change" and not same.significant
 
 
+def test_the_noise_floor_is_the_baselines_spread_never_below_diffs_default() -> None:
+    assert run_noise_pct([[100.0, 100.0], [110.0, 110.0]]) == 100.0 * statistics.stdev([100, 110]) / 105
+    assert run_noise_pct([[100.0], [100.5]]) == 2.0
+    assert run_noise_pct([[100.0]]) == 2.0
+
+
 def test_loss_change_is_relative_and_a_diverged_trial_is_infinite() -> None:
     assert loss_change([2.0, 2.0], [2.2, 2.2, 9.0]) == 0.10000000000000009
     assert loss_change([2.0], [None]) == math.inf
@@ -76,7 +83,7 @@ def test_renderers_escape_user_text() -> None:
     candidate = Candidate(fix="num_workers=2", description="data: <b>\x1b[31m", fixes=[WORKERS], status="faster",
                           speedup=2.0, ci_low=1.5, ci_high=2.6, predicted_saving=0.4, measured_saving=0.5,
                           change=["+ DataLoader(<x>)"])
-    result = TuneResult(command=["<script>.py"], baseline_step_us=1000.0, baseline_steps=5, candidates=[candidate],
+    result = TuneResult(command=["<script>.py"], baseline_step_us=1000.0, baseline_steps=5, noise_pct=2.0, candidates=[candidate],
                         trials=2, elapsed_s=3.0, verdict="best: num_workers=2 (2.00x)")
     page = render_tune_html(result)
     assert "<script>" not in page and "&lt;script&gt;.py" in page and "\x1b" not in page

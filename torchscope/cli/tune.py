@@ -26,6 +26,8 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--warmup", type=int, default=2, help="steps before measuring (default 2)")
     parser.add_argument("--budget", type=float, default=600.0, metavar="S",
                         help="stop trying after S seconds in all (default 600)")
+    parser.add_argument("--baselines", type=int, default=2, metavar="N",
+                        help="baseline trials; their spread is the run-to-run noise estimate (default 2)")
     parser.add_argument("--loss-tolerance", type=float, default=0.1, metavar="F",
                         help="a trial whose mean loss moves more than F (relative) is not used (default 0.1)")
     parser.add_argument("--in-place", action="store_true",
@@ -56,10 +58,10 @@ def execute(args: argparse.Namespace) -> int:
         raise UsageError("nothing to tune: give a script (torchscope tune train.py) or -m module")
     if args.active < 3 or args.warmup < 0:
         raise UsageError("--active must be at least 3 (fewer steps cannot tell a change from noise), --warmup at least 0")
-    if not args.loss_tolerance >= 0 or not args.budget > 0:
-        raise UsageError("--loss-tolerance must be at least 0 and --budget above 0")
+    if not args.loss_tolerance >= 0 or not args.budget > 0 or args.baselines < 1:
+        raise UsageError("--loss-tolerance must be at least 0, --budget above 0 and --baselines at least 1")
     options = TuneOptions(warmup=args.warmup, active=args.active, budget_s=args.budget, in_place=args.in_place,
-                          loss_tolerance=args.loss_tolerance, keep=args.keep.resolve() if args.keep else None)
+                          loss_tolerance=args.loss_tolerance, baselines=args.baselines, keep=args.keep.resolve() if args.keep else None)
     result = tune(command, options, progress=lambda line: print(f"torchscope tune: {line}", file=sys.stderr, flush=True))
     _write(args.output, _render(args.format, result))
     return INTERRUPTED_EXIT if result.interrupted else 0

@@ -34,7 +34,7 @@ from torchscope.capture.trial import TrialRecord
 from torchscope.errors import InputError
 from torchscope.pipeline.analyze import analyze
 from torchscope.pipeline.diff import step_samples
-from torchscope.pipeline.noise import relative_change_interval
+from torchscope.pipeline.noise import DEFAULT_RUN_NOISE_PCT, relative_change_interval
 from torchscope.pipeline.tune_snippets import code_change
 from torchscope.report.model import Fix, Report
 from torchscope.report.tune import Candidate, TuneResult
@@ -53,6 +53,7 @@ class TuneOptions:
     timeout_s: float = 600.0  # one trial, the baseline included
     loss_tolerance: float = 0.1  # relative change of the mean loss beyond which a trial is not used
     early_stop: float = 3.0  # a trial running this many times the baseline trial's wall time is clearly slower
+    baselines: int = 2  # baseline trials: their spread is the run-to-run noise estimate
     keep: Optional[Path] = None  # keep each trial's run directory here (by default deleted with the rest)
 
 
@@ -117,17 +118,23 @@ def tune(command: Sequence[str], options: TuneOptions = TuneOptions(),
     candidates: list[Candidate] = []
     combination: Optional[Candidate] = None
     interrupted = False
+    noise = DEFAULT_RUN_NOISE_PCT
     with tempfile.TemporaryDirectory(prefix="torchscope-tune-") as tmp:
         if options.keep is not None:
             options.keep.mkdir(parents=True, exist_ok=True)
         # A fresh folder under --keep: a run already there must not be taken for a trial's.
         outdir = Path(tempfile.mkdtemp(prefix="tune-", dir=options.keep)) if options.keep is not None else Path(tmp)
         trials = _Trials(options, command, Path(tmp), outdir)
-        progress("baseline trial")
-        baseline = trials.run([], options.timeout_s)
-        if isinstance(baseline, str):
-            raise InputError(f"the baseline run failed ({baseline})")
-        base = step_samples(baseline.report)
+        runs: list[_Trial] = []
+        for number in range(1, max(options.baselines, 1) + 1):
+            progress(f"baseline trial {number}/{max(options.baselines, 1)}")
+            outcome = trials.run([], options.timeout_s)
+            if isinstance(outcome, str):
+                raise InputError(f"the baseline run failed ({outcome})")
+            runs.append(outcome)
+        baseline = runs[0]
+        base = [sample for run in runs for sample in step_samples(run.report)]
+        noise = run_noise_pct([step_samples(run.report) for run in runs])
         candidates = candidates_from(baseline.report)
         try:
             for number, candidate in enumerate(candidates, 1):
@@ -135,13 +142,13 @@ def tune(command: Sequence[str], options: TuneOptions = TuneOptions(),
                     candidate.detail = "not run: the time budget was spent"
                     continue
                 progress(f"trial {number}/{len(candidates)}: {candidate.fix}")
-                _run_candidate(candidate, trials, baseline, base)
+                _run_candidate(candidate, trials, baseline, base, noise)
             winners = [c for c in candidates if c.status == "faster"]
             if len(winners) > 1:
                 combination = combine(winners)
                 if trials.left_s() > 0:
                     progress(f"combination: {combination.fix}")
-                    _run_candidate(combination, trials, baseline, base)
+                    _run_candidate(combination, trials, baseline, base, noise)
                 else:
                     combination.detail = "not run: the time budget was spent"
         except KeyboardInterrupt:
@@ -158,6 +165,7 @@ def tune(command: Sequence[str], options: TuneOptions = TuneOptions(),
         notes.append("interrupted (Ctrl-C): the trials not run are marked skipped")
     return TuneResult(
         command=command, baseline_step_us=statistics.fmean(base) if base else 0.0, baseline_steps=len(base),
+        noise_pct=noise,
         candidates=candidates, combination=combination, best=best.fix if best else None, trials=trials.count,
         elapsed_s=time.monotonic() - started, verdict=verdict, interrupted=interrupted, notes=notes,
     )
@@ -204,7 +212,16 @@ def _describe(fix: Fix) -> str:
     return f"{fix.target}={fix.value!r}" if not isinstance(fix.value, str) else f"{fix.target}={fix.value}"
 
 
-def _run_candidate(candidate: Candidate, trials: _Trials, baseline: _Trial, base: list[float]) -> None:
+def run_noise_pct(runs: Sequence[Sequence[float]]) -> float:
+    """Run-to-run noise of a mean step time, in percent: the spread of the baseline runs' means (the
+    standard deviation; for two runs |difference| / sqrt(2)), never below diff's default floor."""
+    means = [statistics.fmean(r) for r in runs if r]
+    if len(means) < 2 or statistics.fmean(means) <= 0:
+        return DEFAULT_RUN_NOISE_PCT
+    return max(DEFAULT_RUN_NOISE_PCT, 100.0 * statistics.stdev(means) / statistics.fmean(means))
+
+
+def _run_candidate(candidate: Candidate, trials: _Trials, baseline: _Trial, base: list[float], noise: float) -> None:
     limit = min(trials.options.early_stop * baseline.wall_s, trials.options.timeout_s)
     budget = trials.left_s()
     trial = trials.run(candidate.fixes, min(limit, budget))
@@ -219,7 +236,7 @@ def _run_candidate(candidate: Candidate, trials: _Trials, baseline: _Trial, base
             candidate.status, candidate.detail = "failed", trial
         return
     candidate.trial_s = trial.wall_s
-    measure(candidate, base, step_samples(trial.report))
+    measure(candidate, base, step_samples(trial.report), noise)
     candidate.applied_at = sorted({s for f in candidate.fixes for s in trial.record.sites.get(label(f), [])})
     after = next((f for f in trial.report.findings if f.id == candidate.finding), None)
     candidate.finding_after = after.time_share if after is not None else None
@@ -241,9 +258,11 @@ def _pct(change: float) -> str:
     return f"{100 * change:+.1f} %" if math.isfinite(change) else "to NaN/inf"
 
 
-def measure(candidate: Candidate, base: Sequence[float], samples: Sequence[float]) -> None:
-    """Speed-up of `samples` over `base` with its 95 % interval, by diff's noise model."""
-    interval = relative_change_interval(base, samples)
+def measure(candidate: Candidate, base: Sequence[float], samples: Sequence[float],
+            noise_pct: float = DEFAULT_RUN_NOISE_PCT) -> None:
+    """Speed-up of `samples` over `base` with its 95 % interval, by diff's noise model (`noise_pct`: the
+    run-to-run floor)."""
+    interval = relative_change_interval(base, samples, run_noise_pct=noise_pct)
     candidate.step_us = statistics.fmean(samples) if samples else None
     candidate.speedup = 1.0 / (1.0 + interval.change_pct / 100.0) if interval.change_pct > -100 else None
     if interval.low_pct is not None and interval.high_pct is not None:

@@ -31,7 +31,8 @@ def render_tune_html(result: TuneResult) -> str:
         f"<style>{_STYLE}</style></head><body><h1>torchscope tune</h1>",
         f"<div class='muted'>{_text(' '.join(result.command))}</div>",
         f"<div class='verdict'>{_text(result.verdict)}</div>",
-        f"<div class='muted'>baseline step time {duration(result.baseline_step_us)} over {result.baseline_steps} steps; "
+        f"<div class='muted'>baseline step time {duration(result.baseline_step_us)} over {result.baseline_steps} steps, "
+        f"run-to-run noise {result.noise_pct:.1f} %; "
         f"{result.trials} trial(s) in {result.elapsed_s:.0f} s</div>",
         *(f"<p class='muted'>note: {_text(n)}</p>" for n in result.notes),
         "<h2>Candidates</h2><table><tr><th>fix</th><th>status</th><th>speed-up</th><th>saving</th><th>finding</th></tr>",

@@ -11,7 +11,8 @@ from torchscope.text import printable
 def render_tune_terminal(result: TuneResult) -> str:
     lines = [
         printable(f"torchscope tune: {' '.join(result.command)}"),
-        f"baseline step time {duration(result.baseline_step_us)} over {result.baseline_steps} steps; "
+        f"baseline step time {duration(result.baseline_step_us)} over {result.baseline_steps} steps, run-to-run "
+        f"noise {result.noise_pct:.1f} %; "
         f"{result.trials} trial(s) in {result.elapsed_s:.0f} s",
         printable(f"verdict: {result.verdict}"),
         "",

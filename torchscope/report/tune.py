@@ -44,7 +44,8 @@ class TuneResult(msgspec.Struct, kw_only=True):
     schema_version: int = TUNE_SCHEMA_VERSION
     command: list[str]
     baseline_step_us: float
-    baseline_steps: int
+    baseline_steps: int  # over all baseline trials
+    noise_pct: float  # run-to-run noise of the mean step time, from the baseline trials' spread (floor 2 %)
     candidates: list[Candidate]
     combination: Optional[Candidate] = None
     best: Optional[str] = None  # `fix` of the fastest candidate or the combination; None: none beat the baseline
