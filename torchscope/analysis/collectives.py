@@ -29,14 +29,14 @@ from torchscope.analysis import intervals
 from torchscope.analysis.host import _encloses as encloses  # shared with outside_phases: one definition
 from torchscope.analysis.markers import COMM_OP_PREFIXES, comm_kernel_mask, own_marker_mask, phase_masks
 from torchscope.analysis.span import SpanInput
-from torchscope.analysis.steps import step_marker_mask
+from torchscope.analysis.steps import StepWindows, step_marker_mask
 from torchscope.trace.kinds import DEVICE_KINDS, Kind, kind_mask
 from torchscope.trace.tables import EventTable
 
 BACKEND_PREFIXES = tuple(p for p in COMM_OP_PREFIXES if p != "c10d::")
 PHASES = ("data_loading", "forward", "backward", "optimizer", "other")
 _KERNEL_COLLECTIVE = re.compile(r"^(?:nccl|rccl)(?:Dev)?Kernel_([A-Za-z]+)")
-_SUFFIXES = ("_into_tensor_coalesced", "_into_tensor", "_coalesced", "_base", "_tensor")
+_SUFFIXES = ("_into_tensor", "_coalesced", "_base", "_tensor")
 _CANONICAL = {
     "allreduce": "all_reduce", "allgather": "all_gather", "reducescatter": "reduce_scatter",
     "alltoall": "all_to_all", "alltoallv": "all_to_all", "broadcast": "broadcast", "barrier": "barrier",
@@ -58,22 +58,27 @@ def collective_name(raw: str) -> str:
                 name = name[len(prefix):]
                 break
     name = name.strip("_").lower()
-    for suffix in _SUFFIXES:
-        if name.endswith(suffix):
-            name = name[: -len(suffix)].strip("_")
-            break
+    stripped = True
+    while stripped:  # `reduce_scatter_tensor_coalesced`: both suffixes
+        stripped = False
+        for suffix in _SUFFIXES:
+            if name.endswith(suffix) and len(name) > len(suffix):
+                name, stripped = name[: -len(suffix)].strip("_"), True
+                break
     flat = name.replace("_", "")
     return _CANONICAL.get(flat, name)
 
 
 class DeviceTime(msgspec.Struct, kw_only=True):
-    """HTA's temporal breakdown inputs over the whole trace (microseconds)."""
+    """HTA's temporal breakdown and overlap inputs (microseconds), and communication per step."""
 
     span_us: float  # first GPU event start to last GPU event end
     busy_us: float
     compute_us: float
     comm_us: float
     overlap_us: float  # communication overlapped by compute
+    step_comm_us: list[float] = []  # per step window
+    step_overlap_us: list[float] = []
 
 
 class RankCollectives(msgspec.Struct, kw_only=True):
@@ -108,7 +113,7 @@ def extract_collectives(span: SpanInput) -> RankCollectives:
         step_us=[float(d) for d in steps.duration_us],
         phase_us={c: phases.per_step_us[:, i].tolist() for i, c in enumerate(phases.categories) if c in PHASES},
         culprits_us=_phase_culprits(span),
-        device=_device_time(events) if span.has_device else None,
+        device=_device_time(events, steps) if span.has_device else None,
     )
     if rows.size == 0:
         return out
@@ -196,10 +201,15 @@ def _compute_set(span: SpanInput) -> intervals.IntervalSet:
     return intervals.union(start, start + events.dur_us[mask])
 
 
-def _device_time(events: EventTable) -> DeviceTime:
+def _device_time(events: EventTable, steps: StepWindows) -> DeviceTime:
     """HTA's temporal breakdown and communication-computation overlap inputs: GPU events (kernels, memcpy,
-    memset) over the whole trace; communication = NCCL/RCCL kernels, memory = memcpy/memset."""
+    memset); communication = NCCL/RCCL kernels, memory = memcpy/memset, compute = the rest. Like HTA,
+    the last profiler step is left out (its device work may be cut off by the end of the capture): GPU
+    events starting before the last `ProfilerStep` starts on the host."""
     gpu = kind_mask(events.kind, DEVICE_KINDS) & (events.kind != Kind.GPU_USER_ANNOTATION)
+    markers = np.flatnonzero(step_marker_mask(events))
+    if markers.size >= 2:
+        gpu &= events.ts_us < events.ts_us[markers].max()
     comm = comm_kernel_mask(events) & gpu
     memory = kind_mask(events.kind, (Kind.MEMCPY, Kind.MEMSET)) | events.name_mask(lambda s: "Memcpy" in s or "Memset" in s)
     compute = gpu & ~comm & ~memory
@@ -208,13 +218,15 @@ def _device_time(events: EventTable) -> DeviceTime:
         return intervals.union(events.ts_us[mask], events.ts_us[mask] + events.dur_us[mask])
 
     busy, comp, comm_set = as_set(gpu), as_set(compute), as_set(comm)
-    span_us = float(busy[1][-1] - busy[0][0]) if busy[0].size else 0.0
+    overlap = intervals.intersect(comp, comm_set)
     return DeviceTime(
-        span_us=span_us,
+        span_us=float(busy[1][-1] - busy[0][0]) if busy[0].size else 0.0,
         busy_us=intervals.total_length(busy),
         compute_us=intervals.total_length(comp),
         comm_us=intervals.total_length(comm_set),
-        overlap_us=intervals.total_length(intervals.intersect(comp, comm_set)),
+        overlap_us=intervals.total_length(overlap),
+        step_comm_us=intervals.overlap_per_window(comm_set, steps.start_us, steps.end_us).tolist(),
+        step_overlap_us=intervals.overlap_per_window(overlap, steps.start_us, steps.end_us).tolist(),
     )
 
 

@@ -59,7 +59,7 @@ def reduce_distributed(parts: list[Part[RankCollectives]]) -> dict[str, Any]:
     by_rank: dict[int, list[RankCollectives]] = {}
     for part in parts:
         by_rank.setdefault(part.key.rank, []).append(part.value)
-    if len(by_rank) < 2:
+    if not any(p.value.name_id or p.value.device is not None for p in parts):
         return {"distributed": Distributed()}
     ranks = sorted(by_rank)
     table = collective_table(ranks, [by_rank[r] for r in ranks])
@@ -143,6 +143,11 @@ def _device_percentages(row: RankDistributed, spans: list[RankCollectives]) -> N
     row.compute_pct = 100.0 * compute / span_us
     row.non_compute_pct = 100.0 * (busy - compute) / span_us
     row.comm_compute_overlap_pct = 100.0 * overlap / comm if comm > 0 else None
+    for span in spans:
+        device = span.device
+        for step, comm_us, overlap_us in zip(span.step_numbers, device.step_comm_us if device else [], device.step_overlap_us if device else []):
+            if comm_us > 0:
+                row.overlap_pct_by_step[str(step)] = 100.0 * overlap_us / comm_us
 
 
 def _collectives(table: CollectiveTable, top: int = 20) -> list[CollectiveSummary]:

@@ -85,13 +85,15 @@ def per_step_phases(spans: list[RankCollectives]) -> dict[str, float]:
 def straggler(
     ranks: list[int], extracts: list[list[RankCollectives]], steps: np.ndarray, late: np.ndarray, phases: list[dict[str, float]]
 ) -> Straggler | None:
-    """The rank with the largest mean lateness, its late phase and culprits (None without lateness)."""
+    """The rank with the largest median lateness over the steps (a rank late in most steps, not one whose
+    single step had a hiccup), its late phase and culprits (None without lateness)."""
     if late.size == 0:
         return None
     with np.errstate(all="ignore"):
-        mean_late = np.nan_to_num(np.nanmean(late, axis=1), nan=-np.inf)
-    index = int(np.argmax(mean_late))
-    if not np.isfinite(mean_late[index]) or mean_late[index] <= 0:
+        typical = np.nan_to_num(np.nanmedian(late, axis=1), nan=-np.inf)
+        mean_late = np.nanmean(late, axis=1)
+    index = int(np.argmax(typical))
+    if not np.isfinite(typical[index]) or typical[index] <= 0:
         return None
     mine = late[index]
     filled = np.where(np.isnan(late), -np.inf, late)
@@ -100,6 +102,7 @@ def straggler(
     phase = max(excess, key=lambda p: excess[p]) if excess and max(excess.values()) > 0 else None
     return Straggler(
         rank=ranks[index],
+        median_lateness_us=float(typical[index]),
         mean_lateness_us=float(mean_late[index]),
         lateness_us_by_step={str(int(s)): float(v) for s, v in zip(steps.tolist(), mine.tolist()) if not np.isnan(v)},
         late_steps=late_steps,

@@ -130,7 +130,7 @@ def _late_rank(ctx: Context) -> Optional[Verdict]:
     late = distributed.straggler
     if late is None:
         return None
-    share = ctx.share(late.mean_lateness_us)
+    share = ctx.share(late.median_lateness_us)
     phase = late.late_phase
     culprits = ", ".join(list(late.culprits_us_per_step)[:2])
     why = ""
@@ -138,11 +138,12 @@ def _late_rank(ctx: Context) -> Optional[Verdict]:
         why = f": its {_PHASE_TEXT[phase]} takes {ms(late.phase_excess_us_per_step.get(phase, 0.0))} more than the median rank's"
         why += f", mostly {culprits}" if culprits else ""
     return Verdict(
-        title=f"Rank {late.rank} arrives {ms(late.mean_lateness_us)} late at the collectives per step "
+        title=f"Rank {late.rank} arrives {ms(late.median_lateness_us)} late at the collectives per step "
         f"(last in {late.late_steps} of {late.steps} steps){why}",
         share=min(share, 1.0),
         evidence={
             "straggler_rank": late.rank,
+            "median_lateness_us": late.median_lateness_us,
             "mean_lateness_us": late.mean_lateness_us,
             "lateness_us_by_step": late.lateness_us_by_step,
             "late_steps": late.late_steps,

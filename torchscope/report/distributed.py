@@ -33,6 +33,7 @@ class RankDistributed(msgspec.Struct, kw_only=True):
     compute_pct: Optional[float] = None
     non_compute_pct: Optional[float] = None
     comm_compute_overlap_pct: Optional[float] = None  # share of communication time overlapped by compute
+    overlap_pct_by_step: dict[str, float] = {}  # step number -> the same within that step
 
 
 class StepLateness(msgspec.Struct, kw_only=True):
@@ -47,6 +48,7 @@ class Straggler(msgspec.Struct, kw_only=True):
     """The rank the others wait for, and why (its phase times against the median other rank's)."""
 
     rank: int
+    median_lateness_us: float  # over steps: robust to one step's hiccup; what the finding costs
     mean_lateness_us: float
     lateness_us_by_step: dict[str, float]  # step number -> us
     late_steps: int  # steps in which it arrived last

@@ -1,0 +1,122 @@
+"""Real multi-rank gloo training on the CPU under `torchrun -m torchscope run`, one rank slowed on purpose.
+
+The slow rank must be named with the phase that makes it late and the function that does it; the time the
+other ranks wait for it must not be charged to communication; a balanced run has no straggler warning.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+if not torch.distributed.is_available() or not torch.distributed.is_gloo_available():
+    pytest.skip("torch.distributed with gloo is needed", allow_module_level=True)
+
+from torchscope.pipeline.analyze import analyze  # noqa: E402
+from torchscope.report.model import Finding, Report  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parents[2]
+
+# Every rank sleeps 150 ms per step in its forward: a step as long as a real one, so that scheduling noise
+# and the all-reduce itself (milliseconds when 4 ranks share 2 loaded cores) stay small against it; the slow
+# rank sleeps 60 ms more in its data loading or its forward. Sleeping costs no CPU, so the test stays light.
+SCRIPT = textwrap.dedent(
+    """
+    import os, time, torch, torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    SLOW_RANK, WHERE, SLOW_S = int(os.environ["SLOW_RANK"]), os.environ["SLOW_WHERE"], 0.060
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+
+    def decode_sample(i):
+        if rank == SLOW_RANK and WHERE == "data":
+            time.sleep(SLOW_S / 8)
+        return torch.full((16,), float(i)), torch.ones(1)
+
+    class Samples(torch.utils.data.Dataset):
+        def __len__(self):
+            return 8 * 8 * dist.get_world_size()
+        def __getitem__(self, i):
+            return decode_sample(i)
+
+    def augment(x):
+        time.sleep(0.150)
+        if rank == SLOW_RANK and WHERE == "forward":
+            time.sleep(SLOW_S)
+        return x
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.body = torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1))
+        def forward(self, x):
+            return self.body(augment(x))
+
+    torch.manual_seed(0)
+    model = DistributedDataParallel(Net())
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    data = Samples()
+    sampler = torch.utils.data.distributed.DistributedSampler(data)
+    for x, y in torch.utils.data.DataLoader(data, batch_size=8, sampler=sampler):
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
+    dist.destroy_process_group()
+    """
+)
+
+
+def launch(tmp_path: Path, ranks: int, slow_rank: int, where: str) -> Report:
+    (tmp_path / "train.py").write_text(SCRIPT)
+    env = dict(os.environ, SLOW_RANK=str(slow_rank), SLOW_WHERE=where)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={ranks}",
+               "-m", "torchscope", "run", "--no-report", "--out", "runs", "train.py"]
+    done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return analyze(tmp_path / "runs")
+
+
+def finding(report: Report, rule: str) -> Finding | None:
+    return next((f for f in report.findings if f.id == rule), None)
+
+
+def check_straggler(report: Report, rank: int, phase: str, culprit: str) -> None:
+    straggler = finding(report, "straggler.rank")
+    assert straggler is not None and straggler.severity in ("warning", "critical"), report.findings
+    evidence = straggler.evidence
+    assert evidence["straggler_rank"] == rank
+    assert evidence["late_phase"] == phase, evidence
+    assert any(culprit in name for name in evidence["culprits_us_per_step"]), evidence["culprits_us_per_step"]
+    # The planted 60 ms: the others wait for most of it in each step (some of it hides in their own work).
+    assert all(30_000 < us < 120_000 for us in evidence["lateness_us_by_step"].values()), evidence
+    communication = finding(report, "communication.share")
+    assert communication is None or communication.severity == "info", communication
+    assert report.distributed.match_method == "order" and report.distributed.matched > 0
+
+
+def test_two_ranks_one_slow_in_data_loading(tmp_path: Path) -> None:
+    report = launch(tmp_path, ranks=2, slow_rank=1, where="data")
+    check_straggler(report, rank=1, phase="data_loading", culprit="decode_sample")
+
+
+def test_four_ranks_one_slow_in_forward(tmp_path: Path) -> None:
+    report = launch(tmp_path, ranks=4, slow_rank=2, where="forward")
+    check_straggler(report, rank=2, phase="forward", culprit="augment")
+    assert len(report.distributed.ranks) == 4
+
+
+def test_balanced_run_has_no_straggler_warning(tmp_path: Path) -> None:
+    report = launch(tmp_path, ranks=2, slow_rank=-1, where="none")
+    straggler = finding(report, "straggler.rank")
+    assert straggler is None or straggler.severity == "info", straggler
+    assert report.distributed.present and report.distributed.world_size == 2
