@@ -153,3 +153,17 @@ def test_healthy_run_has_no_memory_warning(runs) -> None:  # type: ignore[no-unt
         else:
             open_blocks.pop(e["args"]["Addr"], None)
     assert peak.allocated_bytes - peak.unattributed_bytes == sum(open_blocks.values())
+
+
+def test_memory_snapshot_on_cpu_is_a_clear_no_op(tmp_path: Path) -> None:
+    script = tmp_path / "tiny.py"
+    script.write_text("import torch\nfor _ in range(4):\n    torch.ones(8).sum()\n")
+    out = tmp_path / "run"
+    run = subprocess.run(
+        [sys.executable, "-m", "torchscope", "run", "--out", str(out), "--no-report", "--memory-snapshot", str(script)],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    notices = [line for line in run.stderr.splitlines() if "--memory-snapshot" in line]
+    assert len(notices) == 1 and "no CUDA device" in notices[0]
+    assert not list(out.glob("*.pickle"))

@@ -24,6 +24,7 @@ import torch.profiler
 
 from torchscope.capture import conflicts
 from torchscope.capture.environment import capture_environment
+from torchscope.capture.memory_snapshot import SnapshotRecorder
 from torchscope.capture.notices import describe, warn_line
 from torchscope.capture.phases import PhaseHooks
 from torchscope.capture.quiet import native_stderr_filtered
@@ -87,6 +88,7 @@ class Profiler:
         with_flops: bool = _DEFAULT.with_flops,
         phase_labels: bool = _DEFAULT.phase_labels,
         stop_after_active: bool = _DEFAULT.stop_after_active,
+        memory_snapshot: bool = _DEFAULT.memory_snapshot,
         name: str | None = None,
         auto_step: bool = False,
         command: list[str] | None = None,
@@ -106,6 +108,7 @@ class Profiler:
             with_flops=with_flops,
             phase_labels=phase_labels,
             stop_after_active=stop_after_active,
+            memory_snapshot=memory_snapshot,
         )
         self.name = name or _default_name()
         self.auto_step = auto_step
@@ -121,6 +124,7 @@ class Profiler:
         self.dist = DistEnv()
         self._prof: Any = None  # the torch.profiler.profile while it runs
         self._writer: Any = None
+        self._snapshot = SnapshotRecorder(torch, self._problem, warn_line) if memory_snapshot else None
         self._hooks: PhaseHooks | None = None
         self._detector: StepDetector | None = None
         self._signals = DeferredSignals()
@@ -229,6 +233,7 @@ class Profiler:
                 if self._hooks is not None:
                     self._hooks.retire()
         if self.capture_complete:
+            self._save_snapshot()
             if self.config.stop_after_active:
                 raise CaptureComplete()
             if self._hooks is not None and self.config.repeat > 0:
@@ -256,6 +261,7 @@ class Profiler:
             with self._signals:
                 self._uninstall_hooks()  # closes a phase cut short, so its range ends before the trace
                 self._stop_profiler()
+                self._save_snapshot()
                 self._note_missing_trace()
                 self._write_manifest()
         except Exception as exc:  # never let the capture's own bookkeeping fail the script
@@ -296,8 +302,15 @@ class Profiler:
             self._problem(f"torch.profiler failed to start: {describe(exc)}; profiling is off for this run")
             return
         self._prof = prof
+        if self._snapshot is not None:
+            self._snapshot.start()
         conflicts.activate(self)
         register_marker(self._marker)
+
+    def _save_snapshot(self) -> None:
+        """The CUDA memory snapshot beside the trace, once the active window(s) end (`--memory-snapshot`)."""
+        if self._snapshot is not None and self.run_dir is not None:
+            self._snapshot.save(self.run_dir, worker_name(self.dist))
 
     def _marker(self) -> None:
         """``torchscope.step()`` in the script: a step, and under ``auto_step`` the end of detection."""

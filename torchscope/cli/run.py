@@ -35,6 +35,7 @@ _SWITCHES = {  # field: (flag, help); the flag turns the field's default around
     "with_flops": ("--no-flops", "do not estimate FLOPs"),
     "phase_labels": ("--no-phases", "do not label forward/backward/optimizer"),
     "stop_after_active": ("--stop-after-active", "end the script (exit 0) once the active window(s) are captured"),
+    "memory_snapshot": ("--memory-snapshot", "also record a CUDA memory snapshot beside the trace (CUDA only)"),
 }
 
 

@@ -39,6 +39,7 @@ class CaptureConfig:
     with_flops: bool = True
     phase_labels: bool = True
     stop_after_active: bool = False
+    memory_snapshot: bool = False  # CUDA allocator history and snapshot (capture/memory_snapshot.py)
 
     def __post_init__(self) -> None:
         wrong = [f"{name} must be >= {low}" for name, low in SCHEDULE_MINIMUM.items() if getattr(self, name) < low]

@@ -49,6 +49,12 @@ def sidecar_name(name: str) -> str:
     return f"{name}.msgpack"
 
 
+def memory_snapshot_name(worker: str) -> str:
+    """``<worker>.memory_snapshot.pickle``: the CUDA memory snapshot ``run --memory-snapshot`` writes
+    (``torchscope memory`` reads it; discovery never takes it for a trace)."""
+    return f"{worker}.memory_snapshot.pickle"
+
+
 def manifest_name(rank: int, distributed: bool) -> str:
     """``run.json`` for a single process, ``run.rank<R>.json`` for each rank of a distributed run."""
     return f"run.rank{rank}.json" if distributed else MANIFEST_NAME
