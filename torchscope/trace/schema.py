@@ -32,6 +32,8 @@ ARG_FIELDS: dict[str, tuple[str, Any, Any]] = {
     "correlation": ("correlation", Int64, -1),
     "input_dims": ("Input Dims", msgspec.Raw, _RAW_EMPTY),
     "input_type": ("Input type", msgspec.Raw, _RAW_EMPTY),
+    # Scalar arguments as text, e.g. a convolution's stride and padding (PyTorch 2.x with record_shapes).
+    "concrete_inputs": ("Concrete Inputs", msgspec.Raw, _RAW_EMPTY),
     "call_stack": ("Call stack", str, ""),
     "stream": ("stream", Int32, -1),
     "device": ("device", Int32, -1),
@@ -59,7 +61,7 @@ ARG_FIELDS: dict[str, tuple[str, Any, Any]] = {
     "seq": ("Seq", Int64, -1),
 }
 
-_OP = ("external_id", "input_dims", "input_type", "call_stack")
+_OP = ("external_id", "input_dims", "input_type", "concrete_inputs", "call_stack")
 _DEVICE = ("external_id", "external_id_lower", "correlation", "stream", "device", "nbytes",
            "bandwidth_gbps", "grid", "block", "registers_per_thread", "blocks_per_sm", "occupancy_pct")
 _RUNTIME = ("external_id", "external_id_lower", "correlation", "device", "stream")

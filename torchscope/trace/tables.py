@@ -51,6 +51,7 @@ STRING_COLUMNS: tuple[str, ...] = (
     "grid",
     "block",
     "label",
+    "concrete_inputs",
     "comm_name",
     "pg_name",
     "comm_dtype",
