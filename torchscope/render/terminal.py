@@ -12,6 +12,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from torchscope.render.distributed_terminal import distributed_section
 from torchscope.render.memory_terminal import memory_table
 from torchscope.render.registry import RenderOptions, register
 from torchscope.render.units import duration
@@ -56,7 +57,7 @@ def render_terminal(
         _ranges(report, top),
         memory_table(report.memory),
         _spans(report),
-        _ranks(report),
+        distributed_section(report.distributed) or _ranks(report),
         _warnings(report),
     ):
         if block is not None:
