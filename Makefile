@@ -12,7 +12,8 @@ $(STAMP): pyproject.toml setup.py torchscope/trace/_fastscan.c
 	$(PY) -m pip install -q --upgrade pip
 	# torch first, pinned: an unpinned torch would pull a multi-GB CUDA build.
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e '.[test]'
+	# torch pinned again: the test extras' lightning/transformers must not replace it.
+	$(PY) -m pip install -q -e '.[test]' torch==2.13.0
 	touch $(STAMP)
 
 setup: $(STAMP)

@@ -20,7 +20,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("torchscope.trace",),
     ("torchscope.analysis",),
     ("torchscope.diagnose",),
-    ("torchscope.capture",),
+    ("torchscope.capture", "torchscope.integrations"),
     ("torchscope.pipeline",),
     ("torchscope.render",),
     ("torchscope.server",),
