@@ -37,7 +37,8 @@ def render_html(report: Report, sidecars: Mapping[str, Any] | None = None) -> st
     """The dashboard page for `report`, with the timeline lanes when `sidecars` holds them."""
     shown = {name: value for name, value in (sidecars or {}).items() if name in _SIDECARS_SHOWN}
     payload = embed_json({"report": report, "sidecars": shown})
-    page, css, script = _asset("dashboard.html"), _asset("dashboard.css"), _asset("dashboard.js")
+    page, css = _asset("dashboard.html"), _asset("dashboard.css")
+    script = _asset("view_memory.js") + _asset("dashboard.js")  # views in their own files, defined first
     head, rest = page.split("/*CSS*/", 1)
     middle, tail = rest.split("/*DATA*/", 1)
     before_js, after_js = tail.split("/*JS*/", 1)

@@ -340,29 +340,8 @@
   }
 
   // ---- memory and distributed ---------------------------------------------------------------------
-  function lineChart(points, title) {  // points: [[t, bytes]]
-    const W = 900, H = 220, L = 70;
-    const ts = points.map((p) => p[0]), vs = points.map((p) => p[1]);
-    const t0 = Math.min(...ts), t1 = Math.max(...ts, t0 + 1), vmax = Math.max(...vs, 1);
-    const x = (t) => L + ((t - t0) / (t1 - t0)) * (W - L - 10), y = (v) => H - 20 - (v / vmax) * (H - 40);
-    const svg = el("svg:svg", { viewBox: `0 0 ${W} ${H}`, width: "100%", role: "img", "aria-label": title });
-    svg.append(el("svg:polyline", { points: points.map((p) => `${x(p[0]).toFixed(1)},${y(p[1]).toFixed(1)}`).join(" "), fill: "none", stroke: "#3182ce", "stroke-width": 1.5 }));
-    const peak = points[vs.indexOf(Math.max(...vs))];
-    svg.append(el("svg:circle", { cx: x(peak[0]), cy: y(peak[1]), r: 4, fill: "#c53030" }),
-      el("svg:text", { x: Math.min(x(peak[0]) + 6, W - 140), y: y(peak[1]) + 4, text: "peak " + fmtBytes(peak[1]) }),
-      el("svg:text", { x: 0, y: 14, text: fmtBytes(vmax) }), el("svg:text", { x: 0, y: H - 20, text: "0" }),
-      el("svg:text", { x: L, y: H - 4, text: fmtUs(0) }), el("svg:text", { x: W - 80, y: H - 4, text: fmtUs(t1 - t0) }));
-    return svg;
-  }
-  function memory(root) {
-    const M = R.memory;
-    if (!M.present) { root.append(card("Memory", el("p", { class: "muted", text: "No memory events in this trace (profile with profile_memory=True)." }))); return; }
-    for (const dev of Object.keys(M.peak_allocated_bytes)) {
-      const points = (M.timeline || {})[dev] || [];
-      root.append(card(`Memory: ${dev}`, el("div", { class: "facts" }, fact("peak allocated", fmtBytes(M.peak_allocated_bytes[dev])),
-        fact("peak reserved", fmtBytes((M.peak_reserved_bytes || {})[dev]))),
-        points.length ? lineChart(points, "allocated memory over time") : el("p", { class: "muted", text: "no timeline" })));
-    }
+  function memory(root) {  // render/assets/view_memory.js
+    window.tsMemoryView(root, R, { el, card, fact, fmtBytes, fmtUs });
   }
   function distributed(root) {
     const ranks = R.ranks || [];
