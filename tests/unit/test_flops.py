@@ -32,10 +32,56 @@ def test_flops_by_hand(name: str, dims: str, flops: int) -> None:
 @pytest.mark.parametrize(
     ("name", "dims"),
     [("aten::mm", "[[128, 256], [255, 512]]"), ("aten::mm", ""), ("aten::mm", "not json"), ("aten::relu", "[[8, 8]]"),
+     # A convolution without its stride and padding ("Concrete Inputs", PyTorch < 2.0): no output size.
      ("aten::convolution", "[[8, 3, 48, 48], [32, 3, 3, 3], [32], [], [], [], [], [], []]")],
 )
 def test_no_flops_where_the_shapes_do_not_say(name: str, dims: str) -> None:
     assert op_flops(name, dims) is None
+
+
+
+# Output size by hand: (in + 2 padding - dilation (k - 1) - 1) // stride + 1 per spatial dimension.
+@pytest.mark.parametrize(
+    ("name", "dims", "scalars", "flops"),
+    [
+        # ResNet-50's stem: 224 -> (224 + 6 - 6 - 1) // 2 + 1 = 112
+        ("aten::conv2d", "[[8, 3, 224, 224], [64, 3, 7, 7], [], [], [], [], []]",
+         '["", "", "", "[2, 2]", "[3, 3]", "[1, 1]", "1"]', 2 * 8 * (64 * 3 * 7 * 7) * 112 * 112),
+        ("aten::convolution", "[[2, 4, 40], [6, 4, 5], [6], [], [], [], [], [], []]",  # 40 + 6 - 8 - 1 + 1 = 38
+         '["", "", "", "[1]", "[3]", "[2]", "False", "[0]", "1"]', 2 * 2 * (6 * 4 * 5) * 38),
+        ("aten::_convolution", "[[1, 8, 10, 10], [8, 2, 3, 3], [], [], [], [], [], [], [], [], [], [], []]",  # groups=4
+         '["", "", "", "[1, 1]", "[1, 1]", "[1, 1]", "False", "[0, 0]", "4", "False", "False", "True", "True"]',
+         2 * 1 * (8 * 2 * 3 * 3) * 10 * 10),
+        # Transposed: work per input position (8 x 8 here), whatever the output size.
+        ("aten::convolution", "[[2, 8, 8, 8], [8, 4, 3, 3], [4], [], [], [], [], [], []]",
+         '["", "", "", "[2, 2]", "[0, 0]", "[1, 1]", "True", "[0, 0]", "1"]', 2 * 2 * (8 * 4 * 3 * 3) * 8 * 8),
+        ("aten::conv2d", "[[1, 3, 9, 9], [4, 3, 3, 3], [], [], [], [], []]",  # one int for both dimensions
+         '["", "", "", "2", "0", "1", "1"]', 2 * 1 * (4 * 3 * 3 * 3) * 4 * 4),
+    ],
+)
+def test_convolution_flops_by_hand(name: str, dims: str, scalars: str, flops: int) -> None:
+    assert op_flops(name, dims, scalars) == flops
+
+
+def test_convolution_flops_of_a_real_run_match_torchs_flop_counter(tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch")
+    from torch.utils.flop_counter import FlopCounterMode
+
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, stride=2, padding=1), torch.nn.Conv2d(8, 4, (3, 2), dilation=(2, 1)),
+                                torch.nn.ConvTranspose2d(4, 2, 3, stride=2))
+    x = torch.randn(2, 3, 20, 18)
+    with torch.no_grad():
+        with FlopCounterMode(display=False) as counter:
+            model(x)
+        with torch.profiler.profile(record_shapes=True) as prof:
+            model(x)
+    trace = tmp_path / "conv.pt.trace.json"
+    prof.export_chrome_trace(str(trace))
+    report = torchscope.analyze(trace, jobs=1, use_cache=False)
+    rows = {op.name: op for op in report.operators}
+    # Every conv call passes through aten::convolution once: its FLOPs are the model's.
+    assert rows["aten::convolution"].flops == counter.get_total_flops()
+    assert rows["aten::conv2d"].flops + rows["aten::conv_transpose2d"].flops == counter.get_total_flops()
 
 
 def test_operator_rows_carry_flops_and_achieved_rate(tmp_path: Path) -> None:
