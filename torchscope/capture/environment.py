@@ -1,7 +1,10 @@
-"""What the manifest records about the process's machine: CPUs, ranks per node, threads, cuDNN flags.
+"""What the manifest records about the process's machine: CPUs, ranks per node, threads, cuDNN flags,
+accelerators, the DataLoaders' settings, CPU contention and the capture's step clock.
 
-Rules size their advice by it (how many DataLoader workers the CPUs allow, whether cuDNN autotunes), so it
-is read at the end of the capture, when the script has set its threads and flags.
+Rules size their advice by it (how many DataLoader workers the CPUs allow, whether cuDNN autotunes,
+whether ``pin_memory`` can help), so it is read at the end of the capture, when the script has set its
+threads and flags. ``dataloaders`` and ``contention`` come from :mod:`torchscope.capture.machine`,
+``step_times`` from :mod:`torchscope.capture.overhead`.
 """
 
 from __future__ import annotations
@@ -11,8 +14,11 @@ import sys
 from typing import Any
 
 
-def capture_environment() -> dict[str, Any]:
-    """CPUs and threading of this process (never raises; torch's part only if the script imported torch)."""
+def capture_environment(
+    dataloaders: list[dict[str, Any]] | None = None, timing: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """CPUs and threading of this process, plus the DataLoaders iterated and the step clock's ``timing``
+    (its ``contention`` kept apart) when given (never raises; torch's part only if the script imported torch)."""
     try:
         cpus = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
@@ -28,6 +34,26 @@ def capture_environment() -> dict[str, Any]:
             env["torch_num_threads"] = int(torch_module.get_num_threads())
             env["cudnn_benchmark"] = bool(torch_module.backends.cudnn.benchmark)
             env["cuda_devices"] = int(torch_module.cuda.device_count()) if torch_module.cuda.is_available() else 0
+            env["accelerator"] = _accelerator(torch_module)
         except Exception:  # an exotic build must not cost the manifest
             pass
+    if dataloaders:
+        env["dataloaders"] = [dict(loader) for loader in dataloaders]
+    if timing:
+        timing = dict(timing)
+        contention = timing.pop("contention", None)
+        if contention:
+            env["contention"] = contention
+        env["step_times"] = timing
     return env
+
+
+def _accelerator(torch_module: Any) -> str | None:
+    """The accelerator torch would use ("cuda", "mps", "xpu"...), None on a CPU-only machine."""
+    current = getattr(torch_module, "accelerator", None)
+    if current is not None and hasattr(current, "is_available"):
+        if not current.is_available():
+            return None
+        device = current.current_accelerator()
+        return str(device.type) if device is not None else None
+    return "cuda" if torch_module.cuda.is_available() else None

@@ -24,8 +24,10 @@ import torch.profiler
 
 from torchscope.capture import conflicts
 from torchscope.capture.environment import capture_environment
+from torchscope.capture.machine import LoaderRegistry
 from torchscope.capture.memory_snapshot import SnapshotRecorder
 from torchscope.capture.notices import describe, warn_line
+from torchscope.capture.overhead import StepClock
 from torchscope.capture.phases import PhaseHooks
 from torchscope.capture.quiet import native_stderr_filtered
 from torchscope.capture.rundir import DistEnv, choose_run_dir, detect_dist_env, worker_name
@@ -127,6 +129,8 @@ class Profiler:
         self._snapshot = SnapshotRecorder(torch, self._problem, warn_line) if memory_snapshot else None
         self._hooks: PhaseHooks | None = None
         self._detector: StepDetector | None = None
+        self._clock = StepClock(self.config)  # the profiler's own cost and CPU contention (capture/overhead.py)
+        self._loaders = LoaderRegistry()  # the DataLoaders' settings, for advice that fits them
         self._signals = DeferredSignals()
         self._sigterm = SigtermSaver(self._save_on_sigterm)
         self._activities: list[str] = ["cpu"]
@@ -224,8 +228,10 @@ class Profiler:
         self.steps_seen += 1
         with self._signals, conflicts.own_call(self):
             try:
+                self._clock.step_ended()
                 with native_stderr_filtered(self._quiet):
                     self._prof.step()
+                self._clock.step_started()
             except Exception as exc:
                 self._prof_failed = True
                 self._problem(f"torch.profiler failed at step {self.steps_seen}: {describe(exc)}; profiling stopped")
@@ -302,6 +308,8 @@ class Profiler:
             self._problem(f"torch.profiler failed to start: {describe(exc)}; profiling is off for this run")
             return
         self._prof = prof
+        self._clock.start()
+        self._loaders.install()
         if self._snapshot is not None:
             self._snapshot.start()
         conflicts.activate(self)
@@ -345,6 +353,8 @@ class Profiler:
         if prof is None:
             return
         unregister_marker(self._marker)
+        self._clock.stop()
+        self._loaders.uninstall()
         conflicts.deactivate(self)
         try:
             with conflicts.own_call(self), native_stderr_filtered(self._quiet):
@@ -396,7 +406,7 @@ class Profiler:
             errors=list(self.errors),
             exit_code=self.exit_code,
             torch_version=str(torch.__version__),
-            environment=capture_environment(),
+            environment=capture_environment(self._loaders.loaders, self._clock.summary()),
         )
         try:
             write_manifest(self.run_dir / manifest_name(self.dist.rank, self.dist.distributed), manifest)

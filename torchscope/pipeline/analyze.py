@@ -15,6 +15,7 @@ from typing import Any, Callable, Collection, Iterator, Sequence
 import msgspec
 import numpy as np
 
+from torchscope.analysis import overhead
 from torchscope.analysis.catalogue import all_analyses
 from torchscope.analysis.registry import Analysis
 from torchscope.diagnose.engine import diagnose
@@ -88,6 +89,7 @@ def analyze_run(
         if found.warnings:  # unreadable folders, FIFOs named like traces: some traces may be missing
             report.warnings = found.warnings + report.warnings
             report.run.partial = True
+        overhead.correct(report)  # needs the manifest's step clock: after assembly, before the rules
         report.metrics = metrics_of(report)
         report.findings = diagnose(report)
     log.debug("analysed %d file(s) in %.3f s", len(refs), time.perf_counter() - started)

@@ -172,6 +172,24 @@ class Memory(Section):
     allocator_us_per_step: PerStep = 0.0
 
 
+class ProfilerOverhead(Section):
+    """What recording cost per phase (analysis/overhead.py): events recorded per phase and step (per
+    span), then, for the run, the capture's unprofiled and profiled step medians and the phase shares
+    without the overhead (`method`: "step_clock", "negligible" or "not_measured")."""
+
+    python_events_per_step: PerStepByName = {}
+    ops_per_step: PerStepByName = {}
+    method: Choice = "not_measured"
+    unprofiled_steps: Count = 0.0
+    profiled_steps: Count = 0.0
+    unprofiled_step_us: Median = 0.0
+    profiled_step_us: Median = 0.0
+    overhead_us_per_step: PerStep = 0.0
+    overhead_us_by_phase: PerStepByName = {}
+    corrected_percent: PerStepByName = {}
+    slowdown_by_phase: PerStepByName = {}
+
+
 class Measurements(msgspec.Struct, kw_only=True):
     """Every measurement section of a run (each at its defaults when no span had it)."""
 
@@ -187,6 +205,7 @@ class Measurements(msgspec.Struct, kw_only=True):
     savings: Savings = msgspec.field(default_factory=Savings)
     patterns: Patterns = msgspec.field(default_factory=Patterns)
     memory: Memory = msgspec.field(default_factory=Memory)
+    profiler_overhead: ProfilerOverhead = msgspec.field(default_factory=ProfilerOverhead)
 
 
 SECTION_TYPES: dict[str, type[Section]] = {f.name: f.type for f in msgspec.structs.fields(Measurements)}
