@@ -21,6 +21,7 @@ import numpy as np
 
 from torchscope.analysis.frames import readable
 from torchscope.analysis.nesting import HostTree
+from torchscope.analysis.nesting import _tree_order as tree_order
 from torchscope.arrays import distinct
 from torchscope.trace.kinds import Kind
 from torchscope.trace.tables import EventTable
@@ -111,7 +112,7 @@ def enclosing_host_event(events: EventTable, tree: HostTree, rows: np.ndarray) -
         return result
     keys = _thread_key(events, np.r_[host, rows])
     host_key, row_key = keys[: host.size], keys[host.size :]
-    order = np.lexsort((-events.dur_us[host], events.ts_us[host], host_key))
+    order = tree_order(host_key, events.ts_us[host], events.dur_us[host])  # lexsort((-dur, ts, thread))
     host, host_key = host[order], host_key[order]
     host_ts = events.ts_us[host]
     row_ts = events.ts_us[rows]
@@ -135,10 +136,11 @@ def _thread_key(events: EventTable, rows: np.ndarray) -> np.ndarray:
 
 
 def _same_text(events: EventTable, ids: np.ndarray) -> np.ndarray:
-    distinct_ids, inverse = np.unique(ids, return_inverse=True)
+    in_use = distinct(ids)
     first: dict[str, int] = {}
-    canonical = np.array([first.setdefault(events.strings[i], i) for i in distinct_ids.tolist()], dtype=np.int64)
-    return canonical[inverse.reshape(-1)]
+    lookup = np.zeros(int(in_use.max(initial=0)) + 1, dtype=np.int64)
+    lookup[in_use] = [first.setdefault(events.strings[i], i) for i in in_use.tolist()]
+    return lookup[ids]
 
 
 def _covers(events: EventTable, at: np.ndarray, t_us: np.ndarray) -> np.ndarray:
@@ -195,8 +197,8 @@ def user_call_site(
     name = events.name.astype(np.int64)
     first = np.where(frame >= 0, name[np.maximum(frame, 0)], 0)
     second = np.where(frame >= 0, np.where(callee >= 0, name[np.maximum(callee, 0)], 0), -np.where(op >= 0, events.call_stack[np.maximum(op, 0)], 0))
-    pairs, inverse = np.unique(np.stack([first, second], axis=1), axis=0, return_inverse=True)
-    text = [_site_text(events.strings, int(a), int(b)) for a, b in pairs.tolist()]
+    keys, inverse = np.unique((first << 32) | (second + 2**31), return_inverse=True)  # string ids < 2**31
+    text = [_site_text(events.strings, int(k >> 32), int((k & 0xFFFFFFFF) - 2**31)) for k in keys.tolist()]
     names = [""] + sorted({t for t in text if t})
     index = {name: i for i, name in enumerate(names)}
     code_of = np.array([index[t] for t in text], dtype=np.int64)
