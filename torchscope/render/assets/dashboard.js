@@ -343,7 +343,8 @@
   function memory(root) {  // render/assets/view_memory.js
     window.tsMemoryView(root, R, { el, card, fact, fmtBytes, fmtUs });
   }
-  function distributed(root) {
+  function distributed(root) {  // render/assets/view_distributed.js when collectives were matched across ranks
+    if (R.distributed && R.distributed.present) return window.tsDistributedView(root, R, { el, card, fact, table, fmtUs });
     const ranks = R.ranks || [];
     if (ranks.length < 2) root.append(card("Distributed", el("p", { class: "muted", text: `One rank in this run: nothing to compare.` })));
     if (!ranks.length) return;

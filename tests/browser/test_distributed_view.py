@@ -1,0 +1,63 @@
+"""The Distributed view (render/assets/view_distributed.js) in headless Chromium: on the committed 2-rank
+NCCL cut (ranks side by side, heat map, collectives, the straggler's card), and on a synthetic 1,024-rank
+section (one heat-map cell per rank and metric, the extremes and the highest ranks named), with no
+console error."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from browser_env import TRACES, Page
+
+from torchscope.analysis.collective_match import collective_table
+from torchscope.analysis.collectives import RankCollectives
+from torchscope.analysis.distributed import summarise
+from torchscope.pipeline.analyze import analyze
+from torchscope.render.html import render_html
+from torchscope.report.model import Report, RunInfo
+
+
+def test_two_nccl_ranks(page: Page, tmp_path: Path) -> None:
+    report = analyze(TRACES / "hta_two_ranks_nccl")
+    html = tmp_path / "two.html"
+    html.write_text(render_html(report), encoding="utf-8")
+    tab = page.page
+    tab.goto(html.as_uri() + "#distributed")
+    tab.wait_for_selector("#view-distributed.active")
+    view = tab.locator("#view-distributed")
+    text = view.inner_text()
+    assert "Collectives across ranks" in text and "send_recv" in text and "Ranks side by side" in text
+    assert view.locator("svg.ts-heat").count() >= 5
+    assert view.locator("svg.ts-heat").first.locator("rect").count() == 2
+    if report.distributed.straggler is not None:
+        assert f"Why rank {report.distributed.straggler.rank} is late" in text
+    assert page.errors == []
+
+
+def _rank(late_us: float) -> RankCollectives:
+    steps = list(range(4))
+    return RankCollectives(
+        source="kernel", names=["all_reduce"], groups=["0"], name_id=[0] * 4, group_id=[0] * 4, step=steps,
+        ordinal=[0] * 4, seq=[-1] * 4, start_us=[10_000.0 * s + late_us for s in steps], dur_us=[6000.0 - late_us] * 4,
+        compute_overlap_us=[0.0] * 4, nelems=[1] * 4, step_numbers=steps, step_us=[10_000.0] * 4,
+        phase_us={"forward": [3000.0 + late_us] * 4}, culprits_us={},
+    )
+
+
+def test_thousand_ranks_heat_map(page: Page, tmp_path: Path) -> None:
+    ranks = list(range(1024))
+    extracts = [[_rank(5000.0 if r == 777 else 0.0)] for r in ranks]
+    section = summarise(ranks, extracts, collective_table(ranks, extracts))
+    report = Report(torchscope_version="test", run=RunInfo(paths=[], trace_files=[], ranks=ranks, device_kind="cuda"),
+                    steps=[], breakdown={}, distributed=section)
+    html = tmp_path / "many.html"
+    html.write_text(render_html(report), encoding="utf-8")
+    tab = page.page
+    tab.goto(html.as_uri() + "#distributed")
+    tab.wait_for_selector("#view-distributed.active")
+    view = tab.locator("#view-distributed")
+    late = view.locator("div.ts-heat-row", has_text="late by")
+    assert late.locator("rect").count() == 1024
+    assert "highest: rank 777" in late.inner_text()
+    assert "Why rank 777 is late" in view.inner_text()
+    assert page.errors == []
