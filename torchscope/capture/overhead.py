@@ -6,7 +6,8 @@ the shares read off the trace overstate the Python-heavy phases. The capture the
 with its own clock (``time.perf_counter`` between ``step()`` calls, the profiler's own ``step()`` call --
 which exports the trace at the end of a window -- left out) and notes, from the schedule, whether the
 profiler was recording it. Steps outside the recording (the schedule's ``wait`` steps after the first
-step, and the steps after the last window) are the unprofiled reference; the analysis
+step, and up to :data:`REFERENCE_STEPS` steps after the last window, for which the capture keeps its step
+hooks) are the unprofiled reference; the analysis
 (``analysis/overhead.py``) spreads the difference over each phase in proportion to the events the profiler
 recorded there (``docs/capture.md``, "Measurement that does not distort").
 
@@ -23,6 +24,7 @@ from torchscope.rundir.config import CaptureConfig
 
 State = Literal["none", "warmup", "record"]
 MAX_STEPS_KEPT = 256  # per kind: a long run keeps timing its first unprofiled steps only
+REFERENCE_STEPS = 5  # unprofiled steps timed after the last window before the hooks retire
 
 
 def step_state(config: CaptureConfig, step: int) -> State:
@@ -81,6 +83,10 @@ class StepClock:
         entering = now == "record" and before != "record"
         if entering and not self.profiled_us:  # contention over the first recorded window only
             self.sampler.begin()
+
+    def wants_reference(self) -> bool:
+        """Whether more unprofiled steps should be timed (the step hooks kept for them after the window)."""
+        return not self._stopped and len(self.unprofiled_us) < REFERENCE_STEPS
 
     def stop(self) -> None:
         """The profiler stopped (failed, stepped aside, closed): later steps are not timed."""

@@ -242,8 +242,10 @@ class Profiler:
             self._save_snapshot()
             if self.config.stop_after_active:
                 raise CaptureComplete()
-            if self._hooks is not None and self.config.repeat > 0:
-                self._hooks.retire()  # nothing more will be recorded: the rest of the run pays nothing
+            # Nothing more will be recorded: the rest of the run pays nothing, once the step clock has timed
+            # the unprofiled steps that measure the profiler's own cost (capture/overhead.py).
+            if self._hooks is not None and self.config.repeat > 0 and not self._clock.wants_reference():
+                self._hooks.retire()
 
     @property
     def capture_complete(self) -> bool:
