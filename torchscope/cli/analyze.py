@@ -5,12 +5,12 @@ from __future__ import annotations
 import argparse
 import sys
 
-from torchscope.cli.output import MAX_WIDTH, check_output_target, write_report
+from torchscope.cli.output import check_output_target, write_report
 from torchscope.cli.progress import load_progress
-from torchscope.errors import InputError, UsageError
+from torchscope.cli.width import add_width_option, report_width
+from torchscope.errors import InputError
 from torchscope.text import one_line
 
-MIN_WIDTH = 20  # narrower, the tables have no room for a single column
 FORMATS = ("terminal", "json", "html")  # registered renderers (torchscope.render); listed here so --help needs no import
 
 
@@ -31,7 +31,7 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
         help="workers: ranks analysed in parallel processes, or one large trace parsed in byte ranges on threads (default: CPU count)",
     )
     parser.add_argument("--no-cache", action="store_true", help="do not read or write the parsed-trace cache")
-    parser.add_argument("--width", type=int, default=None, help="terminal report width")
+    add_width_option(parser)
     parser.add_argument("--by-shape", action="store_true", help="terminal: group the operator table by input shape")
     parser.add_argument("--top", type=_positive, default=10, help="terminal: rows per table (default 10)")
     parser.set_defaults(func=execute)
@@ -43,10 +43,7 @@ def execute(args: argparse.Namespace) -> int:
 
     if args.jobs is not None and args.jobs < 1:
         raise InputError("--jobs must be at least 1")
-    if args.width is not None and args.width < MIN_WIDTH:
-        raise UsageError(f"--width must be at least {MIN_WIDTH}")
-    if args.width is not None and args.width > MAX_WIDTH:
-        raise UsageError(f"--width must be at most {MAX_WIDTH}")
+    width = report_width(args.width, None if args.output else sys.stdout)
     if args.output:
         check_output_target(args.output, args.paths)
     with load_progress(enabled=sys.stderr.isatty()) as progress:
@@ -54,7 +51,7 @@ def execute(args: argparse.Namespace) -> int:
                           sidecars=None if args.format == "html" else ())  # only the page draws them
     report = run.report
     color = args.output is None and sys.stdout.isatty()
-    options = RenderOptions(width=args.width, color=color, by_shape=args.by_shape, top=args.top, sidecars=run.sidecars)
+    options = RenderOptions(width=width, color=color, by_shape=args.by_shape, top=args.top, sidecars=run.sidecars)
     text = renderer(args.format).render(report, options)
     if args.output:
         write_report(args.output, text)

@@ -12,6 +12,7 @@ import sys
 from typing import Any
 
 from torchscope.cli.run import add_out_option, present, print_script_ending
+from torchscope.cli.width import add_width_option, report_width
 from torchscope.rundir.config import CaptureConfig
 
 DEMO_MODULE = "torchscope.examples.demo_train"
@@ -25,11 +26,14 @@ def register(subparsers: Any) -> None:
         "whose DataLoader is the bottleneck, and print the diagnosis.",
     )
     add_out_option(parser)
+    add_width_option(parser)
     parser.set_defaults(func=execute)
 
 
 def execute(args: argparse.Namespace) -> int:
     from torchscope.capture.runner import Target, run_target
+
+    report_width(args.width, None)  # a bad --width fails before the run, not after it
 
     print(
         f"torchscope demo: profiling `python -m {DEMO_MODULE}` "
@@ -38,7 +42,7 @@ def execute(args: argparse.Namespace) -> int:
     )
     outcome = run_target(Target("module", DEMO_MODULE), CaptureConfig(out=args.out))
     print_script_ending(outcome)
-    present(outcome, report=True, stream=sys.stdout, json_report=True)
+    present(outcome, report=True, stream=sys.stdout, json_report=True, width=args.width)
     if outcome.exit_code == 0 and not outcome.profiler.trace_files:
         # Unlike `run` (where the user's script is what matters), the demo's whole job is the capture.
         print("torchscope: error: the demo captured no trace (see the warning above)", file=sys.stderr)

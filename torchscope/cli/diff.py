@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from torchscope.cli.width import add_width_option, report_width
 from torchscope.errors import InputError
 
 DIFF_FORMATS = ("terminal", "json", "html")
@@ -27,7 +28,7 @@ def add_gate_options(parser: argparse.ArgumentParser, default_slower: str | None
 def add_output_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--format", choices=DIFF_FORMATS, default="terminal")
     parser.add_argument("-o", "--output", metavar="FILE", help="write the diff to FILE instead of stdout")
-    parser.add_argument("--width", type=int, default=None, help="terminal width")
+    add_width_option(parser)
     parser.add_argument("--jobs", type=int, default=None, help="analysis workers for run directories and traces")
     parser.add_argument("--no-cache", action="store_true", help="do not read or write the caches")
 
@@ -75,7 +76,7 @@ def _render(args: argparse.Namespace, diff: Any) -> str:
     from torchscope.render.diff_terminal import render_diff_terminal
 
     color = args.output is None and sys.stdout.isatty()
-    return render_diff_terminal(diff, width=args.width, color=color)
+    return render_diff_terminal(diff, width=report_width(args.width, None if args.output else sys.stdout), color=color)
 
 
 def _write(args: argparse.Namespace, text: str) -> None:

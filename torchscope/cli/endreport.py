@@ -54,12 +54,12 @@ def build_run(run_dir: Path) -> RunAnalysis | None:
     return None
 
 
-def render(report: Report, format: str) -> str | None:
+def render(report: Report, format: str, width: int | None = None) -> str | None:
     """`report` in `format` (a registered renderer), or None (and one warning line)."""
     try:
         from torchscope.render.registry import RenderOptions, renderer
 
-        return renderer(format).render(report, RenderOptions())
+        return renderer(format).render(report, RenderOptions(width=width))
     except KeyboardInterrupt:
         warn_line("report interrupted")
     except Exception as exc:

@@ -12,6 +12,7 @@ import dataclasses
 import sys
 from typing import TYPE_CHECKING, Any, Callable, TextIO
 
+from torchscope.cli.width import add_width_option, report_width
 from torchscope.errors import UsageError
 from torchscope.rundir.config import SCHEDULE_MINIMUM, CaptureConfig
 from torchscope.rundir.layout import HTML_REPORT_NAME, REPORT_NAME
@@ -68,6 +69,7 @@ def add_capture_options(parser: argparse.ArgumentParser) -> None:
         group.add_argument(flag, dest=name, action="store_false" if default else "store_true", default=default,
                            help=words)
     group.add_argument("--no-report", action="store_true", help="do not analyse and print the report at the end")
+    add_width_option(group)
     # Also accepted after `run` (torchscope's own -v works before it); SUPPRESS keeps the main parser's value.
     group.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
                        help="keep torch's and Kineto's log lines about the capture, and debug logging")
@@ -112,6 +114,7 @@ def execute(args: argparse.Namespace) -> int:
     from torchscope.capture.runner import check_target, run_target
 
     target = target_from_args(args)
+    report_width(args.width, None)  # a bad --width, like a typo, fails before anything runs
     check_target(target)  # before torch is even imported: a typo costs no time
     outcome = run_target(target, config_from_args(args), verbose=bool(getattr(args, "verbose", False)))
     print_script_ending(outcome)
@@ -119,7 +122,7 @@ def execute(args: argparse.Namespace) -> int:
         return outcome.exit_code
     if outcome.status == "stopped":
         print("torchscope: the active window is captured; script stopped (--stop-after-active)", file=sys.stderr)
-    present(outcome, report=not args.no_report, stream=sys.stderr)
+    present(outcome, report=not args.no_report, stream=sys.stderr, width=args.width)
     if isinstance(outcome.exception, KeyboardInterrupt):
         _die_by_sigint()
     return outcome.exit_code
@@ -146,9 +149,11 @@ def print_script_ending(outcome: RunOutcome) -> None:
     _flush()
 
 
-def present(outcome: RunOutcome, *, report: bool, stream: TextIO, json_report: bool = False) -> None:
-    """After the run: the report (rank 0 only, once every local rank has written its manifest) and
-    where the run directory is. Never raises, never changes the exit code."""
+def present(
+    outcome: RunOutcome, *, report: bool, stream: TextIO, json_report: bool = False, width: int | None = None
+) -> None:
+    """After the run: the report (rank 0 only, once every local rank has written its manifest, ``width``
+    columns or the terminal's) and where the run directory is. Never raises, never changes the exit code."""
     from torchscope.cli import endreport
 
     prof = outcome.profiler
@@ -167,7 +172,7 @@ def present(outcome: RunOutcome, *, report: bool, stream: TextIO, json_report: b
             analysed = endreport.build_run(run_dir)
             built = analysed.report if analysed is not None else None
             if built is not None:
-                text = endreport.render(built, "terminal")
+                text = endreport.render(built, "terminal", report_width(width, stream))
                 if text is not None:
                     stream.write(text if text.endswith("\n") else text + "\n")
                     stream.flush()
