@@ -44,8 +44,10 @@ def normalised(report: dict[str, Any], root: Path) -> dict[str, Any]:
     """The report without its version fields and with paths relative to the traces' root."""
     out = {k: v for k, v in report.items() if k not in VERSION_FIELDS}
     run = dict(out["run"])
+    # trace_files are relative to the folder analysed (or the file's name when a file was): back to full paths.
+    given = Path(run["paths"][0]) if run["paths"] else root
+    run["trace_files"] = [_relative(str(given / p if given.is_dir() else given), root) for p in run["trace_files"]]
     run["paths"] = [_relative(p, root) for p in run["paths"]]
-    run["trace_files"] = [_relative(p, root) for p in run["trace_files"]]
     out["run"] = run
     out["ranks"] = [{**r, "files": [_relative(p, root) for p in r["files"]]} for r in out.get("ranks", [])]
     return out

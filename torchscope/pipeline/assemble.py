@@ -49,7 +49,7 @@ def assemble(
         torchscope_version=__version__,
         run=RunInfo(
             paths=paths,
-            trace_files=[meta.file for meta in metas],
+            trace_files=[_relative_to_input(meta.file, paths) for meta in metas],
             ranks=sorted({r.rank for r in ranks}),
             device_kind=next((k for k in ("cuda", "rocm") if k in kinds), "cpu"),
             step_source=metas[0].step_source if metas else "profiler_step",
@@ -62,6 +62,19 @@ def assemble(
         **fields,
     )
     return report, sidecars
+
+
+def _relative_to_input(file: str, paths: list[str]) -> str:
+    """`file` relative to the folder it was found in (the run directory given), or its name when it was
+    given itself: the same text wherever the analysis runs from, cache or not."""
+    target = Path(file).absolute()
+    for given in paths:
+        folder = Path(given).absolute()
+        if target == folder:
+            return target.name
+        if target.is_relative_to(folder):
+            return target.relative_to(folder).as_posix()
+    return target.name
 
 
 def _key(rank: RankExtracts, index: int, meta: Any) -> SpanKey:

@@ -8,6 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
+import msgspec
+
 from torchscope.analysis.registry import Analysis
 from torchscope.analysis.span import SpanInput
 from torchscope.analysis.span_meta import SpanMeta
@@ -76,6 +78,11 @@ def _span_extracts(
             values[analysis.name] = analysis.extract(span)
         if trace_key is not None:
             extract_cache.store(path, trace_key, {name: (keys[name], values[name]) for name in keys})
+    meta = values.get("span")
+    if isinstance(meta, SpanMeta) and meta.file != str(path):
+        # A cached extract keeps the path the file had when it was cached (relative to another folder,
+        # or absolute): the file is where it was found this time.
+        values["span"] = msgspec.structs.replace(meta, file=str(path))
     return SpanExtracts(values)
 
 
