@@ -14,6 +14,7 @@ from rich.text import Text
 
 from torchscope.render.distributed_terminal import distributed_section
 from torchscope.render.memory_terminal import memory_table
+from torchscope.render.modules_terminal import modules_table
 from torchscope.render.registry import RenderOptions, register
 from torchscope.render.units import duration
 from torchscope.report.model import CategoryTime, Finding, Report
@@ -55,6 +56,7 @@ def render_terminal(
         _operators(report, by_shape, top),
         _kernels(report, top),
         _ranges(report, top),
+        modules_table(report, top),
         memory_table(report.memory),
         _spans(report),
         distributed_section(report.distributed) or _ranks(report),

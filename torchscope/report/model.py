@@ -89,6 +89,19 @@ class RangeRow(msgspec.Struct, kw_only=True):
     mean_us: float
 
 
+class ModuleRow(msgspec.Struct, kw_only=True):
+    """Time per ``nn.Module`` path (forward calls), means per step (analysis/modules.py)."""
+
+    path: str  # e.g. "Sequential_0/Linear_1": class and instance number per level, outermost first
+    module: str  # the class name
+    depth: int
+    calls: int  # over every recorded step
+    calls_per_step: float
+    host_us_per_step: float  # inclusive
+    host_self_us_per_step: float  # less its child modules
+    device_us_per_step: float = 0.0  # kernels launched inside it, inclusive
+
+
 class DeviceSummary(msgspec.Struct, kw_only=True):
     present: bool = False
     name: str = ""
@@ -252,6 +265,7 @@ class Report(msgspec.Struct, kw_only=True):
     operators_by_shape: list[OperatorRow] = []
     kernels: list[KernelRow] = []
     ranges: list[RangeRow] = []
+    modules: list[ModuleRow] = []
     device: DeviceSummary = msgspec.field(default_factory=DeviceSummary)
     memory: MemorySummary = msgspec.field(default_factory=MemorySummary)
     ranks: list[RankSummary] = []

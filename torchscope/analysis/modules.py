@@ -1,0 +1,168 @@
+"""Time per ``nn.Module``: the per-module view (what the TensorBoard plugin's "Module View" showed).
+
+Source: the Python tracer's module events, recorded with ``with_stack`` (on by default under torchscope):
+every call of a module is a ``python_function`` event named ``nn.Module: <Class>_<n>``, where ``n`` numbers
+the instances of one class in the order the profiler first saw them. Nesting gives each call its parent
+module, so each call has a *path* (``Sequential_0/Linear_1``; the profiler does not record attribute
+names). Per path, over the calls that start inside a step: calls, host time (inclusive), host self time
+(less its child modules) and, on device traces, the device time of the kernels launched inside it
+(inclusive). Forward only: backward runs in the autograd engine, outside any module call.
+
+Everything is vectorised over events; Python loops run over module depth levels and distinct paths.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+import numpy as np
+
+from torchscope.analysis.nesting import HostTree, launcher_of_device_events, nearest_ancestor_of
+from torchscope.analysis.registry import Analysis, Part
+from torchscope.analysis.span import SpanInput
+from torchscope.analysis.steps import StepWindows
+from torchscope.report.model import ModuleRow
+from torchscope.trace.kinds import DEVICE_KINDS, Kind, kind_mask
+from torchscope.trace.tables import EventTable
+
+MODULE_PREFIX = "nn.Module: "
+
+
+class ModuleTotals(msgspec.Struct, kw_only=True):
+    """One module path's totals over the steps of one span."""
+
+    path: str
+    module: str
+    depth: int
+    calls: int
+    host_us: float
+    host_self_us: float
+    device_us: float
+
+
+class ModuleTable(msgspec.Struct, kw_only=True):
+    rows: list[ModuleTotals]
+
+
+def module_rows(events: EventTable, tree: HostTree, steps: StepWindows) -> list[ModuleTotals]:
+    """Totals per module path over the module calls that start inside a step (largest host time first)."""
+    mod = np.flatnonzero((events.kind == Kind.PYTHON_FUNCTION) & events.name_mask(lambda s: s.startswith(MODULE_PREFIX)))
+    if mod.size == 0:
+        return []
+    parent = _parent_module(tree, mod)
+    depth = _depths(parent)
+    path, path_parent, path_name = _paths(events.name[mod], parent, depth)
+    dur = events.dur_us[mod]
+    has_parent = parent >= 0
+    self_us = dur - np.bincount(parent[has_parent], weights=dur[has_parent], minlength=mod.size)
+    device_us = _device_inclusive(events, tree, mod, parent, depth)
+    chosen = steps.index_of(events.ts_us[mod]) >= 0
+    n = len(path_name)
+    p = path[chosen]
+    calls = np.bincount(p, minlength=n)
+    totals = [np.bincount(p, weights=w[chosen], minlength=n) for w in (dur, np.maximum(self_us, 0.0), device_us)]
+    names = [events.strings[i][len(MODULE_PREFIX):] for i in path_name]
+    texts: list[str] = []
+    depths: list[int] = []
+    for i, up in enumerate(path_parent):  # one per distinct path; parents come first
+        texts.append(names[i] if up < 0 else f"{texts[up]}/{names[i]}")
+        depths.append(0 if up < 0 else depths[up] + 1)
+    rows = [
+        ModuleTotals(path=texts[i], module=names[i].rsplit("_", 1)[0], depth=depths[i], calls=int(calls[i]),
+                     host_us=float(totals[0][i]), host_self_us=float(totals[1][i]), device_us=float(totals[2][i]))
+        for i in np.flatnonzero(calls).tolist()
+    ]
+    return sorted(rows, key=lambda r: (-r.host_us, r.path))
+
+
+def _parent_module(tree: HostTree, mod: np.ndarray) -> np.ndarray:
+    """For each module call (position in `mod`), the position of the module call enclosing it (-1: none)."""
+    is_module = np.zeros(tree.parent.size, dtype=bool)
+    is_module[mod] = True
+    ancestor = nearest_ancestor_of(tree, is_module)  # ancestor-or-self, as an event index
+    up = tree.parent[mod]
+    enclosing = np.where(up >= 0, ancestor[np.maximum(up, 0)], -1)
+    position = np.full(tree.parent.size, -1, dtype=np.int64)
+    position[mod] = np.arange(mod.size)
+    return np.where(enclosing >= 0, position[np.maximum(enclosing, 0)], -1)
+
+
+def _depths(parent: np.ndarray) -> np.ndarray:
+    """Module nesting depth of each call (0: no enclosing module), one vectorised pass per level."""
+    depth = np.where(parent < 0, 0, -1)
+    level = 0
+    while (depth < 0).any():
+        ready = (depth < 0) & (depth[np.maximum(parent, 0)] == level)
+        if not ready.any():  # cannot happen in a tree; guards against a malformed one
+            depth[depth < 0] = 0
+            break
+        level += 1
+        depth[ready] = level
+    return depth
+
+
+def _paths(name: np.ndarray, parent: np.ndarray, depth: np.ndarray) -> tuple[np.ndarray, list[int], list[int]]:
+    """A path id per call, and per path id its parent path id (-1 at the top) and its name id."""
+    path = np.full(name.size, -1, dtype=np.int64)
+    path_parent: list[int] = []
+    path_name: list[int] = []
+    for level in range(int(depth.max()) + 1):
+        at = np.flatnonzero(depth == level)
+        up = np.where(parent[at] >= 0, path[np.maximum(parent[at], 0)], -1)
+        keys, inverse = np.unique(np.stack([up, name[at].astype(np.int64)]), axis=1, return_inverse=True)
+        path[at] = inverse.reshape(-1) + len(path_parent)
+        path_parent += keys[0].tolist()
+        path_name += keys[1].tolist()
+    return path, path_parent, path_name
+
+
+def _device_inclusive(events: EventTable, tree: HostTree, mod: np.ndarray, parent: np.ndarray, depth: np.ndarray) -> np.ndarray:
+    """Device time of the kernels launched inside each module call, its child modules' included."""
+    device = np.flatnonzero(kind_mask(events.kind, DEVICE_KINDS))
+    own = np.zeros(mod.size)
+    if device.size == 0:
+        return own
+    launcher = launcher_of_device_events(events, device)
+    launched = launcher >= 0
+    is_module = np.zeros(len(events), dtype=bool)
+    is_module[mod] = True
+    owner_event = nearest_ancestor_of(tree, is_module)[launcher[launched]]
+    position = np.full(len(events), -1, dtype=np.int64)
+    position[mod] = np.arange(mod.size)
+    owner = np.where(owner_event >= 0, position[np.maximum(owner_event, 0)], -1)
+    inside = owner >= 0
+    own += np.bincount(owner[inside], weights=events.dur_us[device[launched]][inside], minlength=mod.size)
+    for level in range(int(depth.max()), 0, -1):  # deepest first: children add into their parents
+        at = np.flatnonzero(depth == level)
+        np.add.at(own, parent[at], own[at])
+    return own
+
+
+def extract_modules(span: SpanInput) -> ModuleTable:
+    return ModuleTable(rows=module_rows(span.events, span.tree, span.steps))
+
+
+def reduce_modules(parts: list[Part[ModuleTable]]) -> dict[str, Any]:
+    """Rows merged by path over every span and rank, as means per step."""
+    steps = sum(max(p.key.steps, 1) for p in parts)
+    merged: dict[str, ModuleTotals] = {}
+    for part in parts:
+        for row in part.value.rows:
+            seen = merged.setdefault(row.path, msgspec.structs.replace(row, calls=0, host_us=0.0, host_self_us=0.0, device_us=0.0))
+            seen.calls += row.calls
+            seen.host_us += row.host_us
+            seen.host_self_us += row.host_self_us
+            seen.device_us += row.device_us
+    rows = [
+        ModuleRow(
+            path=t.path, module=t.module, depth=t.depth, calls=t.calls, calls_per_step=t.calls / steps,
+            host_us_per_step=t.host_us / steps, host_self_us_per_step=t.host_self_us / steps,
+            device_us_per_step=t.device_us / steps,
+        )
+        for t in merged.values()
+    ]
+    return {"modules": sorted(rows, key=lambda r: (-r.host_us_per_step, r.path))}
+
+
+MODULES = Analysis(name="modules", extract=extract_modules, extract_type=ModuleTable, reduce=reduce_modules, fills=("modules",))
