@@ -409,6 +409,7 @@ class Profiler:
             exit_code=self.exit_code,
             torch_version=str(torch.__version__),
             environment=capture_environment(self._loaders.loaders, self._clock.summary()),
+            backend=self._writer.backend if self._writer is not None else None,
         )
         try:
             write_manifest(self.run_dir / manifest_name(self.dist.rank, self.dist.distributed), manifest)

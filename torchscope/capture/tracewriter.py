@@ -8,6 +8,7 @@ hidden temporary name and renamed into place, so a reader never finds a half-wri
 from __future__ import annotations
 
 import os
+import sys
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -27,10 +28,12 @@ class TraceWriter:
         self.run_dir = run_dir
         self.worker = worker
         self.files: list[str] = []  # names relative to run_dir, in the order written
+        self.backend: str | None = None  # torch.distributed's, seen while tracing (for the manifest)
         self._on_error = on_error
 
     def __call__(self, prof: Any) -> None:
         tmp: Path | None = None
+        self.backend = current_backend() or self.backend
         try:
             started = time.perf_counter()
             name = self._free_name()
@@ -53,6 +56,18 @@ class TraceWriter:
 
     def _taken(self, name: str) -> bool:
         return name in self.files or (self.run_dir / name).exists()
+
+
+def current_backend() -> str | None:
+    """The initialised default process group's backend (``gloo``, ``nccl``), else None. Asked while tracing:
+    by the time the manifest is written the script may have destroyed its process group."""
+    dist = sys.modules.get("torch.distributed")
+    try:
+        if dist is not None and dist.is_available() and dist.is_initialized():
+            return str(dist.get_backend())
+    except Exception:  # a half-initialised or torn-down group: no backend to report
+        return None
+    return None
 
 
 def _remove_partials(tmp: Path) -> None:

@@ -69,6 +69,7 @@ class Manifest(msgspec.Struct, kw_only=True):
     rank: int | UnsetType = UNSET
     world_size: int | UnsetType = UNSET
     local_rank: int | UnsetType = UNSET
+    backend: str | UnsetType = UNSET  # torch.distributed's backend (gloo, nccl, ...) while tracing
     start_time: str | UnsetType = UNSET  # ISO-8601 UTC
     end_time: str | UnsetType = UNSET
     schedule: Schedule | UnsetType = UNSET
@@ -110,6 +111,7 @@ def build_manifest(
     exit_code: int | None,
     torch_version: str,
     environment: dict[str, Any],
+    backend: str | None = None,
 ) -> Manifest:
     """The manifest of this process, ending now (Python version, host, cwd and pid filled in here).
 
@@ -136,6 +138,7 @@ def build_manifest(
         rank=rank,
         world_size=world_size,
         local_rank=local_rank,
+        backend=backend if backend else UNSET,
         start_time=start_time,
         end_time=utc_now_iso(),
         schedule=schedule,
@@ -224,7 +227,7 @@ def _converts(data: dict[str, Any], struct: type[msgspec.Struct]) -> bool:
 
 # The fields a report carries (report.run.manifest), taken from the first manifest.
 SUMMARY_FIELDS = (
-    "torchscope_version", "torch_version", "command", "host", "world_size", "schedule", "activities", "options",
+    "torchscope_version", "torch_version", "command", "host", "world_size", "backend", "schedule", "activities", "options",
     "status", "start_time", "steps_seen", "errors", "environment",
 )
 
@@ -241,4 +244,8 @@ def manifest_summary(manifests: list[Manifest]) -> dict[str, Any]:
     if statuses:
         summary["status"] = statuses[0] if len(statuses) == 1 else statuses
     summary["manifests"] = len(manifests)
+    hosts = sorted({m.host for m in manifests if isinstance(m.host, str)})
+    if len(manifests) > 1 and hosts:  # across ranks: every host, and each rank's local rank on its host
+        summary["hosts"] = hosts
+        summary["local_ranks"] = {str(m.rank): m.local_rank for m in manifests if isinstance(m.rank, int) and isinstance(m.local_rank, int)}
     return summary
