@@ -1,15 +1,25 @@
-"""Input pipeline rules: data loading and host-to-device copies."""
+"""Input pipeline rules: data loading and host-to-device copies.
+
+The data-loading advice fits the machine the capture ran on (the manifest's environment: CPUs per rank,
+intra-op threads, the DataLoader's settings, whether the process waited or computed) and names the
+costliest calls of ``__getitem__`` when the recorded stacks hold them (docs/rules.md)."""
 
 from __future__ import annotations
 
-from typing import Optional
+import math
+from dataclasses import dataclass
+from typing import Any, Optional
 
 from torchscope.diagnose.context import Context, ms
 from torchscope.diagnose.rule import Threshold, Verdict, by_share, rule
-from torchscope.report.model import Fix
+from torchscope.diagnose.rules_quality import unprofiled_share, unprofiled_step_us
+from torchscope.report.model import Fix, FixValue
 
 DATA_LOADING = Threshold(0.05, "warning above 5 % of the step (TB `data.py`: `dataloader_ratio > 0.05`)")
 MAX_SUGGESTED_WORKERS = 8  # more workers rarely help one GPU and multiply host memory
+WAITING_CPU_PER_WALL = 0.5  # the process ran on a CPU less than half the window: its loading waits (I/O, sleep)
+BUSY_OTHERS = 0.25  # above this share of our CPUs used by others, a low CPU/wall may be descheduling
+MIN_GAIN = 0.05  # a thread-for-worker trade is advised only when the model predicts >= 5 % of the step
 
 PIN_MEMORY = Fix(
     kind="dataloader_kwarg",
@@ -25,6 +35,76 @@ NON_BLOCKING = Fix(
 )
 
 
+@dataclass(frozen=True)
+class Machine:
+    """What the advice has to fit: CPUs per rank, the intra-op threads compute uses, the loader's workers."""
+
+    cores_per_rank: Optional[int]  # None: the CPU count was not recorded
+    threads: int  # intra-op threads compute runs on (capped at the cores)
+    workers: Optional[int]  # the DataLoader's num_workers (None: unknown)
+    device: bool  # compute runs on an accelerator (the host's threads then mostly launch)
+    waiting: bool  # the loading waits (I/O, sleep) rather than computes: workers need no core of their own
+
+    @property
+    def spare_cores(self) -> Optional[int]:
+        """Cores a worker can have without taking one from compute (the main process keeps one)."""
+        if self.cores_per_rank is None:
+            return None
+        used = 1 if self.device else max(self.threads, 1)
+        return max(self.cores_per_rank - used, 0)
+
+
+@dataclass(frozen=True)
+class Advice:
+    """The data-loading advice: workers (None: none advised), threads to give compute (None: unchanged),
+    the predicted step (us) and the reason, in words."""
+
+    workers: Optional[int]
+    threads: Optional[int]
+    predicted_step_us: Optional[float]
+    reason: str
+
+
+def advise(machine: Machine, data_us: float, step_us: float) -> Advice:
+    """Workers that fit the machine. Loading in workers overlaps it with compute when the workers have
+    cores of their own (or only wait); on a machine whose cores all run compute's intra-op threads, a worker
+    takes them from compute (measured on the demo, 2 cores: 2 workers made forward 5 -> 14 ms), so it
+    pays only when loading is longer than compute and one intra-op thread is given up for it."""
+    compute_us = max(step_us - data_us, 1.0)
+    needed = max(math.ceil(data_us / compute_us), 1)  # workers that keep up, each as fast as the main process
+    wanted = min(max(2 * needed, 2), MAX_SUGGESTED_WORKERS)  # a margin: IPC, uneven samples
+    spare = machine.spare_cores
+    if machine.workers is None:  # several workers, how many was not recorded: no number to raise it to
+        free = f"; {spare} core(s) are free for workers" if spare else ""
+        return Advice(None, None, None, f"its num_workers was not recorded{free}")
+    current = machine.workers
+    if machine.waiting:
+        workers = max(wanted, 2 * current) if current else wanted
+        workers = min(workers, MAX_SUGGESTED_WORKERS)
+        if workers <= current:
+            return Advice(None, None, None, f"the loading waits (I/O or sleep) and num_workers={current} is already the cap")
+        return Advice(workers, None, max(compute_us, data_us / workers),
+                      "the loading mostly waits (the process used under half a CPU): workers overlap the waits without needing cores")
+    if spare is None:
+        return Advice(None if current else wanted, None, None, "the CPU count was not recorded")
+    if spare >= 1:
+        workers = min(wanted, spare)
+        if workers <= current:
+            return Advice(None, None, None, f"num_workers={current} already uses the {spare} spare core(s)")
+        beside = "the main process" if machine.device else f"compute's {machine.threads} intra-op thread(s)"
+        return Advice(workers, None, max(compute_us, data_us / workers), f"{spare} core(s) are free beside {beside}")
+    cores = machine.cores_per_rank or 1
+    if current == 0 and cores >= 2 and machine.threads >= 2:
+        threads = machine.threads - 1
+        predicted = max(data_us, compute_us * machine.threads / threads)  # compute slowed by the lost thread
+        if predicted <= (1 - MIN_GAIN) * step_us:
+            return Advice(1, threads, predicted,
+                          f"all {cores} cores run compute's intra-op threads: one worker is worth one of them "
+                          f"because loading ({data_us / 1000:.0f} ms) is longer than compute ({compute_us / 1000:.0f} ms)")
+    return Advice(None, None, None, f"all {cores} core(s) run compute's {machine.threads} intra-op thread(s): "
+                  "a worker would take its core from compute")
+
+
 @rule(
     "data_loading.exposed",
     "data_loading",
@@ -34,31 +114,69 @@ NON_BLOCKING = Fix(
         Fix(
             kind="dataloader_kwarg",
             target="num_workers",
-            summary="load batches in worker processes: about the CPU cores per rank, at most 8",
+            summary="load batches in worker processes: as many as there are cores free of compute (or, when "
+            "loading waits on I/O, enough to overlap it), at most 8",
+        ),
+        Fix(
+            kind="torch_flag",
+            target="torch.set_num_threads",
+            summary="give up an intra-op thread so that the DataLoader worker has a core",
         ),
         PIN_MEMORY,
         Fix(kind="dataloader_kwarg", target="persistent_workers", value=True, summary="keep workers alive across epochs"),
         Fix(kind="dataloader_kwarg", target="prefetch_factor", value=2, summary="batches each worker prepares ahead"),
+        Fix(
+            kind="code_change",
+            target="Dataset.__getitem__",
+            summary="make the costliest calls of __getitem__ cheaper (precompute, cache, vectorise over the batch)",
+        ),
     ),
 )
 def data_loading_exposed(ctx: Context) -> Optional[Verdict]:
     """Exposed data-loading time: the part of the step where the loop waits for the next batch and the
-    device (if any) has nothing to do."""
+    device (if any) has nothing to do. The advice fits the machine and the loader (``advise``)."""
     exposed = ctx.breakdown_share("data_loading")
     if exposed <= 0:
         return None
-    exposed_us = exposed * ctx.mean_step_us
     share, share_range = ctx.cost("data_loading", exposed)
+    corrected = unprofiled_share(ctx, "data_loading")
+    if corrected is not None and exposed > 0:  # the profiler inflates Python-heavy loading (analysis/overhead.py)
+        scale = min(corrected / exposed, 1.0)
+        share, share_range = share * scale, (share_range[0] * scale, share_range[1] * scale)
+        exposed = min(corrected, exposed)
+    step_us = unprofiled_step_us(ctx) or ctx.mean_step_us
+    exposed_us = exposed * step_us
     loader = ctx.report.measurements.dataloader
-    single = loader.single_process_fetches > 0
-    cpus, ranks_per_node = _cpus_and_ranks_per_node(ctx)
-    workers = max(min((cpus // ranks_per_node) if cpus else 4, MAX_SUGGESTED_WORKERS), 1)
-    if single:
-        title = f"Data loading blocks the step for {ms(exposed_us)} with num_workers=0"
-        fix = _single_process_text(workers, cpus, ranks_per_node)
-    else:
-        title = f"Data loading is exposed: the step waits {ms(exposed_us)} for batches"
-        fix = _slow_workers_text(workers, cpus)
+    settings = _main_loader(ctx)
+    single = loader.single_process_fetches > 0 or settings.get("num_workers") == 0
+    machine = _machine(ctx, settings, single)
+    advice = advise(machine, exposed_us, step_us)
+    culprits = _getitem_culprits(ctx)
+    title = (
+        f"Data loading blocks the step for {ms(exposed_us)} with num_workers=0"
+        if single
+        else f"Data loading is exposed: the step waits {ms(exposed_us)} for batches"
+    )
+    targets = []
+    values: dict[str, FixValue] = {}
+    if advice.workers is not None:
+        targets.append("num_workers")
+        values["num_workers"] = advice.workers
+        if advice.threads is not None:
+            targets.append("torch.set_num_threads")
+            values["torch.set_num_threads"] = advice.threads
+        if ctx.has_device and not settings.get("pin_memory"):
+            targets.append("pin_memory")  # pin_memory only helps (and torch only accepts it quietly) with a device
+        if not settings.get("persistent_workers") and settings.get("iterations", 2) > 1:
+            targets.append("persistent_workers")
+        if machine.waiting and machine.workers:
+            targets.append("prefetch_factor")
+            values["prefetch_factor"] = 4
+    elif ctx.has_device and not settings.get("pin_memory"):
+        targets.append("pin_memory")
+    if culprits:
+        targets.append("Dataset.__getitem__")
+        values["Dataset.__getitem__"] = culprits
     return Verdict(
         title=title,
         share=share,
@@ -67,40 +185,94 @@ def data_loading_exposed(ctx: Context) -> Optional[Verdict]:
             "data_loading_us_per_step_incl_hidden": ctx.phase_share("data_loading") * ctx.mean_step_us,
             "num_workers_zero": single,
             "multi_process_loader": loader.multi_process_fetches > 0,
-            "cpu_count": cpus,
+            "cpu_count": _int(ctx.environment().get("cpu_count")),
+            "cores_per_rank": machine.cores_per_rank,
+            "num_workers": machine.workers,
+            "intra_op_threads": machine.threads,
+            "loading_waits": machine.waiting,
+            "predicted_step_us": advice.predicted_step_us,
         },
-        recommendation=fix,
-        # Without a CPU count a loader that already has workers gets no number: its current one is unknown.
-        fix_values={"num_workers": workers if single or cpus else None, "prefetch_factor": 2 if single else 4},
-        # pin_memory only helps (and PyTorch only accepts it without a warning) with an accelerator.
-        fix_targets=None if ctx.has_device else ("num_workers", "persistent_workers", "prefetch_factor"),
+        recommendation=_text(advice, machine, settings, culprits, ctx.has_device),
+        fix_values=values,
+        fix_targets=tuple(targets),
         share_range=share_range,
     )
 
 
-def _cpus_and_ranks_per_node(ctx: Context) -> tuple[Optional[int], int]:
+def _main_loader(ctx: Context) -> dict[str, Any]:
+    """The settings of the DataLoader iterated most (the training loader), empty when not recorded."""
+    loaders = [entry for entry in ctx.environment().get("dataloaders") or [] if isinstance(entry, dict)]
+    if not loaders:
+        return {}
+    return max(loaders, key=lambda entry: _int(entry.get("iterations")) or 0)
+
+
+def _int(value: Any) -> Optional[int]:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _machine(ctx: Context, settings: dict[str, Any], single: bool) -> Machine:
     environment = ctx.environment()
-    cpus = environment.get("cpu_count") if isinstance(environment.get("cpu_count"), int) else None
-    local = environment.get("local_world_size")
-    return cpus, max(local if isinstance(local, int) else 1, 1)
-
-
-def _single_process_text(workers: int, cpus: Optional[int], ranks_per_node: int) -> str:
-    return (
-        f"The DataLoader loads batches in the training process (num_workers=0). Use "
-        f"DataLoader(..., num_workers={workers}, pin_memory=True, persistent_workers=True, prefetch_factor=2)"
-        + (f" ({cpus} CPUs / {ranks_per_node} rank(s) per node, capped at 8)" if cpus else " (start near the CPU cores per rank, then tune)")
-        + "; if __getitem__ is slow, also move decoding/augmentation out of Python or onto the GPU."
+    cpus = _int(environment.get("cpu_count"))
+    ranks = max(_int(environment.get("local_world_size")) or 1, 1)
+    cores = max(cpus // ranks, 1) if cpus else None
+    threads = _int(environment.get("torch_num_threads")) or cores or 1
+    workers = _int(settings.get("num_workers"))
+    if workers is None and single:
+        workers = 0
+    recorded = environment.get("contention")
+    contention: dict[str, Any] = recorded if isinstance(recorded, dict) else {}
+    cpu_per_wall = contention.get("process_cpu_per_wall")
+    others = contention.get("other_share")
+    # A process that ran on a CPU under half the time waits for something, unless others took the CPUs.
+    waiting = (
+        isinstance(cpu_per_wall, (int, float))
+        and cpu_per_wall < WAITING_CPU_PER_WALL
+        and not (isinstance(others, (int, float)) and others > BUSY_OTHERS)
+        and (workers or 0) == 0
+    )
+    return Machine(
+        cores_per_rank=cores,
+        threads=min(threads, cores) if cores else threads,
+        workers=workers,
+        device=ctx.has_device,
+        waiting=bool(waiting),
     )
 
 
-def _slow_workers_text(workers: int, cpus: Optional[int]) -> str:
-    return (
-        "The DataLoader workers do not keep up. Raise num_workers"
-        + (f" (up to about {workers})" if cpus else "")
-        + ", set persistent_workers=True and prefetch_factor=4, pin_memory=True, and make __getitem__ cheaper "
-        "(pre-decoded data, faster storage, GPU augmentation)."
-    )
+def _getitem_culprits(ctx: Context) -> str:
+    """"__getitem__ (data.py:42): torch.manual_seed 43 %, ..." from the recorded stacks, or ""."""
+    getitem = ctx.report.measurements.getitem
+    if not getitem.frames or getitem.getitem_us_per_step <= 0:
+        return ""
+    total = getitem.getitem_us_per_step
+    calls = [f"{name} {100 * us / total:.0f} %" for name, us in list(getitem.calls_us_per_step.items())[:3] if us >= 0.05 * total]
+    return f"{getitem.frames[0]}: " + (", ".join(calls) if calls else "its own Python lines (no costly call)")
+
+
+def _text(advice: Advice, machine: Machine, settings: dict[str, Any], culprits: str, device: bool) -> str:
+    current = machine.workers
+    where = "The DataLoader loads batches in the training process (num_workers=0)." if current == 0 else (
+        f"The DataLoader's {current} worker(s) do not keep up." if current else "The DataLoader does not keep up.")
+    parts = [where]
+    if advice.workers is not None:
+        kwargs = [f"num_workers={advice.workers}"]
+        if device and not settings.get("pin_memory"):
+            kwargs.append("pin_memory=True")
+        if not settings.get("persistent_workers") and settings.get("iterations", 2) > 1:
+            kwargs.append("persistent_workers=True")
+        line = f"Use DataLoader(..., {', '.join(kwargs)})"
+        if advice.threads is not None:
+            line += f" with torch.set_num_threads({advice.threads})"
+        predicted = f"; predicted step {ms(advice.predicted_step_us)}" if advice.predicted_step_us else ""
+        parts.append(f"{line}: {advice.reason}{predicted}.")
+    else:
+        parts.append(f"More workers would not help: {advice.reason}.")
+    if culprits:
+        parts.append(f"Make __getitem__ cheaper; its costliest calls (recorded stacks): {culprits}.")
+    elif current == 0 or advice.workers is None:
+        parts.append("Make __getitem__ cheaper (pre-decoded data, vectorised or cached transforms).")
+    return " ".join(parts)
 
 
 PAGEABLE = Threshold(0.02, "any is reported (NSYS `cuda_memcpy_async` flags every pageable copy); warning from 2 % of the step")

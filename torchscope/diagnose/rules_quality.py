@@ -168,3 +168,116 @@ def partial(ctx: Context) -> Optional[Verdict]:
         evidence={"warnings": ctx.report.warnings[:5], "status": ctx.report.run.manifest.get("status")},
         recommendation="Figures cover only what was captured; re-run the capture to completion for a full picture.",
     )
+
+
+# -- the profiler's own cost, and a busy machine (issue 13; docs/capture.md) -----------------------------------
+
+
+def unprofiled_share(ctx: Context, category: str) -> Optional[float]:
+    """The breakdown share of `category` without the profiler's overhead: scaled by its phase's corrected
+    over recorded share (measurements.profiler_overhead, analysis/overhead.py); None when not measured."""
+    section = ctx.report.measurements.profiler_overhead
+    corrected = section.corrected_percent.get(category)
+    recorded = ctx.report.phases.get(category)
+    if section.method != "step_clock" or corrected is None or recorded is None or recorded.percent <= 0:
+        return None
+    return ctx.breakdown_share(category) * corrected / recorded.percent
+
+
+def unprofiled_step_us(ctx: Context) -> Optional[float]:
+    """The step time without the profiler (the capture's clock, median of the unprofiled steps), or None."""
+    section = ctx.report.measurements.profiler_overhead
+    return section.unprofiled_step_us if section.method == "step_clock" and section.unprofiled_step_us > 0 else None
+
+
+OVERHEAD = Threshold(1.25, "recorded steps over 1.25x the unprofiled ones, or a phase over 1.5x (capture step clock)")
+PHASE_SLOWDOWN = 1.5
+
+
+@rule(
+    "trace_quality.profiler_overhead",
+    "trace_quality",
+    OVERHEAD,
+    fixes=(
+        Fix(
+            kind="profiler_option",
+            target="with_stack",
+            value=False,
+            summary="no Python tracer: little overhead, but no stacks to name culprits (torchscope run --no-stack)",
+        ),
+    ),
+)
+def profiler_overhead(ctx: Context) -> Optional[Verdict]:
+    """The profiler slowed the steps it recorded, unevenly between phases: the shares the report states
+    are corrected for it (analysis/overhead.py); this says by how much."""
+    section = ctx.report.measurements.profiler_overhead
+    if section.method != "step_clock" or section.unprofiled_step_us <= 0:
+        return None
+    slowdown = section.profiled_step_us / section.unprofiled_step_us
+    phases = {name: factor for name, factor in section.slowdown_by_phase.items() if factor >= 1.05}
+    if slowdown < OVERHEAD.value and not any(f >= PHASE_SLOWDOWN for f in phases.values()):
+        return None
+    worst = ", ".join(f"{name} {factor:.1f}x" for name, factor in sorted(phases.items(), key=lambda kv: -kv[1])[:3])
+    return Verdict(
+        title=f"The profiler slowed the recorded steps {slowdown:.2f}x" + (f" ({worst})" if worst else ""),
+        share=None,
+        evidence={
+            "unprofiled_step_us": section.unprofiled_step_us,
+            "profiled_step_us": section.profiled_step_us,
+            "unprofiled_steps": int(section.unprofiled_steps),
+            "slowdown_by_phase": section.slowdown_by_phase,
+            "recorded_percent": {name: entry.percent for name, entry in ctx.report.phases.items() if entry.percent > 0},
+            "corrected_percent": {name: pct for name, pct in section.corrected_percent.items() if pct > 0},
+        },
+        recommendation="Recording (above all the Python tracer of with_stack) costs time per recorded event, so "
+        "Python-heavy phases ran slower than the rest; the data-loading share and cost are stated without that "
+        "overhead (capture step clock; docs/capture.md). For timings alone, capture with --no-stack.",
+    )
+
+
+BUSY = Threshold(0.25, "other processes used over 25 % of the CPUs this run may use while it was recorded")
+
+
+@rule(
+    "trace_quality.busy_machine",
+    "trace_quality",
+    BUSY,
+    severity=WARNING,
+)
+def busy_machine(ctx: Context) -> Optional[Verdict]:
+    """Other processes competed for the CPUs while the window was recorded: phases that need several cores
+    (multi-threaded forward/backward) slow down more than single-threaded ones (Python, data loading), so
+    the shares shift and a descheduling can look like a hot spot. Severities are capped at warning."""
+    others = busy_share(ctx)
+    if others is None:
+        return None
+    contention = ctx.environment().get("contention") or {}
+    cpus = contention.get("cpus")
+    slower = 1.0 / max(1.0 - others, 0.05)
+    return Verdict(
+        title=f"Other processes used {100 * others:.0f} % of the run's {cpus} CPU(s) while it was recorded: "
+        f"verdicts are capped at warning",
+        share=None,
+        evidence={
+            "other_cpu_share": others,
+            "other_cpu_s": contention.get("other_cpu_s"),
+            "window_s": contention.get("wall_s"),
+            "load_average_1m": contention.get("load_average_1m"),
+            "process_cpu_per_wall": contention.get("process_cpu_per_wall"),
+            "cpus": cpus,
+            "multi_threaded_slowdown_up_to": slower,
+        },
+        recommendation=f"With {100 * others:.0f} % of the CPUs taken, work that needs every core can run up to "
+        f"{slower:.1f}x slower while single-threaded Python barely changes, so the shares (and which phase looks "
+        "worst) depend on the load: every finding here is capped at warning. Re-capture on a quiet machine, "
+        "or compare runs with `torchscope diff` only when both were equally busy.",
+    )
+
+
+def busy_share(ctx: Context) -> Optional[float]:
+    """The share of the run's CPUs other processes used while it was recorded, when at the BUSY threshold."""
+    contention = ctx.environment().get("contention")
+    others = contention.get("other_share") if isinstance(contention, dict) else None
+    if not isinstance(others, (int, float)) or isinstance(others, bool) or others < BUSY.value:
+        return None
+    return float(others)

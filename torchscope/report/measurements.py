@@ -152,6 +152,10 @@ class Patterns(Section):
 
     conv_bias_before_batch_norm_per_step: PerStep = 0.0
     half_matmuls_misaligned_per_step: PerStep = 0.0
+    indexing_loop_iterations_per_step: PerStep = 0.0  # `for i in ...: t[i] = ...` iterations (>= 10 in a row)
+    indexing_loop_us_per_step: PerStep = 0.0  # host time of those iterations
+    extra_device_copies_per_step: PerStep = 0.0  # tensors filled on the CPU, then copied to the device
+    extra_device_copy_us_per_step: PerStep = 0.0  # host time of those copies (`aten::to`)
 
 
 class Memory(Section):
@@ -163,7 +167,7 @@ class Memory(Section):
     growth_r2: PerStepByName = {}
     growth_steps: PerStepByName = {}  # step boundaries the slope was fitted on
     leak_sites_bytes_per_step: PerStepByName = {}  # call site -> bytes per step that outlive their step
-    churn_bytes_per_step: PerStepByName = {}  # allocated and freed inside the step (else: allocated)
+    churn_bytes_per_step: PerStepByName = {}  # allocated and freed inside the step, outside forward/backward
     churn_allocations_per_step: PerStepByName = {}
     churn_sites_bytes_per_step: PerStepByName = {}
     peak_allocated_bytes: PerStepByName = {}
@@ -190,6 +194,16 @@ class ProfilerOverhead(Section):
     slowdown_by_phase: PerStepByName = {}
 
 
+class Getitem(Section):
+    """Main-process `__getitem__` frames (num_workers=0) and their costliest direct calls by readable
+    name, inclusive recorded time per step (analysis/getitem.py)."""
+
+    frames: Names = []
+    calls_per_step: PerStep = 0.0
+    getitem_us_per_step: PerStep = 0.0
+    calls_us_per_step: PerStepByName = {}
+
+
 class Measurements(msgspec.Struct, kw_only=True):
     """Every measurement section of a run (each at its defaults when no span had it)."""
 
@@ -206,6 +220,7 @@ class Measurements(msgspec.Struct, kw_only=True):
     patterns: Patterns = msgspec.field(default_factory=Patterns)
     memory: Memory = msgspec.field(default_factory=Memory)
     profiler_overhead: ProfilerOverhead = msgspec.field(default_factory=ProfilerOverhead)
+    getitem: Getitem = msgspec.field(default_factory=Getitem)
 
 
 SECTION_TYPES: dict[str, type[Section]] = {f.name: f.type for f in msgspec.structs.fields(Measurements)}

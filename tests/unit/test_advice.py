@@ -1,0 +1,116 @@
+"""Data-loading advice that fits the machine (diagnose/rules_input.py `advise` and data_loading.exposed):
+cores per rank, the intra-op threads compute runs on, the loader's own num_workers, whether the loading
+waits or computes, pin_memory only with a device, and __getitem__'s costly calls named from the stacks."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from test_rules_support import finding, fixes, gpu, report
+from torchscope.diagnose.rules_input import Machine, advise
+from torchscope.report.measurements import DataLoader, Getitem, Measurements, ProfilerOverhead
+
+MS = 1000.0
+
+
+def _machine(**fields: Any) -> Machine:
+    base: dict[str, Any] = {"cores_per_rank": 2, "threads": 2, "workers": 0, "device": False, "waiting": False}
+    return Machine(**{**base, **fields})
+
+
+def test_two_cores_both_computing_a_worker_only_for_a_thread_when_loading_dominates() -> None:
+    # Loading 30 ms, compute 10 ms on 2 threads: one worker on one core, compute on the other (~20 ms).
+    advice = advise(_machine(), data_us=30 * MS, step_us=40 * MS)
+    assert (advice.workers, advice.threads) == (1, 1)
+    assert advice.predicted_step_us == 30 * MS
+    # Loading 10 ms, compute 30 ms: giving up a thread slows compute to ~60 ms; no worker.
+    advice = advise(_machine(), data_us=10 * MS, step_us=40 * MS)
+    assert advice.workers is None and "take its core from compute" in advice.reason
+
+
+def test_spare_cores_bound_the_workers_and_an_equal_count_is_not_raised() -> None:
+    # 8 cores, compute on 2 threads: 6 spare; loading 3x compute wants 2 * 3 = 6 workers.
+    assert advise(_machine(cores_per_rank=8), data_us=30 * MS, step_us=40 * MS).workers == 6
+    assert advise(_machine(cores_per_rank=4), data_us=30 * MS, step_us=40 * MS).workers == 2  # only 2 spare
+    # Never "raise num_workers to N" when it already is >= N.
+    kept = advise(_machine(cores_per_rank=4, workers=2), data_us=30 * MS, step_us=40 * MS)
+    assert kept.workers is None and "already uses" in kept.reason
+    kept = advise(_machine(cores_per_rank=4, workers=4), data_us=30 * MS, step_us=40 * MS)
+    assert kept.workers is None
+
+
+def test_waiting_loading_gets_workers_without_spare_cores() -> None:
+    advice = advise(_machine(waiting=True), data_us=45 * MS, step_us=50 * MS)
+    assert advice.workers is not None and advice.workers >= 2 and advice.threads is None
+
+
+def test_a_gpu_rank_keeps_one_core_for_the_main_process() -> None:
+    assert _machine(cores_per_rank=8, threads=8, device=True).spare_cores == 7
+    assert _machine(cores_per_rank=8, threads=8, device=False).spare_cores == 0
+
+
+def _run(environment: dict[str, Any], measurements: Measurements | None = None, **kwargs: Any) -> Any:
+    rep = report(
+        measurements=measurements or Measurements(dataloader=DataLoader(single_process_fetches=8)),
+        breakdown={"data_loading": 0.6, "forward": 0.2, "backward": 0.2},
+        phases={"data_loading": 0.6, "forward": 0.2, "backward": 0.2},
+        manifest={"environment": environment},
+        **kwargs,
+    )
+    return finding(rep, "data_loading.exposed")
+
+
+TWO_CORES = {"cpu_count": 2, "local_world_size": 1, "torch_num_threads": 2}
+
+
+def test_rule_on_two_cores_trades_a_thread_for_a_worker_and_says_so_in_data() -> None:
+    f = _run({**TWO_CORES, "dataloaders": [{"num_workers": 0, "pin_memory": False, "iterations": 1}]})
+    assert fixes(f) == {"num_workers": ("dataloader_kwarg", 1), "torch.set_num_threads": ("torch_flag", 1)}
+    assert "num_workers=1" in f.recommendation and "torch.set_num_threads(1)" in f.recommendation
+    assert "pin_memory" not in f.recommendation  # no accelerator: pinning does nothing
+    assert "persistent_workers" not in f.recommendation  # iterated once: nothing to keep alive
+
+
+def test_rule_names_the_costly_calls_of_getitem() -> None:
+    getitem = Getitem(
+        frames=["__getitem__ (fakedata.py:40)"],
+        calls_per_step=32,
+        getitem_us_per_step=5000.0,
+        calls_us_per_step={"torch.manual_seed": 2150.0, "to_pil_image (functional.py:250)": 1500.0, "len": 10.0},
+    )
+    measurements = Measurements(dataloader=DataLoader(single_process_fetches=8), getitem=getitem)
+    f = _run({**TWO_CORES, "torch_num_threads": 1}, measurements)  # 1 thread: 1 spare core
+    assert "__getitem__ (fakedata.py:40): torch.manual_seed 43 %, to_pil_image (functional.py:250) 30 %" in f.recommendation
+    assert "len" not in f.recommendation.split("recorded stacks")[1]  # under 5 % of __getitem__
+    assert fixes(f)["Dataset.__getitem__"][0] == "code_change"
+
+
+def test_rule_pins_memory_only_with_a_device_and_not_twice() -> None:
+    env = {"cpu_count": 16, "torch_num_threads": 8}
+    f = _run({**env, "dataloaders": [{"num_workers": 0, "pin_memory": False}]}, device=gpu())
+    assert "pin_memory" in fixes(f)
+    f = _run({**env, "dataloaders": [{"num_workers": 0, "pin_memory": True}]}, device=gpu())
+    assert "pin_memory" not in fixes(f)
+    f = _run({**env, "dataloaders": [{"num_workers": 0, "pin_memory": False}]})
+    assert "pin_memory" not in fixes(f)
+
+
+def test_rule_reads_waiting_from_cpu_per_wall_unless_others_took_the_cpus() -> None:
+    quiet = {**TWO_CORES, "contention": {"process_cpu_per_wall": 0.1, "other_share": 0.02}}
+    f = _run(quiet)
+    assert f.evidence["loading_waits"] is True and fixes(f)["num_workers"][1] >= 2
+    busy = {**TWO_CORES, "contention": {"process_cpu_per_wall": 0.1, "other_share": 0.6}}
+    assert _run(busy).evidence["loading_waits"] is False  # descheduled, not waiting: no claim
+
+
+def test_rule_uses_the_share_without_the_profilers_overhead() -> None:
+    overhead = ProfilerOverhead(
+        method="step_clock",
+        unprofiled_step_us=6000.0,
+        profiled_step_us=10_000.0,
+        corrected_percent={"data_loading": 30.0, "forward": 35.0, "backward": 35.0},
+    )
+    measurements = Measurements(dataloader=DataLoader(single_process_fetches=8), profiler_overhead=overhead)
+    f = _run(TWO_CORES, measurements)
+    assert f.time_share == 0.3  # not the recorded 0.6
+    assert f.evidence["exposed_us_per_step"] == 1800.0  # 30 % of the unprofiled 6 ms step

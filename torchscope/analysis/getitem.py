@@ -1,0 +1,72 @@
+"""What a Dataset's ``__getitem__`` spends its time on, from the recorded Python stacks.
+
+When the DataLoader loads in the training process (``num_workers=0``), every ``__getitem__`` call runs in
+the traced main thread and, with ``with_stack``, the Python tracer records it as a frame event
+(``data.py(42): __getitem__``) with the calls it makes as its children (``torch.manual_seed``,
+``PIL.Image.open``, a helper of the script). The children's inclusive time, grouped by readable name,
+says which lines of ``__getitem__`` cost most: the fix a data-loading finding names when more workers
+cannot help. (Worker processes are not traced: with ``num_workers > 0`` this section is empty.)
+
+Durations are as recorded, so a pure-Python child is inflated by the tracer like its parent; the
+shares between children are what the finding uses.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Optional
+
+import numpy as np
+
+from torchscope.analysis.frames import readable
+from torchscope.analysis.reduce import merge_sections
+from torchscope.analysis.registry import Analysis, Part
+from torchscope.analysis.span import SpanInput
+from torchscope.report.measurements import Getitem
+from torchscope.trace.kinds import Kind
+
+_GETITEM = re.compile(r"^[^()]*\(\d+\): (__getitem__|__getitems__)$")
+# Not a dataset's: the standard library's (os.environ), frozen modules', and torch's own wrappers (Subset,
+# ConcatDataset), whose child is the wrapped dataset's frame. A dataset in site-packages (torchvision) counts.
+_NOT_DATASET = re.compile(r"^<frozen|/lib/python\d[.\d]*/(?!site-packages|dist-packages)|/torch/")
+MAX_CALLS = 8  # the costliest calls kept per span
+
+
+def extract(span: SpanInput) -> Optional[Getitem]:
+    """The ``__getitem__`` frames of one span and their costliest direct calls, per step."""
+    steps = len(span.steps)
+    events = span.events
+    python = events.kind == Kind.PYTHON_FUNCTION
+    if steps == 0 or not python.any():
+        return None
+    frames = np.flatnonzero(python & events.name_mask(lambda s: bool(_GETITEM.match(s)) and not _NOT_DATASET.search(s)) & (span.steps.index_of(events.ts_us) >= 0))
+    if frames.size == 0:
+        return None
+    parent = span.tree.parent
+    outermost = frames[~np.isin(parent[frames], frames)]  # a __getitem__ calling another one counts once
+    children = np.flatnonzero(np.isin(parent, outermost) & (python | (events.kind == Kind.CPU_OP)))
+    totals: dict[str, float] = {}
+    for name_id, us in zip(*_sum_by(events.name[children], events.dur_us[children])):
+        key = readable(events.strings[int(name_id)])
+        totals[key] = totals.get(key, 0.0) + float(us) / steps
+    names = sorted({readable(events.strings[int(i)]) for i in np.unique(events.name[outermost])})
+    return Getitem(
+        frames=names,
+        calls_per_step=float(outermost.size / steps),
+        getitem_us_per_step=float(events.dur_us[outermost].sum() / steps),
+        calls_us_per_step=dict(sorted(totals.items(), key=lambda kv: -kv[1])[:MAX_CALLS]),
+    )
+
+
+def _sum_by(keys: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    unique, inverse = np.unique(keys, return_inverse=True)
+    return unique, np.bincount(inverse, weights=values, minlength=unique.size)
+
+
+def _reduce(parts: list[Part[Optional[Getitem]]]) -> dict[str, Any]:
+    return {"measurements.getitem": merge_sections(parts, Getitem)}
+
+
+GETITEM = Analysis(
+    name="getitem", extract=extract, extract_type=Optional[Getitem], reduce=_reduce, fills=("measurements.getitem",)
+)
