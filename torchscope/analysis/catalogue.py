@@ -9,15 +9,18 @@ from __future__ import annotations
 from typing import Any, Collection
 
 from torchscope.analysis.device_tables import DEVICE, KERNELS
+from torchscope.analysis.distributed import DISTRIBUTED
 from torchscope.analysis.memory import MEMORY
+from torchscope.analysis.modules import MODULES
 from torchscope.analysis.op_tables import OPERATORS, RANGES
+from torchscope.analysis.overhead import OVERHEAD
 from torchscope.analysis.registry import Analysis, registered
 from torchscope.analysis.sections import SECTIONS
 from torchscope.analysis.span_meta import META
 from torchscope.analysis.step_table import STEPS
 from torchscope.analysis.timeline import TIMELINE
 
-BUILTIN: tuple[Analysis[Any], ...] = (STEPS, OPERATORS, RANGES, KERNELS, DEVICE, MEMORY, *SECTIONS)
+BUILTIN: tuple[Analysis[Any], ...] = (STEPS, OPERATORS, RANGES, MODULES, KERNELS, DEVICE, MEMORY, DISTRIBUTED, *SECTIONS, OVERHEAD)
 # Sidecars cost time and memory that a terminal or JSON report does not need: computed when asked for.
 BUILTIN_SIDECARS: tuple[Analysis[Any], ...] = (TIMELINE,)
 
