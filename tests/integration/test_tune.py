@@ -58,6 +58,7 @@ for _ in range(10):
 
 
 def _tune(target: str, cwd: Path, *options: str) -> dict:  # type: ignore[type-arg]
+    """`options` end with `-m` for a module target."""
     done = subprocess.run([sys.executable, "-m", "torchscope", "tune", "--format", "json", *options, target],
                           cwd=cwd, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
@@ -123,3 +124,31 @@ def test_checkpoints_stay_out_of_the_users_directory_and_ctrl_c_returns_what_was
     assert result["interrupted"] is True and result["baseline_steps"] == 5
     assert any(c["finding"] == "data_loading.exposed" and c["status"] == "skipped" for c in result["candidates"])
     assert sorted(p.name for p in tmp_path.iterdir()) == before  # no checkpoint, no log: they went to the trial's folder
+
+
+DDP_MODULE = """
+import torch, torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+
+dist.init_process_group("gloo")
+torch.manual_seed(0)
+model = DistributedDataParallel(torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1)))
+optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+for _ in range(8):
+    optimizer.zero_grad()
+    torch.nn.functional.mse_loss(model(torch.ones(8, 16)), torch.zeros(8, 1)).backward()
+    optimizer.step()
+dist.destroy_process_group()
+"""
+
+
+def test_a_ddp_module_is_tuned_under_torchrun(tmp_path: Path) -> None:
+    """`-m` imports the user's package from their directory although the trial runs elsewhere, and each
+    trial is a 2-rank torchrun launch whose ranks' steps are merged (a step ends with its slowest rank)."""
+    pytest.importorskip("torch.distributed")
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "ddp.py").write_text(DDP_MODULE)
+    result = _tune("pkg.ddp", tmp_path, "--baselines", "1", "--nproc-per-node", "2", "--warmup", "1", "--active", "4", "-m")
+    assert result["command"] == ["-m", "pkg.ddp"] and result["trials"] >= 1
+    assert result["baseline_steps"] == 4 and result["baseline_step_us"] > 0

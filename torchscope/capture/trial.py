@@ -6,7 +6,7 @@
 Runs in its own process (a fix must not leak into the next trial) and stops once the active steps are
 captured. RECORD.json gets what the run itself showed: where each fix reached the code (`sites`, from
 capture/interventions.py) and the loss of each backward pass (`losses`: the scalar `Tensor.backward` was
-called on), for tune's loss-sanity check. Exit status: the script's (0 also when the capture stopped it).
+called on), for tune's loss-sanity check; under torchrun, rank 0's. Exit status: the script's (0 also when the capture stopped it).
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import functools
 import math
+import os
 import sys
 from contextlib import contextmanager
 from pathlib import Path
@@ -57,8 +58,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         with applied_with_losses(fixes, losses):
             outcome = run_target(target, config)
     finally:
-        record = TrialRecord(sites={k: sorted(v) for k, v in interventions.sites.items()}, losses=_floats(losses))
-        write_atomic(args.record, msgspec.json.encode(record))
+        if os.environ.get("RANK", "0") == "0":  # under torchrun rank 0's record stands for the launch
+            record = TrialRecord(sites={k: sorted(v) for k, v in interventions.sites.items()}, losses=_floats(losses))
+            write_atomic(args.record, msgspec.json.encode(record))
     if outcome.exception is not None:
         print(f"trial failed: {type(outcome.exception).__name__}: {outcome.exception}", file=sys.stderr)
     return outcome.exit_code

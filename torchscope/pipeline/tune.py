@@ -54,6 +54,7 @@ class TuneOptions:
     loss_tolerance: float = 0.1  # relative change of the mean loss beyond which a trial is not used
     early_stop: float = 3.0  # a trial running this many times the baseline trial's wall time is clearly slower
     baselines: int = 2  # baseline trials: their spread is the run-to-run noise estimate
+    nproc_per_node: int = 0  # >0: each trial is a torchrun launch of that many ranks (--standalone)
     keep: Optional[Path] = None  # keep each trial's run directory here (by default deleted with the rest)
 
 
@@ -83,12 +84,17 @@ class _Trials:
         fixes_file = self.workdir / f"trial{self.count}.fixes.json"
         record_file = self.workdir / f"trial{self.count}.record.json"
         fixes_file.write_bytes(msgspec.json.encode(list(fixes)))
-        argv = [sys.executable, "-m", "torchscope.capture.trial", "--fixes", str(fixes_file), "--out", str(out),
+        launcher = ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={self.options.nproc_per_node}"] \
+            if self.options.nproc_per_node else []
+        argv = [sys.executable, *launcher, "-m", "torchscope.capture.trial", "--fixes", str(fixes_file), "--out", str(out),
                 "--record", str(record_file), "--warmup", str(self.options.warmup), "--active", str(self.options.active),
                 *self.command]
         cwd = os.getcwd() if self.options.in_place else str(self.workdir / f"trial{self.count}.cwd")
         os.makedirs(cwd, exist_ok=True)
         env = {**os.environ, TRIAL_ENV: "1"}
+        if self.command[:1] == ["-m"] and not self.options.in_place:
+            # `python -m` imports from the working directory: the user's, not the trial's temporary one.
+            env["PYTHONPATH"] = os.pathsep.join(p for p in (os.getcwd(), os.environ.get("PYTHONPATH", "")) if p)
         began = time.monotonic()
         try:
             # subprocess.run kills the trial on any exception here, Ctrl-C included.
