@@ -132,9 +132,11 @@ def test_planted_churn_is_found_with_its_bytes_per_step(runs) -> None:  # type: 
     per_step = churn.evidence["churn_bytes_per_step"]
     assert per_step == pytest.approx(CHURN_BYTES, rel=0.2)
     expected = _temporaries_per_step(_memory(events), _steps(events))
-    assert per_step == pytest.approx(sum(expected) / len(expected), rel=1e-6)
     rows = [r for r in report.memory.per_step if r.device == "cpu"]
     assert [r.temporary_bytes for r in rows] == expected
+    # The rule's churn leaves out forward/backward temporaries (autograd's own): the planted block
+    # stays, so it lies between the planted size and every temporary.
+    assert CHURN_BYTES <= per_step <= sum(expected) / len(expected)
     assert not any(f.id == "memory.leak" for f in report.findings)
 
 

@@ -142,6 +142,6 @@ def test_pairing_reuses_addresses_in_time_order() -> None:
 def test_growth_slope_ignores_one_odd_step() -> None:
     """Theil-Sen: an optimizer creating its state in the first step does not read as a leak."""
     at_start = np.array([0, 100, 100, 100, 100, 100], dtype=float) * MIB
-    traffic = StepTraffic(at_start, np.r_[at_start[1:], 100 * MIB], *([np.zeros(6)] * 5), np.zeros(0), np.zeros(0))
+    traffic = StepTraffic(at_start, np.r_[at_start[1:], 100 * MIB], *([np.zeros(6)] * 6), np.zeros(0), np.zeros(0))
     fit = growth(traffic)
     assert fit.bytes_per_step == 0.0 and fit.low_bytes_per_step == 0.0

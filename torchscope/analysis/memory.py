@@ -26,6 +26,7 @@ import msgspec
 import numpy as np
 
 from torchscope.analysis import intervals
+from torchscope.analysis.markers import phase_masks
 from torchscope.analysis.memory_blocks import DeviceMemory, device_memory, enclosing_host_event, outermost_op, pair_blocks, user_call_site
 from torchscope.analysis.memory_steps import by_site, growth, step_traffic, surviving_sites
 from torchscope.analysis.reduce import merge_sections
@@ -116,13 +117,13 @@ def _one_device(
     steps = span.steps
     if len(steps) == 0:
         return
-    traffic = step_traffic(memory, blocks, steps, sites)
+    traffic = step_traffic(memory, blocks, steps, sites, _in_autograd(span, memory.ts_us))
     summary.per_step.extend(traffic.rows(label, steps.number))
     n = len(steps)
     if memory.has_addresses():  # temporaries need pairs: an allocated total alone says nothing of them
-        figures.churn_bytes_per_step[label] = float(traffic.temporary_bytes.mean())
+        figures.churn_bytes_per_step[label] = float(traffic.churn_bytes.mean())
         figures.churn_allocations_per_step[label] = float(traffic.alloc_count.mean())
-    for site, size in by_site(traffic.temporary_codes, traffic.temporary_block_bytes, who.site_names, 1.0 / n, top=5).items():
+    for site, size in by_site(traffic.churn_codes, traffic.churn_block_bytes, who.site_names, 1.0 / n, top=5).items():
         figures.churn_sites_bytes_per_step[site] = figures.churn_sites_bytes_per_step.get(site, 0.0) + size
     fit = growth(traffic)
     fit.surviving_by_call_site = surviving_sites(memory, blocks, steps, sites, who.site_names)
@@ -158,6 +159,17 @@ def _peak(
         alive_by_call_site=by_site(sites[alive], sizes[alive], who.site_names),
         unattributed_bytes=max(int(memory.allocated[position]) - int(sizes[alive].sum()), 0),
     )
+
+
+def _in_autograd(span: SpanInput, t_us: np.ndarray) -> np.ndarray:
+    """Per time, whether a forward or backward marker runs then (`torchscope:forward`, DDP's forward,
+    the autograd engine's functions; see memory_steps: churn). Markers, not the phase partition: that
+    counts every unlabelled op as forward."""
+    events = span.events
+    masks = phase_masks(events)
+    marked = np.flatnonzero(masks["forward"] | masks["backward"])
+    start = events.ts_us[marked]
+    return intervals.contains(intervals.union(start, start + events.dur_us[marked]), t_us)
 
 
 def _phase_at(span: SpanInput, t: float) -> str:

@@ -1,7 +1,10 @@
 """Memory step by step: churn inside each step and growth across steps.
 
 Churn is the allocator traffic of a step: bytes and count allocated and freed in it, and the temporaries
-(blocks allocated and freed inside the same step). Growth is the allocated total at the step boundaries
+(blocks allocated and freed inside the same step). The churn the rules judge leaves out blocks allocated
+or freed in the forward and backward phases: there autograd's saved activations and gradients come and go
+every step by design (on a real model they are as large as the peak), and only the other temporaries are
+a choice of the code (a buffer rebuilt each step, a metric computed on a copy). Growth is the allocated total at the step boundaries
 fitted with a line: the Theil-Sen slope (median of the pairwise slopes, robust to one odd step such as
 the first optimizer step creating its state) with Sen's 90 % confidence interval, and the least-squares
 R^2 saying how straight the line is. A leak's allocating sites are those whose blocks, allocated in an
@@ -33,8 +36,9 @@ class StepTraffic:
     free_bytes: np.ndarray
     free_count: np.ndarray
     temporary_bytes: np.ndarray
-    temporary_codes: np.ndarray  # site code per temporary block (for churn sites)
-    temporary_block_bytes: np.ndarray
+    churn_bytes: np.ndarray  # temporaries neither allocated nor freed in forward/backward
+    churn_codes: np.ndarray  # site code per such block (for churn sites)
+    churn_block_bytes: np.ndarray
 
     def rows(self, device: str, numbers: np.ndarray) -> list[MemoryStepRow]:
         return [
@@ -48,8 +52,11 @@ class StepTraffic:
         ]  # fmt: skip
 
 
-def step_traffic(memory: DeviceMemory, blocks: Blocks, steps: StepWindows, site_codes: np.ndarray) -> StepTraffic:
-    """Allocator traffic per step (`site_codes`: the call-site code of each block in `blocks`)."""
+def step_traffic(
+    memory: DeviceMemory, blocks: Blocks, steps: StepWindows, site_codes: np.ndarray, autograd: np.ndarray
+) -> StepTraffic:
+    """Allocator traffic per step (`site_codes`: the call-site code of each block in `blocks`;
+    `autograd`: per memory event, whether it happens in the forward or backward phase)."""
     n = len(steps)
     lo = np.searchsorted(memory.ts_us, steps.start_us, side="left")
     hi = np.searchsorted(memory.ts_us, steps.end_us, side="left")
@@ -65,11 +72,13 @@ def step_traffic(memory: DeviceMemory, blocks: Blocks, steps: StepWindows, site_
     free_step = np.where(blocks.free >= 0, _step_of_position(np.maximum(blocks.free, 0), lo, hi), -1)
     temporary = (alloc_step >= 0) & (alloc_step == free_step)
     sizes = memory.nbytes[blocks.alloc]
+    churn = temporary & ~autograd[blocks.alloc] & ~autograd[np.maximum(blocks.free, 0)]
     return StepTraffic(
         at_start=before[lo], at_end=before[hi], alloc_bytes=per_step(positive), alloc_count=per_step(memory.nbytes > 0),
         free_bytes=per_step(negative), free_count=per_step(memory.nbytes < 0),
         temporary_bytes=np.bincount(alloc_step[temporary], weights=sizes[temporary], minlength=n)[:n],
-        temporary_codes=site_codes[temporary], temporary_block_bytes=sizes[temporary],
+        churn_bytes=np.bincount(alloc_step[churn], weights=sizes[churn], minlength=n)[:n],
+        churn_codes=site_codes[churn], churn_block_bytes=sizes[churn],
     )  # fmt: skip
 
 

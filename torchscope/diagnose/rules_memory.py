@@ -26,7 +26,8 @@ CRITICAL_STEPS_UNTIL_FULL = 1000  # an epoch or less of headroom left
 
 CHURN = Threshold(
     32 * MIB,
-    "blocks allocated and freed inside the same step >= 32 MiB per step and >= 25 % of the device's peak (I)",
+    "blocks allocated and freed inside the same step, neither in forward nor backward (autograd's own), "
+    ">= 32 MiB per step and >= 25 % of the device's peak (I)",
 )
 CHURN_PEAK_SHARE = 0.25
 
@@ -120,7 +121,8 @@ def _steps_until_full(ctx: Context, device: str, slope: float) -> Optional[int]:
     ),
 )
 def memory_churn(ctx: Context) -> Optional[Verdict]:
-    """Large temporaries every step: blocks allocated and freed inside the same step."""
+    """Large temporaries every step: blocks allocated and freed inside the same step, outside the
+    forward and backward phases (where activations and gradients come and go by design)."""
     memory = ctx.report.measurements.memory
     heavy = {
         device: churn
