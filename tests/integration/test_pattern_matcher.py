@@ -20,10 +20,11 @@ COVERED_BY = {
     "Conv2dBiasFollowedByBatchNorm2dPattern": "compute.conv_bias_before_batch_norm",
     "MatMulDimInFP16Pattern": "compute.half_matmul_misaligned",
     "FP32MatMulPattern": "compute.tensor_cores_unused",
-    "ExtraCUDACopyPattern": None,  # no rule yet; CUDA only
+    "ForLoopIndexingPattern": "host_overhead.indexing_loop",
+    "ExtraCUDACopyPattern": "host_overhead.extra_device_copy",  # CUDA only: tests/unit/test_patterns.py
 }
 PLANTED = ("OptimizerSingleTensorPattern", "SynchronizedDataLoaderPattern", "GradNotSetToNonePattern",
-           "Conv2dBiasFollowedByBatchNorm2dPattern", "MatMulDimInFP16Pattern")
+           "Conv2dBiasFollowedByBatchNorm2dPattern", "MatMulDimInFP16Pattern", "ForLoopIndexingPattern")
 
 
 class _NoSchedule:
@@ -42,6 +43,9 @@ def _train(prof: "torch.profiler.profile | _NoSchedule") -> None:
     for x, y in loader:
         loss = torch.nn.functional.cross_entropy(model(x), y)
         torch.mm(half, half.t())  # a bf16 matmul with dimensions not multiples of 8
+        scores = torch.empty(12)
+        for i in range(12):  # element-by-element indexing in a Python loop
+            scores[i] = i
         optimizer.zero_grad(set_to_none=False)
         loss.backward()
         optimizer.step()

@@ -1,11 +1,16 @@
 """Anti-patterns of PyTorch's own pattern matcher (`torch.profiler._pattern_matcher`) not covered by
-another measurement: a convolution's bias right before a batch norm (the norm cancels it), and FP16/BF16
-matmuls whose dimensions are not multiples of 8 (tensor cores need them aligned).
+another measurement, each found as the matcher defines it, vectorised over the host call tree:
+
+* a convolution's bias right before a batch norm (the norm cancels it);
+* FP16/BF16 matmuls whose dimensions are not multiples of 8 (tensor cores need them aligned);
+* for-loop indexing: among the children of one parent, a run of at least 10 repetitions of the same
+  sequence of ops starting with `aten::select` (`for i in ...: t[i] = ...`), with the time it takes;
+* an extra CUDA copy: `aten::to` -> `aten::_to_copy` -> `aten::copy_` of one dtype, right after a fill
+  (`fill_`, `zero_`, `normal_`, `uniform_`): a tensor made on the CPU only to be copied to the device.
 
 The others map to existing findings: num_workers=0 (`data_loading.exposed`), the single-tensor
 optimizer (`optimizer.step` with a for-loop), gradients not set to None (`optimizer.zero_grad_fill`),
-FP32 matmuls with TF32 off (`compute.tensor_cores_unused`, GPU). Extra CUDA copies and for-loop indexing
-have no rule yet.
+FP32 matmuls with TF32 off (`compute.tensor_cores_unused`, GPU).
 """
 
 from __future__ import annotations
@@ -17,11 +22,15 @@ import numpy as np
 
 from torchscope.analysis.host import main_thread_mask
 from torchscope.analysis.span import SpanInput
+from torchscope.analysis.nesting import HostTree
 from torchscope.report.measurements import Patterns
+from torchscope.trace.kinds import Kind
 from torchscope.trace.tables import EventTable
 
 CONV_OPS = frozenset({"aten::conv1d", "aten::conv2d", "aten::conv3d", "aten::convolution"})
 HALF_TYPES = ("c10::Half", "c10::BFloat16", "Half", "BFloat16")
+INIT_OPS = frozenset({"aten::fill_", "aten::zero_", "aten::normal_", "aten::uniform_"})
+MIN_LOOP_REPEATS = 10  # the matcher's threshold
 MATMUL_OPS = frozenset({"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul", "aten::linear"})
 
 
@@ -57,6 +66,102 @@ def _by_triple(events: EventTable, rows: np.ndarray, names: frozenset[str], test
     return result
 
 
+def _named(events: EventTable, name: str, rows: np.ndarray | None = None) -> np.ndarray:
+    return events.name_mask(lambda n: n == name, rows)
+
+
+def for_loop_indexing(events: EventTable, tree: HostTree) -> tuple[np.ndarray, np.ndarray]:
+    """The first events (aten::select) of the loop iterations found, and each iteration's duration.
+
+    Siblings (children of one parent, or one thread's roots) in start order are cut into segments at
+    each aten::select; a segment is identified by its length and an order-sensitive hash of its names
+    (sum of a random value per name times its position, in wrapping uint64), and runs of at least
+    MIN_LOOP_REPEATS equal consecutive segments are loops. Only parents with a select child are looked at."""
+    empty = np.zeros(0, dtype=np.int64), np.zeros(0)
+    selects = np.flatnonzero(_named(events, "aten::select") & (tree.depth >= 0))
+    if selects.size < MIN_LOOP_REPEATS:
+        return empty
+    thread = (events.pid.astype(np.int64) << 32) | events.tid.astype(np.int64)
+    # A sibling group: the parent, or for roots the thread (negative, so never an event index).
+    group_of = np.where(tree.parent >= 0, tree.parent.astype(np.int64), -1 - (thread & 0x7FFFFFFFFFFF))
+    nodes = np.flatnonzero((tree.depth >= 0) & np.isin(group_of, group_of[selects]))
+    nodes = nodes[np.lexsort((events.ts_us[nodes], group_of[nodes]))]
+    group = group_of[nodes]
+    is_select = np.isin(nodes, selects)
+    new_group = np.ones(nodes.size, dtype=bool)
+    new_group[1:] = group[1:] != group[:-1]
+    starts = np.flatnonzero(is_select | new_group)
+    ends = np.append(starts[1:], nodes.size)
+    # Order-sensitive hash: value(name) x (position in the segment + 1), summed in wrapping uint64.
+    value = (events.name[nodes].astype(np.uint64) + np.uint64(1)) * np.uint64(0x9E3779B97F4A7C15)
+    value ^= value >> np.uint64(29)
+    position = np.arange(nodes.size) - np.repeat(starts, ends - starts) + 1
+    with np.errstate(over="ignore"):
+        running = np.cumsum(value * position.astype(np.uint64))
+        before = np.where(starts > 0, running[np.maximum(starts - 1, 0)], np.uint64(0))
+        digest = running[ends - 1] - before
+    length = ends - starts
+    valid = is_select[starts]
+    previous_ok = np.zeros(starts.size, dtype=bool)
+    previous_ok[1:] = valid[1:] & valid[:-1] & (group[starts[1:]] == group[starts[:-1]])
+    same = np.zeros(starts.size, dtype=bool)
+    same[1:] = previous_ok[1:] & (digest[1:] == digest[:-1]) & (length[1:] == length[:-1])
+    # A loop's last iteration runs on into whatever follows it (up to the next select or the end of the
+    # siblings): it repeats the loop if its first ops do, as the matcher compares them.
+    kept = length.copy()
+    tail = np.zeros(starts.size, dtype=bool)
+    tail[1:] = previous_ok[1:] & ~same[1:] & (length[1:] > length[:-1])
+    at = np.flatnonzero(tail)
+    with np.errstate(over="ignore"):
+        prefix = running[starts[at] + length[at - 1] - 1] - before[at]
+    tail[at] = prefix == digest[at - 1]
+    kept[tail] = length[np.flatnonzero(tail) - 1]
+    same |= tail
+    run = np.cumsum(~same)
+    run_length = np.bincount(run)[run]
+    looped = valid & (run_length >= MIN_LOOP_REPEATS)
+    elapsed = np.concatenate(([0.0], np.cumsum(events.dur_us[nodes])))  # siblings do not overlap
+    durations = elapsed[starts + kept] - elapsed[starts]
+    return nodes[starts[looped]], durations[looped]
+
+
+def extra_device_copies(events: EventTable, tree: HostTree) -> np.ndarray:
+    """The `aten::to` events that copy, at one dtype, a tensor filled just before (see the module doc)."""
+    copies = np.flatnonzero(_named(events, "aten::copy_"))
+    to_copy = tree.parent[copies]
+    copies, to_copy = copies[to_copy >= 0], to_copy[to_copy >= 0]
+    keep = _named(events, "aten::_to_copy", to_copy)
+    copies, to_copy = copies[keep], to_copy[keep]
+    to = tree.parent[to_copy]
+    keep = to >= 0
+    copies, to = copies[keep], to[keep]
+    keep = _named(events, "aten::to", to) & _by_triple(events, copies, frozenset({"aten::copy_"}), lambda _, types: _same_dtypes(types))
+    to = to[keep]
+    if to.size == 0:
+        return to
+    # The op started last before each `to` on its thread and already ended: the matcher's previous leaf.
+    ops = np.flatnonzero(events.kind == Kind.CPU_OP)
+    thread = (events.pid.astype(np.int64) << 32) | events.tid.astype(np.int64)
+    ops = ops[np.lexsort((events.ts_us[ops], thread[ops]))]
+    rank = np.empty(events.kind.size, dtype=np.int64)
+    rank[ops] = np.arange(ops.size)
+    before = rank[to] - 1
+    ok = before >= 0
+    previous = ops[np.maximum(before, 0)]
+    ok &= thread[previous] == thread[to]
+    ok &= events.ts_us[previous] + events.dur_us[previous] <= events.ts_us[to]
+    ok &= events.name_mask(lambda n: n in INIT_OPS, previous)
+    return to[ok]
+
+
+def _same_dtypes(types: str) -> bool:
+    try:
+        parsed = json.loads(types)
+    except ValueError:
+        return False
+    return isinstance(parsed, list) and len(parsed) >= 2 and bool(parsed[0]) and parsed[0] == parsed[1]
+
+
 def patterns(span: SpanInput) -> Patterns:
     """The per-step counts of the matcher patterns measured here."""
     events, steps = span.events, span.steps
@@ -73,7 +178,14 @@ def patterns(span: SpanInput) -> Patterns:
     is_add = np.append(events.name_mask(lambda name: name == "aten::add_", outermost)[1:], False)
     followed_by_bn = is_bn[1:-1] | (is_add & is_bn[2:])
     half = _by_triple(events, outermost, MATMUL_OPS, lambda dims, types: any(t in types for t in HALF_TYPES) and _misaligned(dims))
+    loop_starts, loop_us = for_loop_indexing(events, span.tree)
+    looped = in_steps[loop_starts]
+    copies = extra_device_copies(events, span.tree)
     return Patterns(
         conv_bias_before_batch_norm_per_step=float((conv & followed_by_bn).sum() / n),
         half_matmuls_misaligned_per_step=float(half.sum() / n),
+        indexing_loop_iterations_per_step=float(looped.sum() / n),
+        indexing_loop_us_per_step=float(loop_us[looped].sum() / n),
+        extra_device_copies_per_step=float(in_steps[copies].sum() / n),
+        extra_device_copy_us_per_step=float(events.dur_us[copies[in_steps[copies]]].sum() / n),
     )

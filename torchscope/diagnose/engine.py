@@ -13,7 +13,15 @@ import dataclasses
 import math
 from typing import Any, Optional
 
-from torchscope.diagnose import rules_device, rules_distributed, rules_host, rules_input, rules_memory, rules_quality
+from torchscope.diagnose import (
+    rules_device,
+    rules_distributed,
+    rules_host,
+    rules_input,
+    rules_memory,
+    rules_patterns,
+    rules_quality,
+)
 from torchscope.diagnose.context import Context, make_context
 from torchscope.diagnose.rule import Rule, Verdict
 from torchscope.report.model import Finding, Report, Severity
@@ -36,6 +44,8 @@ RULES: tuple[Rule, ...] = (
     rules_device.compute_low_occupancy,
     rules_device.compute_conv_bias_before_batch_norm,
     rules_device.compute_half_matmul_misaligned,
+    rules_patterns.host_overhead_indexing_loop,
+    rules_patterns.host_overhead_extra_device_copy,
     rules_device.memory_near_capacity,
     rules_memory.memory_leak,
     rules_memory.memory_churn,

@@ -1,0 +1,84 @@
+"""Rules for the pattern matcher's loop and copy anti-patterns (measured in analysis/patterns.py): a
+Python for-loop that indexes a tensor element by element, and tensors filled on the CPU only to be copied
+to the device."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from torchscope.diagnose.context import Context, ms
+from torchscope.diagnose.rule import Threshold, Verdict, by_share, rule
+from torchscope.report.model import Fix
+
+# What a vectorised replacement keeps of the loop's host time: one op instead of N iterations
+# (pessimistic 25 %: the op itself on larger data; optimistic 2 %).
+LOOP_KEPT = (0.25, 0.02)
+
+INDEXING_LOOP = Threshold(0, "any run of >= 10 iterations of select-led ops (torch.profiler `_pattern_matcher` ForLoopIndexingPattern)")
+
+
+@rule(
+    "host_overhead.indexing_loop",
+    "host_overhead",
+    INDEXING_LOOP,
+    severity=by_share(),
+    fixes=(
+        Fix(
+            kind="code_change",
+            target="indexing loop",
+            value="t[idx] = values  /  torch.index_select, torch.gather, torch.where, masks",
+            summary="one vectorised op instead of one small op per element",
+        ),
+    ),
+)
+def host_overhead_indexing_loop(ctx: Context) -> Optional[Verdict]:
+    """A Python loop indexing a tensor one element at a time (costed by the loop's host time, less what
+    a vectorised op keeps)."""
+    patterns = ctx.report.measurements.patterns
+    iterations = patterns.indexing_loop_iterations_per_step
+    if iterations <= INDEXING_LOOP.value:
+        return None
+    loop_us = patterns.indexing_loop_us_per_step
+    low, high = (ctx.share(loop_us * (1.0 - kept)) for kept in LOOP_KEPT)
+    where = "host time, hidden where the device is busy" if ctx.has_device else "main-thread time"
+    return Verdict(
+        title=f"A Python loop indexes tensors element by element: {iterations:.0f} iterations per step, {ms(loop_us)} ({where})",
+        share=(low + high) / 2.0,
+        share_range=(low, high),
+        evidence={"indexing_loop_iterations_per_step": iterations, "indexing_loop_us_per_step": loop_us},
+        recommendation="Replace the loop with one vectorised operation: index with a tensor of indices or a mask "
+        "(t[idx] = values, torch.index_select, torch.gather, torch.where) instead of t[i] in a for loop.",
+    )
+
+
+EXTRA_COPY = Threshold(0, "any tensor filled on the CPU and copied to the device at once (torch.profiler `_pattern_matcher` ExtraCUDACopyPattern)")
+
+
+@rule(
+    "host_overhead.extra_device_copy",
+    "host_overhead",
+    EXTRA_COPY,
+    fixes=(
+        Fix(
+            kind="code_change",
+            target="tensor creation",
+            value="torch.zeros(..., device='cuda')",
+            summary="create the tensor on the device instead of filling it on the CPU and copying it",
+        ),
+    ),
+)
+def host_overhead_extra_device_copy(ctx: Context) -> Optional[Verdict]:
+    """Tensors made on the CPU (zeros, ones, randn, ...) and copied to the device right away (costed by
+    the copies' host time, which creating them on the device removes)."""
+    patterns = ctx.report.measurements.patterns
+    copies = patterns.extra_device_copies_per_step
+    if copies <= EXTRA_COPY.value:
+        return None
+    copy_us = patterns.extra_device_copy_us_per_step
+    return Verdict(
+        title=f"{copies:.0f} tensor(s) per step are filled on the CPU and then copied to the device ({ms(copy_us)} of copies)",
+        share=ctx.share(copy_us),
+        evidence={"extra_device_copies_per_step": copies, "extra_device_copy_us_per_step": copy_us},
+        recommendation="Create those tensors on the device directly (torch.zeros(..., device='cuda'), "
+        "torch.randn(..., device=x.device)) instead of filling them on the CPU and calling .to()/.cuda().",
+    )
