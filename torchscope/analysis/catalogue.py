@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Collection
 
+from torchscope.analysis.callsites import CALL_SITES
 from torchscope.analysis.device_tables import DEVICE, KERNELS
 from torchscope.analysis.distributed import DISTRIBUTED
 from torchscope.analysis.memory import MEMORY
@@ -20,7 +21,7 @@ from torchscope.analysis.span_meta import META
 from torchscope.analysis.step_table import STEPS
 from torchscope.analysis.timeline import TIMELINE
 
-BUILTIN: tuple[Analysis[Any], ...] = (STEPS, OPERATORS, RANGES, MODULES, KERNELS, DEVICE, MEMORY, DISTRIBUTED, *SECTIONS, OVERHEAD)
+BUILTIN: tuple[Analysis[Any], ...] = (STEPS, OPERATORS, RANGES, MODULES, CALL_SITES, KERNELS, DEVICE, MEMORY, DISTRIBUTED, *SECTIONS, OVERHEAD)
 # Sidecars cost time and memory that a terminal or JSON report does not need: computed when asked for.
 BUILTIN_SIDECARS: tuple[Analysis[Any], ...] = (TIMELINE,)
 

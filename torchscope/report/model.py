@@ -102,6 +102,16 @@ class ModuleRow(msgspec.Struct, kw_only=True):
     device_us_per_step: float = 0.0  # kernels launched inside it, inclusive
 
 
+class CallSiteRow(msgspec.Struct, kw_only=True):
+    """Where a top operator is called from: the innermost frame of the user's code (analysis/callsites.py)."""
+
+    operator: str
+    site: str  # "func (file.py:42)"
+    calls: int
+    host_self_us: float  # totals over the whole trace, as in the operator table
+    device_self_us: float = 0.0
+
+
 class DeviceSummary(msgspec.Struct, kw_only=True):
     present: bool = False
     name: str = ""
@@ -266,6 +276,7 @@ class Report(msgspec.Struct, kw_only=True):
     kernels: list[KernelRow] = []
     ranges: list[RangeRow] = []
     modules: list[ModuleRow] = []
+    call_sites: list[CallSiteRow] = []
     device: DeviceSummary = msgspec.field(default_factory=DeviceSummary)
     memory: MemorySummary = msgspec.field(default_factory=MemorySummary)
     ranks: list[RankSummary] = []

@@ -1,0 +1,36 @@
+"""The terminal report's call-site table: where the top operators are called from in the user's code.
+It only presents `Report.call_sites` (analysis/callsites.py)."""
+
+from __future__ import annotations
+
+from rich import box
+from rich.table import Table
+from rich.text import Text
+
+from torchscope.render.units import duration
+from torchscope.report.model import Report
+from torchscope.text import printable
+
+
+def call_sites_table(report: Report, top: int) -> Table | None:
+    """The top operators' call sites (the operator named once, on its first site), or None without stacks."""
+    if not report.call_sites:
+        return None
+    device = report.device.present
+    table = Table(title="Call sites of the top operators (totals over the whole trace)", box=box.SIMPLE_HEAD,
+                  title_justify="left")
+    for column in ("operator", "called from", "calls", "host self", *(("device self",) if device else ())):
+        table.add_column(column, justify="left" if column in ("operator", "called from") else "right",
+                         overflow="ellipsis", no_wrap=True, max_width=36 if column == "operator" else None)
+    previous = None
+    shown = 0
+    for row in report.call_sites:
+        if row.operator != previous:
+            shown += 1
+            if shown > top:
+                break
+        cells = ["" if row.operator == previous else row.operator, row.site, f"{row.calls:,}",
+                 duration(row.host_self_us), *((duration(row.device_self_us),) if device else ())]
+        table.add_row(*(Text(printable(cell)) for cell in cells))
+        previous = row.operator
+    return table
