@@ -13,6 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from torchscope.render.distributed_terminal import distributed_section
+from torchscope.render.callsites_terminal import call_sites_table
 from torchscope.render.memory_terminal import memory_table
 from torchscope.render.modules_terminal import modules_table
 from torchscope.render.registry import RenderOptions, register
@@ -54,6 +55,7 @@ def render_terminal(
         _breakdown("Step time breakdown (mean per step)", report.breakdown, report.mean_step_us),
         _breakdown("Training phases (host)", report.phases, report.mean_step_us) if report.run.device_kind != "cpu" else None,
         _operators(report, by_shape, top),
+        call_sites_table(report, top),
         _kernels(report, top),
         _ranges(report, top),
         modules_table(report, top),
@@ -150,6 +152,8 @@ def _evidence_value(key: str, value: Any) -> str:
             return f"{100 * float(value):.1f}%"
         if "bytes" in key:
             return _bytes(float(value))
+    if isinstance(value, dict) and "bytes" in key:  # {call site: bytes}
+        return "{" + ", ".join(f"{k}: {_bytes(float(v)) if _is_number(v) else _value(v)}" for k, v in list(value.items())[:5]) + "}"
     if isinstance(value, dict) and _in_us(key):
         # A plug-in's or an old report's dict may hold None or text beside the numbers.
         shown = (f"{k}: {_us(float(v)) if _is_number(v) else _value(v)}" for k, v in list(value.items())[:5])
