@@ -50,4 +50,11 @@ def test_time_per_module_from_a_real_capture(tmp_path: Path) -> None:
     assert net.host_us_per_step >= body.host_us_per_step + rows["Net_0/Linear_2"].host_us_per_step
     # The model's forward is within the forward phase's time.
     assert net.host_us_per_step <= report.breakdown["forward"].us * 1.01
-    assert "Net_0/Sequential_0/Linear_0" in render_terminal(report, width=100)
+    text = render_terminal(report, width=100)
+    assert "Net_0/Sequential_0/Linear_0" in text
+    # Call sites: the model's linear layers are called from Net.forward, in this file (the Python tracer
+    # names a frame by its function's first line).
+    sites = {(r.operator, r.site) for r in report.call_sites}
+    line = Net.forward.__code__.co_firstlineno
+    assert ("aten::addmm", f"forward (test_modules_capture.py:{line})") in sites
+    assert "Call sites of the top operators" in text
