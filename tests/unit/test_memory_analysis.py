@@ -145,3 +145,23 @@ def test_growth_slope_ignores_one_odd_step() -> None:
     traffic = StepTraffic(at_start, np.r_[at_start[1:], 100 * MIB], *([np.zeros(6)] * 6), np.zeros(0), np.zeros(0))
     fit = growth(traffic)
     assert fit.bytes_per_step == 0.0 and fit.low_bytes_per_step == 0.0
+
+
+def test_two_ranks_merge_as_declared(tmp_path: Path) -> None:
+    """Peaks: the largest over ranks, with its rank; step rows: every rank's; growth: the span with the
+    most steps; the rules' figures: the step-weighted mean."""
+    for rank, (steps, leak) in enumerate([(3, 2 * MIB), (5, 4 * MIB)]):
+        b = TraceBuilder().gpu().rank(rank, 2)
+        mem = Allocator(b)
+        for i in range(steps):
+            t0 = 100.0 + i * STEP_US
+            b.step(i + 5, t0, STEP_US - 10)
+            b.op("aten::ones", t0 + 300, 50)
+            mem.alloc(t0 + 310, addr=1000 + i, nbytes=leak)
+        b.write(tmp_path / "run" / f"rank{rank}.pt.trace.json")
+    report = torchscope.analyze(tmp_path / "run", jobs=1, use_cache=False)
+    memory = report.memory
+    assert memory.peaks["cuda:0"].rank == 1 and memory.peak_allocated_bytes["cuda:0"] == 5 * 4 * MIB
+    assert sorted((r.rank, r.step) for r in memory.per_step) == [(0, 5), (0, 6), (0, 7), (1, 5), (1, 6), (1, 7), (1, 8), (1, 9)]
+    assert memory.growth["cuda:0"].bytes_per_step == 4 * MIB and memory.growth["cuda:0"].boundaries == 6
+    assert report.measurements.memory.growth_bytes_per_step["cuda:0"] == (3 * 2 * MIB + 5 * 4 * MIB) / 8
