@@ -49,7 +49,9 @@ def test_columns_then_the_terminal_decide(monkeypatch: pytest.MonkeyPatch) -> No
         os.close(follower)
 
 
-@pytest.mark.parametrize("command", [["run", "x.py"], ["demo"], ["analyze", "t.json"], ["diff", "a", "b"]])
+@pytest.mark.parametrize(
+    "command", [["run", "x.py"], ["demo"], ["analyze", "t.json"], ["diff", "a", "b"], ["memory", "s.pickle"]]
+)
 def test_every_reporting_command_takes_width(command: list[str]) -> None:
     args = build_parser().parse_args([command[0], "--width", "64", *command[1:]])
     assert args.width == 64
