@@ -121,3 +121,22 @@ def test_compute_verdict_quotes_the_matmul_rate_against_the_gpu_peak() -> None:
     assert f.evidence["matmul_share_of_fp32_peak"] == pytest.approx(gflops / 15_700, rel=1e-3)
     small = OperatorRow(name="aten::mm", calls=1, host_self_us=1, host_total_us=2, device_total_us=100, flops=1e6)
     assert "matmul_gflops" not in finding(report(device=gpu(), breakdown={"kernel": 0.8}, operators=[small]), "compute.bound").evidence
+
+
+def test_cpu_verdict_quotes_the_matmul_rate_against_the_rate_measured_at_capture() -> None:
+    from test_rules_support import finding, report
+    from torchscope.report.model import OperatorRow
+
+    # aten::linear nests aten::addmm: the same FLOPs twice; only addmm counts (ROOFLINE_OPS).
+    linear = OperatorRow(name="aten::linear", calls=40, host_self_us=100, host_total_us=20_100, flops=40 * 2 * 512**3)
+    addmm = OperatorRow(name="aten::addmm", calls=40, host_self_us=20_000, host_total_us=20_000, flops=40 * 2 * 512**3)
+    manifest = {"environment": {"cpu_peak": {"matmul_gflops": 100.0, "copy_gbps": 10.0, "threads": 2}}}
+    rep = report(phases={"forward": 0.5, "backward": 0.3}, operators=[linear, addmm], manifest=manifest)
+    f = finding(rep, "compute.bound")
+    gflops = 40 * 2 * 512**3 / 20e-3 / 1e9  # 536.9 GFLOP/s
+    assert f.evidence["matmul_gflops"] == pytest.approx(gflops, rel=1e-3)
+    assert f.evidence["peak_fp32_gflops"] == 100.0
+    assert f.evidence["matmul_share_of_fp32_peak"] == pytest.approx(gflops / 100.0, rel=1e-3)
+    assert "measured at capture" in f.title
+    unmeasured = finding(report(phases={"forward": 0.5, "backward": 0.3}, operators=[linear, addmm]), "compute.bound")
+    assert unmeasured.evidence["peak_fp32_gflops"] is None and unmeasured.evidence["matmul_share_of_fp32_peak"] is None

@@ -13,12 +13,16 @@ import os
 import sys
 from typing import Any
 
+from torchscope.capture.cpu_peak import measure_cpu_peak
+
 
 def capture_environment(
-    dataloaders: list[dict[str, Any]] | None = None, timing: dict[str, Any] | None = None
+    dataloaders: list[dict[str, Any]] | None = None, timing: dict[str, Any] | None = None, cpu_peak: bool = False
 ) -> dict[str, Any]:
     """CPUs and threading of this process, plus the DataLoaders iterated and the step clock's ``timing``
-    (its ``contention`` kept apart) when given (never raises; torch's part only if the script imported torch)."""
+    (its ``contention`` kept apart) when given (never raises; torch's part only if the script imported torch).
+    ``cpu_peak``: on a machine without an accelerator, measure the CPU's matmul and copy rates
+    (:mod:`torchscope.capture.cpu_peak`) for the roofline."""
     try:
         cpus = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
@@ -37,6 +41,10 @@ def capture_environment(
             env["accelerator"] = _accelerator(torch_module)
         except Exception:  # an exotic build must not cost the manifest
             pass
+        if cpu_peak and env.get("accelerator", "unknown") is None:
+            peak = measure_cpu_peak(torch_module)
+            if peak is not None:
+                env["cpu_peak"] = peak
     if dataloaders:
         env["dataloaders"] = [dict(loader) for loader in dataloaders]
     if timing:

@@ -408,7 +408,8 @@ class Profiler:
             errors=list(self.errors),
             exit_code=self.exit_code,
             torch_version=str(torch.__version__),
-            environment=capture_environment(self._loaders.loaders, self._clock.summary()),
+            # The CPU's own peak only after a completed capture: never while saving on a signal or an error.
+            environment=capture_environment(self._loaders.loaders, self._clock.summary(), cpu_peak=self.status in (None, "complete")),
             backend=self._writer.backend if self._writer is not None else None,
         )
         try:

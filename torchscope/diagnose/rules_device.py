@@ -199,7 +199,7 @@ def compute_bound(ctx: Context) -> Optional[Verdict]:
     )
     roofline = matmul_roofline(ctx, share * ctx.mean_step_us * ctx.steps / 1e6)
     return Verdict(
-        title=f"Compute-bound: {where}; no input, host or synchronisation bottleneck found" + _roofline_text(roofline),
+        title=f"Compute-bound: {where}; no input, host or synchronisation bottleneck found" + _roofline_text(roofline, ctx.report.device.present),
         share=None,
         evidence={"compute_share": share, "top_operators": [op.name for op in ctx.report.operators[:3]], **roofline},
         recommendation=(
@@ -258,28 +258,43 @@ def memory_near_capacity(ctx: Context) -> Optional[Verdict]:
 MATMUL_TIME_SHARE = 0.2  # below this share of the compute time, the matmuls' rate says little about the run
 
 
+# Ops that do the math of their family once (callers such as aten::linear or aten::conv2d nest them, so
+# counting both would count each FLOP twice); other ops with FLOPs only when none of these has any.
+ROOFLINE_OPS = frozenset({"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::convolution"})
+
+
 def matmul_roofline(ctx: Context, compute_seconds: float) -> dict[str, Optional[float]]:
-    """Achieved GFLOP/s of the matmul-family ops (FLOPs from input shapes over their time) and the GPU's
-    datasheet FP32 peak (None: unknown; CPU peaks are not measured yet); empty when matmuls take under
-    a fifth of the compute time (e.g. a convnet's classifier: convolution FLOPs are not counted yet)."""
-    rows = [op for op in ctx.report.operators if op.flops]
+    """Achieved GFLOP/s of the matmul and convolution ops (FLOPs from input shapes over their time) and the
+    peak it is compared with: a GPU's datasheet FP32 peak, or on a CPU run the matmul rate measured at
+    capture end (manifest environment `cpu_peak`); None where unknown. Empty when those ops take under a
+    fifth of the compute time (their rate would say little about the run)."""
+    with_flops = [op for op in ctx.report.operators if op.flops]
+    rows = [op for op in with_flops if op.name in ROOFLINE_OPS] or with_flops
     seconds = sum((op.device_total_us or op.host_total_us) for op in rows) / 1e6
     if not rows or seconds <= 0 or seconds < MATMUL_TIME_SHARE * compute_seconds:
         return {}
     achieved = sum(op.flops or 0.0 for op in rows) / seconds / 1e9
-    peak = gpu_peak(ctx.report.device.name) if ctx.report.device.present else None
+    peak_gflops: Optional[float] = None
+    if ctx.report.device.present:
+        peak = gpu_peak(ctx.report.device.name)
+        peak_gflops = 1e3 * peak.fp32_tflops if peak else None
+    else:
+        measured = ctx.environment().get("cpu_peak")
+        value = measured.get("matmul_gflops") if isinstance(measured, dict) else None
+        peak_gflops = float(value) if isinstance(value, (int, float)) and value > 0 else None
     return {
         "matmul_gflops": achieved,
-        "peak_fp32_gflops": 1e3 * peak.fp32_tflops if peak else None,
-        "matmul_share_of_fp32_peak": achieved / (1e3 * peak.fp32_tflops) if peak else None,
+        "peak_fp32_gflops": peak_gflops,
+        "matmul_share_of_fp32_peak": achieved / peak_gflops if peak_gflops else None,
     }
 
 
-def _roofline_text(roofline: dict[str, Optional[float]]) -> str:
+def _roofline_text(roofline: dict[str, Optional[float]], on_gpu: bool) -> str:
     achieved, share = roofline.get("matmul_gflops"), roofline.get("matmul_share_of_fp32_peak")
     if achieved is None:
         return ""
-    return f"; matmuls run at {achieved:,.1f} GFLOP/s" + (f" ({pct(share)} of the FP32 peak)" if share is not None else "")
+    peak = "the FP32 peak" if on_gpu else "this CPU's FP32 matmul rate measured at capture"
+    return f"; matmuls run at {achieved:,.1f} GFLOP/s" + (f" ({pct(share)} of {peak})" if share is not None else "")
 
 
 CONV_BIAS_BN = Threshold(0, "any convolution with a bias followed by batch_norm (torch.profiler `_pattern_matcher` Conv2dBiasFollowedByBatchNorm2dPattern)")

@@ -1,0 +1,61 @@
+"""What this CPU can do, measured at the end of a CPU capture: a short float32 matmul and a large copy,
+on the threads the script left torch with. The roofline of a CPU run compares its operators with these
+figures (a CPU has no datasheet peak that torch reaches: vector width, turbo, threads and the memory
+system all decide it).
+
+Costs about 0.2 s, once, after the profiled window has closed and only when the capture completed, so it
+never runs inside the user's training or delays a Ctrl-C. Uses torch.ones (no random numbers), under
+no_grad, and frees what it allocated.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+MATMUL_N = 512  # 2 x 512^3 = 0.27 GFLOP a call: a few ms on a laptop core, large enough to be compute-bound
+COPY_BYTES = 64 << 20  # larger than any last-level cache, so the copy measures memory bandwidth
+MATMUL_SECONDS = 0.12
+COPY_SECONDS = 0.06
+
+
+def measure_cpu_peak(torch: Any) -> dict[str, Any] | None:
+    """{matmul_gflops, copy_gbps, threads, method} from the best of short repeated runs (None if torch
+    fails, e.g. an exotic build)."""
+    try:
+        with torch.no_grad():
+            a = torch.ones(MATMUL_N, MATMUL_N)
+            b = torch.ones(MATMUL_N, MATMUL_N)
+            out = torch.empty(MATMUL_N, MATMUL_N)
+            torch.mm(a, b, out=out)  # warm-up: thread pool and kernel selection
+            matmul = _best_rate(lambda: torch.mm(a, b, out=out), 2.0 * MATMUL_N**3, MATMUL_SECONDS)
+            source = torch.ones(COPY_BYTES // 4)
+            target = torch.empty_like(source)
+            target.copy_(source)
+            copy = _best_rate(lambda: target.copy_(source), 2.0 * COPY_BYTES, COPY_SECONDS)  # read + write
+            threads = int(torch.get_num_threads())
+        del a, b, out, source, target
+    except Exception:  # never cost the manifest
+        return None
+    return {
+        "matmul_gflops": matmul / 1e9,
+        "copy_gbps": copy / 1e9,
+        "threads": threads,
+        "method": f"best of repeated float32 {MATMUL_N}x{MATMUL_N} matmuls and {COPY_BYTES >> 20} MiB copies at capture end",
+    }
+
+
+def _best_rate(call: Any, work: float, seconds: float) -> float:
+    """The highest work per second over repeated calls within `seconds` (the fastest call is the one
+    least disturbed by other processes)."""
+    best = float("inf")
+    deadline = time.perf_counter() + seconds
+    calls = 0
+    while calls < 3 or time.perf_counter() < deadline:
+        started = time.perf_counter()
+        call()
+        best = min(best, time.perf_counter() - started)
+        calls += 1
+        if calls >= 1000:
+            break
+    return work / best if best > 0 else 0.0
