@@ -30,6 +30,11 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
         "--jobs", type=int, default=None,
         help="workers: ranks analysed in parallel processes, or one large trace parsed in byte ranges on threads (default: CPU count)",
     )
+    parser.add_argument(
+        "--cluster", metavar="ADDRESS", default=None,
+        help="extract the ranks on a Dask cluster: a scheduler address (tcp://host:8786) or 'local' "
+        "(needs pip install 'torchscope[cluster]'; docs/distributed.md)",
+    )
     parser.add_argument("--no-cache", action="store_true", help="do not read or write the parsed-trace cache")
     add_width_option(parser)
     parser.add_argument("--by-shape", action="store_true", help="terminal: group the operator table by input shape")
@@ -48,7 +53,7 @@ def execute(args: argparse.Namespace) -> int:
         check_output_target(args.output, args.paths)
     with load_progress(enabled=sys.stderr.isatty()) as progress:
         run = analyze_run(args.paths, jobs=args.jobs, use_cache=not args.no_cache, progress=progress,
-                          sidecars=None if args.format == "html" else ())  # only the page draws them
+                          sidecars=None if args.format == "html" else (), cluster=args.cluster)  # only the page draws sidecars
     report = run.report
     color = args.output is None and sys.stdout.isatty()
     options = RenderOptions(width=width, color=color, by_shape=args.by_shape, top=args.top, sidecars=run.sidecars)

@@ -56,13 +56,15 @@ def analyze(
     jobs: int | None = None,
     use_cache: bool = True,
     progress: Progress | None = None,
+    cluster: str | None = None,
 ) -> Report:
     """Load, analyse and diagnose the traces at `path` (file, trace directory or run directory, or a list).
 
     `jobs`: ranks analysed in parallel processes, or threads parsing one large trace (default: CPUs).
     `use_cache`: read and write the table and extract caches. `progress`, if given, is called with
-    (done, total) in bytes of trace text. Raises `InputError` (one-line message) on unusable input."""
-    return analyze_run(path, jobs, use_cache, progress, sidecars=()).report
+    (done, total) in bytes of trace text. `cluster`: extract the ranks on this Dask scheduler (or "local",
+    pipeline/cluster.py) instead of the local pool. Raises `InputError` (one-line message) on unusable input."""
+    return analyze_run(path, jobs, use_cache, progress, sidecars=(), cluster=cluster).report
 
 
 def analyze_run(
@@ -71,6 +73,7 @@ def analyze_run(
     use_cache: bool = True,
     progress: Progress | None = None,
     sidecars: Collection[str] | None = None,
+    cluster: str | None = None,
 ) -> RunAnalysis:
     """`analyze`, with the sidecars of the analyses that produce them: the built-in ones named in
     `sidecars` (None: all, e.g. the timeline lanes the HTML dashboard draws) and every plug-in's."""
@@ -80,7 +83,10 @@ def analyze_run(
     refs = found.refs
     analyses = all_analyses(sidecars)
     with quiet_numerics():
-        ranks, failures = _extract_ranks(group_by_worker(refs), analyses, jobs or default_jobs(), use_cache, progress or no_progress)
+        if cluster is None:
+            ranks, failures = _extract_ranks(group_by_worker(refs), analyses, jobs or default_jobs(), use_cache, progress or no_progress)
+        else:
+            ranks, failures = _cluster_ranks(group_by_worker(refs), analyses, jobs or default_jobs(), use_cache, cluster)
         manifest, statuses = run_manifest(paths)
         report, sidecars = assemble(ranks, analyses, manifest, statuses, [path_text(p) for p in paths])
         if failures:  # the other ranks still make a meaningful, partial report
@@ -143,6 +149,23 @@ def _extract_ranks(
         raise TorchscopeError(
             "a worker process died while analysing the ranks (out of memory?); retry with --jobs 1"
         ) from None
+
+
+def _cluster_ranks(
+    groups: list[list[TraceFileRef]], analyses: Sequence[Analysis[Any]], jobs: int, use_cache: bool, address: str
+) -> tuple[list[RankExtracts], list[InputError]]:
+    """As `_extract_ranks`, each rank a task on a Dask cluster (a local one of `jobs` workers for "local")."""
+    from torchscope.pipeline.cluster import extract_on_cluster
+
+    results = extract_on_cluster(groups, analyses, use_cache, address, jobs)
+
+    def result_of(index: int) -> RankExtracts:
+        value = results[index]
+        if isinstance(value, InputError):
+            raise value
+        return value
+
+    return _collect(result_of, len(results), _no_rank_done)
 
 
 def _no_rank_done(index: int) -> None:

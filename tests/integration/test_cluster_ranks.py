@@ -1,0 +1,52 @@
+"""`analyze(..., cluster=ADDRESS)` extracts the ranks on a Dask cluster of two workers that the test starts
+itself, with a Report identical to the local process pool's; an unreachable scheduler is one line."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+pytestmark = pytest.mark.slow  # a Dask cluster of two worker processes starts in seconds
+
+from torchscope.errors import InputError
+from torchscope.pipeline.analyze import analyze
+from torchscope.report.model import encode_report
+
+if importlib.util.find_spec("distributed") is None:
+    pytest.skip("the cluster extra is not installed: pip install 'torchscope[cluster]'", allow_module_level=True)
+
+TRACES = Path(__file__).resolve().parents[1] / "data" / "traces"
+
+
+@pytest.fixture(scope="module")
+def scheduler() -> Iterator[tuple[str, object]]:
+    from distributed import Client, LocalCluster
+
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
+        with Client(cluster) as client:
+            yield cluster.scheduler_address, client
+
+
+def test_two_workers_give_the_local_pools_report(scheduler: tuple[str, object]) -> None:
+    from distributed import get_task_stream
+
+    address, client = scheduler
+    run = TRACES / "hta_two_ranks_nccl"
+    with get_task_stream(client) as stream:
+        on_cluster = analyze(run, cluster=address, use_cache=False)
+    local = analyze(run, jobs=2, use_cache=False)
+    ran = [t for t in stream.data if str(t["key"]).startswith("_extract_or_error")]
+    assert len(ran) == 2 and len({t["worker"] for t in ran}) >= 1  # one task per rank, on the test's workers
+    assert on_cluster.distributed.present and len(on_cluster.distributed.ranks) == 2
+    assert encode_report(on_cluster) == encode_report(local)
+
+
+def test_an_unreachable_scheduler_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    from torchscope.pipeline import cluster
+
+    monkeypatch.setattr(cluster, "CONNECT_TIMEOUT_S", 1)
+    with pytest.raises(InputError, match="cannot reach the Dask scheduler"):
+        analyze(TRACES / "hta_two_ranks_nccl", cluster="tcp://127.0.0.1:9")
