@@ -156,3 +156,19 @@ def test_operators_show_achieved_flops_where_known(page: Page, reports: dict[str
     assert any(name in shown for name in known)
     assert all(shown[name] == "-" for name in unknown if name in shown)
     assert page.errors == []
+
+
+def test_operators_view_shows_call_sites_and_modules_of_a_run_with_stacks(page: Page, reports: dict[str, Path], cpu_run: Path) -> None:
+    import torchscope
+
+    report = torchscope.analyze(cpu_run, jobs=1, use_cache=False)
+    assert report.call_sites and report.modules  # torchscope.profile records stacks and module events
+    tab = _open(page, reports["cpu"], "operators")
+    sites = tab.locator("#view-operators .card", has_text="Where the top operators are called from").locator("table.data")
+    shown_sites = set(_column(tab, sites, 2))
+    assert shown_sites == {row.site for row in report.call_sites}
+    assert all("(" in site and ":" in site for site in shown_sites)  # "func (file.py:42)"
+    modules = tab.locator("#view-operators .card", has_text="Modules (nn.Module forward").locator("table.data")
+    assert set(_column(tab, modules, 1)) == {row.path for row in report.modules}
+    assert "Linear" in _column(tab, modules, 2)
+    assert page.errors == []

@@ -185,6 +185,14 @@
     function draw(shape) { holder.replaceChildren(table(cols(shape), withRate(shape ? R.operators_by_shape : R.operators), { sort: "host_self_us", extra: [toggle] })); }
     root.append(card("Operators", holder));
     draw(false);
+    if ((R.call_sites || []).length) root.append(card("Where the top operators are called from (innermost frame of your code)", table([
+      { key: "operator", title: "operator" }, { key: "site", title: "call site" }, { key: "calls", title: "calls", num: true },
+      { key: "host_self_us", title: "host self", num: true, fmt: fmtUs }, { key: "device_self_us", title: "device self", num: true, fmt: fmtUs }],
+      R.call_sites, { sort: "host_self_us" })));
+    if ((R.modules || []).length) root.append(card("Modules (nn.Module forward, per step)", table([
+      { key: "path", title: "module path" }, { key: "module", title: "class" }, { key: "calls_per_step", title: "calls/step", num: true, fmt: (v) => v.toFixed(1) },
+      { key: "host_us_per_step", title: "host incl.", num: true, fmt: fmtUs }, { key: "host_self_us_per_step", title: "host self", num: true, fmt: fmtUs },
+      { key: "device_us_per_step", title: "device", num: true, fmt: fmtUs }], R.modules, { sort: "host_us_per_step" })));
     if ((R.ranges || []).length) root.append(card("record_function ranges", table([{ key: "name", title: "range" },
       { key: "calls", title: "calls", num: true }, { key: "total_us", title: "total", num: true, fmt: fmtUs },
       { key: "mean_us", title: "mean", num: true, fmt: fmtUs }], R.ranges, { sort: "total_us" })));
