@@ -179,18 +179,23 @@ def user_call_site(
     user = np.zeros(len(events), dtype=bool)
     if python.size:
         user[python] = events.name_mask(lambda s: bool(_FRAME.match(s)) and not _LIBRARY_FRAME.search(s), python)
+    module = np.zeros(len(events), dtype=bool)  # `nn.Module: Linear_0` events: the module called
+    if python.size:
+        module[python] = events.name_mask(lambda s: s.startswith("nn.Module: "), python)
     frame = np.full(start.size, -1, dtype=np.int64)
     callee = np.full(start.size, -1, dtype=np.int64)
     current = start.astype(np.int64)
-    previous = np.full(start.size, -1, dtype=np.int64)
+    previous = np.full(start.size, -1, dtype=np.int64)  # the outermost Python call below, so far
+    called_module = np.full(start.size, -1, dtype=np.int64)  # the outermost module below, so far
     pending = current >= 0
     while pending.any():
         at = np.maximum(current, 0)
         covers = _covers(events, at, t_us)
         hit = pending & user[at] & covers
-        frame[hit], callee[hit] = current[hit], previous[hit]
+        frame[hit], callee[hit] = current[hit], np.where(called_module[hit] >= 0, called_module[hit], previous[hit])
         pending &= ~hit
         previous = np.where(pending & covers & (events.kind[at] == Kind.PYTHON_FUNCTION), current, previous)
+        called_module = np.where(pending & covers & module[at], current, called_module)
         current = np.where(pending, tree.parent[at], -1)
         pending &= current >= 0
     # A pair of string ids per event: (frame, call made) names, else (0, the op's call stack); (0, 0): nothing.
@@ -205,9 +210,17 @@ def user_call_site(
     return code_of[inverse.reshape(-1)], names
 
 
+def _callee_text(name: str) -> str:
+    """The call the user's line made: a built-in (`torch.ones`), a module (`nn.Module: Linear_0`), a
+    function of theirs with its place, or a library function by its name only (`backward`)."""
+    if _FRAME.match(name) and _LIBRARY_FRAME.search(name):
+        return name.rsplit(": ", 1)[-1]
+    return readable(name)
+
+
 def _site_text(strings: list[str], frame: int, second: int) -> str:
     if frame > 0:
-        return readable(strings[frame]) + (f" > {readable(strings[second])}" if second > 0 else "")
+        return readable(strings[frame]) + (f" > {_callee_text(strings[second])}" if second > 0 else "")
     for line in strings[-second].split(";") if second < 0 else ():
         if line.strip() and not _LIBRARY_FRAME.search(line):
             return readable(line.strip())
