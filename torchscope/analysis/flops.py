@@ -140,11 +140,26 @@ def op_flops(name: str, input_dims: str, concrete_inputs: str = "") -> Optional[
 
 
 def event_flops(events: EventTable, ops: np.ndarray) -> np.ndarray:
-    """FLOPs of each op event in `ops` (NaN where not derivable)."""
-    if ops.size == 0:
-        return np.zeros(0)
-    key = np.stack([events.name[ops], events.input_dims[ops], events.concrete_inputs[ops]], axis=1)
-    unique, inverse = np.unique(key, axis=0, return_inverse=True)
+    """FLOPs of each op event in `ops` (NaN where not derivable). Only ops named in the formulas are
+    looked at, each distinct (name, shapes, scalars) once."""
+    flops = np.full(ops.size, np.nan)
+    named = np.flatnonzero(events.name_mask(lambda name: name in _FORMULAS or name in _CONV_ARGS, ops))
+    if named.size == 0:
+        return flops
+    rows = ops[named]
+    pair = (events.name[rows].astype(np.int64) << 32) | events.input_dims[rows].astype(np.int64)
+    scalars = events.concrete_inputs[rows]
+    order = np.lexsort((scalars, pair))
+    new_key = np.ones(order.size, dtype=bool)
+    new_key[1:] = (pair[order][1:] != pair[order][:-1]) | (scalars[order][1:] != scalars[order][:-1])
+    firsts = rows[order[new_key]]
     text = events.strings
-    per_key = np.array([op_flops(text[n], text[d], text[c]) for n, d, c in unique.tolist()], dtype=float)  # None -> NaN
-    return per_key[inverse.ravel()]
+    per_key = np.array(
+        [op_flops(text[n], text[d], text[c]) for n, d, c in zip(
+            events.name[firsts].tolist(), events.input_dims[firsts].tolist(), events.concrete_inputs[firsts].tolist())],
+        dtype=float,
+    )  # None -> NaN
+    key_of = np.empty(order.size, dtype=np.int64)
+    key_of[order] = np.cumsum(new_key) - 1
+    flops[named] = per_key[key_of]
+    return flops
