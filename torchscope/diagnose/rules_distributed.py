@@ -91,7 +91,7 @@ def _exposed_transfer(ctx: Context) -> Optional[Verdict]:
     )
 
 
-STRAGGLER = Threshold(0.05, "spread >= 5 % of the mean step (MSPROF slow-rank: (max-min)/mean > 5 %)")
+STRAGGLER = Threshold(0.05, "late rank: median lateness >= 5 % of the mean step, else spread (MSPROF slow-rank: (max-min)/mean > 5 %)")
 
 
 # No fix as data: the cause (data, hardware, rank-0-only work) is for the user to find; the finding names it.
