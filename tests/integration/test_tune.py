@@ -66,10 +66,14 @@ def _tune(target: str, cwd: Path, *options: str) -> dict:  # type: ignore[type-a
 
 
 def test_more_dataloader_workers_are_measured_faster_and_the_change_points_at_the_call(tmp_path: Path) -> None:
+    """num_workers=2 on the planted slow __getitem__ (time.sleep: the loading waits, so two workers need
+    no cores of their own). The diagnosis's own advice depends on how busy the cores are (it may propose
+    fewer workers, or none, on a loaded 2-core machine): `--try` makes sure this candidate is measured;
+    where the diagnosis proposed the same, it is one candidate."""
     script = EXAMPLES / "slow_getitem.py"
-    result = _tune(str(script), tmp_path, "--baselines", "1")
-    data = next(c for c in result["candidates"] if c["finding"] == "data_loading.exposed")
-    assert any(f["target"] == "num_workers" and f["value"] >= 2 for f in data["fixes"])
+    result = _tune(str(script), tmp_path, "--baselines", "1", "--active", "7", "--try", "num_workers=2")  # all 10 steps
+    data = next(c for c in result["candidates"]
+                if any(f["target"] == "num_workers" and f["value"] == 2 for f in c["fixes"]))
     assert data["status"] == "faster" and data["significant"] is True
     assert data["speedup"] >= 1.5 and data["ci_low"] > 1.0  # beyond noise: the interval's low end too
     assert abs(data["loss_change"]) <= 0.1
@@ -77,7 +81,9 @@ def test_more_dataloader_workers_are_measured_faster_and_the_change_points_at_th
     line = next(n for n, text in enumerate(script.read_text().splitlines(), 1) if "DataLoader(" in text)
     assert data["applied_at"] == [f"{script}:{line}"]
     assert data["change"][0] == f"--- {script}:{line}" and "num_workers=2" in data["change"][-1]
-    assert data["predicted_saving"] > 0 and data["measured_saving"] > 0
+    assert data["measured_saving"] > 0
+    finding = next((c for c in result["candidates"] if c["finding"] == "data_loading.exposed"), None)
+    assert finding is None or finding["predicted_saving"] > 0  # the diagnosis's prediction, where it proposed one
 
 
 def test_a_foreach_optimizer_is_applied_and_measured(tmp_path: Path) -> None:
@@ -85,7 +91,8 @@ def test_a_foreach_optimizer_is_applied_and_measured(tmp_path: Path) -> None:
     faster depends on the machine (on this 2-core CPU it is within noise), so the test asserts the
     measurement is made and reported, not a speed-up."""
     script = EXAMPLES / "adam_foreach_false.py"
-    result = _tune(str(script), tmp_path, "--baselines", "1", "--keep", str(tmp_path / "trials"))
+    result = _tune(str(script), tmp_path, "--baselines", "1", "--repeats", "1", "--warmup", "1", "--active", "4",
+                   "--keep", str(tmp_path / "trials"))
     optimizer = next(c for c in result["candidates"] if c["finding"] == "optimizer.step")
     assert [f["target"] for f in optimizer["fixes"]] in (["foreach"], ["fused"])
     line = next(n for n, text in enumerate(script.read_text().splitlines(), 1) if "optim.Adam(" in text)
@@ -101,16 +108,18 @@ def test_a_foreach_optimizer_is_applied_and_measured(tmp_path: Path) -> None:
 
 def test_a_healthy_compute_bound_script_has_no_winner(tmp_path: Path) -> None:
     (tmp_path / "healthy.py").write_text(HEALTHY)
-    result = _tune("healthy.py", tmp_path)
+    result = _tune("healthy.py", tmp_path, "--warmup", "1", "--active", "4")
     assert result["verdict"] == "no candidate beats the baseline beyond noise" and result["best"] is None
     assert not any(c["status"] == "faster" for c in result["candidates"])
-    assert result["noise_pct"] >= 2.0 and result["baseline_steps"] == 10  # two baselines of five steps
+    assert result["noise_pct"] >= 2.0 and result["baseline_steps"] == 8  # two baselines of four steps
 
 
 def test_checkpoints_stay_out_of_the_users_directory_and_ctrl_c_returns_what_was_measured(tmp_path: Path) -> None:
     (tmp_path / "train.py").write_text(CHECKPOINTING)
     before = sorted(p.name for p in tmp_path.iterdir())
-    tune = subprocess.Popen([sys.executable, "-m", "torchscope", "tune", "--format", "json", "--baselines", "1", "train.py"],
+    # --try: a candidate whatever the diagnosis advises on this machine, so there is a trial to interrupt.
+    tune = subprocess.Popen([sys.executable, "-m", "torchscope", "tune", "--format", "json", "--baselines", "1",
+                             "--try", "num_workers=2", "train.py"],
                             cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert tune.stderr is not None
     for line in tune.stderr:  # the baseline is measured once the first candidate's trial starts
@@ -122,7 +131,8 @@ def test_checkpoints_stay_out_of_the_users_directory_and_ctrl_c_returns_what_was
     assert tune.returncode == 130, err
     result = json.loads(out)
     assert result["interrupted"] is True and result["baseline_steps"] == 5
-    assert any(c["finding"] == "data_loading.exposed" and c["status"] == "skipped" for c in result["candidates"])
+    assert result["candidates"] and all(c["status"] == "skipped" and c["detail"] == "not run: interrupted"
+                                        for c in result["candidates"])
     assert sorted(p.name for p in tmp_path.iterdir()) == before  # no checkpoint, no log: they went to the trial's folder
 
 

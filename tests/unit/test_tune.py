@@ -89,3 +89,21 @@ def test_renderers_escape_user_text() -> None:
     assert "<script>" not in page and "&lt;script&gt;.py" in page and "\x1b" not in page
     text = render_tune_terminal(result)
     assert "\x1b" not in text and "predicted 40 %, measured 50 %" in text and "2.00x (95 % CI 1.50-2.60x)" in text
+
+
+def test_try_parses_one_candidate_and_rejects_what_a_trial_cannot_apply() -> None:
+    import pytest
+
+    from torchscope.errors import UsageError
+    from torchscope.pipeline.tune import parse_try, requested
+
+    assert parse_try("num_workers=4, persistent_workers=True") == (
+        Fix(kind="dataloader_kwarg", target="num_workers", value=4),
+        Fix(kind="dataloader_kwarg", target="persistent_workers", value=True))
+    assert parse_try("set_num_threads=1") == (Fix(kind="torch_flag", target="torch.set_num_threads", value=1),)
+    for bad in ("num_workers", "batch_size=64", "torch.compile()=1"):
+        with pytest.raises(UsageError):
+            parse_try(bad)
+    proposed = [Candidate(fix="num_workers=2", description="", fixes=[WORKERS])]
+    extra = requested([(WORKERS,), (FOREACH,)], proposed)  # the diagnosis's own candidate is not repeated
+    assert [c.fixes for c in extra] == [[FOREACH]] and extra[0].finding is None

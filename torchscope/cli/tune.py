@@ -28,8 +28,12 @@ def register(subparsers: Any) -> None:
                         help="stop trying after S seconds in all (default 600)")
     parser.add_argument("--baselines", type=int, default=2, metavar="N",
                         help="baseline trials; their spread is the run-to-run noise estimate (default 2)")
+    parser.add_argument("--repeats", type=int, default=2, metavar="N",
+                        help="trials of one candidate at most: another while the answer is within noise (default 2)")
     parser.add_argument("--loss-tolerance", type=float, default=0.1, metavar="F",
                         help="a trial whose mean loss moves more than F (relative) is not used (default 0.1)")
+    parser.add_argument("--try", dest="extra", action="append", default=[], metavar="K=V[,K=V]",
+                        help="also try this candidate (e.g. num_workers=4,persistent_workers=True); repeatable")
     parser.add_argument("--nproc-per-node", type=int, default=0, metavar="N",
                         help="launch each trial with torchrun --standalone --nproc_per_node=N (a DDP script)")
     parser.add_argument("--in-place", action="store_true",
@@ -46,7 +50,7 @@ def register(subparsers: Any) -> None:
 
 def execute(args: argparse.Namespace) -> int:
     from torchscope.capture.runner import Target, check_target
-    from torchscope.pipeline.tune import TuneOptions, tune
+    from torchscope.pipeline.tune import TuneOptions, parse_try, tune
 
     if args.module is not None:
         if not args.module:
@@ -60,12 +64,13 @@ def execute(args: argparse.Namespace) -> int:
         raise UsageError("nothing to tune: give a script (torchscope tune train.py) or -m module")
     if args.active < 3 or args.warmup < 0:
         raise UsageError("--active must be at least 3 (fewer steps cannot tell a change from noise), --warmup at least 0")
-    if not args.loss_tolerance >= 0 or not args.budget > 0 or args.baselines < 1 or args.nproc_per_node < 0:
-        raise UsageError("--loss-tolerance must be at least 0, --budget above 0, --baselines at least 1 "
-                         "and --nproc-per-node at least 0")
+    if not args.loss_tolerance >= 0 or not args.budget > 0 or args.baselines < 1 or args.nproc_per_node < 0 \
+            or args.repeats < 1:
+        raise UsageError("--loss-tolerance must be at least 0, --budget above 0, --baselines and --repeats at "
+                         "least 1, --nproc-per-node at least 0")
     options = TuneOptions(warmup=args.warmup, active=args.active, budget_s=args.budget, in_place=args.in_place,
-                          loss_tolerance=args.loss_tolerance, baselines=args.baselines,
-                          nproc_per_node=args.nproc_per_node, keep=args.keep.resolve() if args.keep else None)
+                          loss_tolerance=args.loss_tolerance, baselines=args.baselines, repeats=args.repeats,
+                          nproc_per_node=args.nproc_per_node, extra=tuple(parse_try(t) for t in args.extra), keep=args.keep.resolve() if args.keep else None)
     result = tune(command, options, progress=lambda line: print(f"torchscope tune: {line}", file=sys.stderr, flush=True))
     _write(args.output, _render(args.format, result))
     return INTERRUPTED_EXIT if result.interrupted else 0

@@ -29,14 +29,14 @@ from typing import Callable, Optional, Sequence, Union
 
 import msgspec
 
-from torchscope.capture.interventions import applicable, label
+from torchscope.capture.interventions import DATALOADER_KEYWORDS, OPTIMIZER_KEYWORDS, applicable, label
 from torchscope.capture.trial import TrialRecord
-from torchscope.errors import InputError
+from torchscope.errors import InputError, UsageError
 from torchscope.pipeline.analyze import analyze
 from torchscope.pipeline.diff import step_samples
 from torchscope.pipeline.noise import DEFAULT_RUN_NOISE_PCT, relative_change_interval
 from torchscope.pipeline.tune_snippets import code_change
-from torchscope.report.model import Fix, Report
+from torchscope.report.model import Fix, FixValue, Report
 from torchscope.report.tune import Candidate, TuneResult
 
 TRIAL_ENV = "TORCHSCOPE_TRIAL"
@@ -53,8 +53,10 @@ class TuneOptions:
     timeout_s: float = 600.0  # one trial, the baseline included
     loss_tolerance: float = 0.1  # relative change of the mean loss beyond which a trial is not used
     early_stop: float = 3.0  # a trial running this many times the baseline trial's wall time is clearly slower
+    repeats: int = 2  # trials of a candidate at most: another while the first is within noise
     baselines: int = 2  # baseline trials: their spread is the run-to-run noise estimate
     nproc_per_node: int = 0  # >0: each trial is a torchrun launch of that many ranks (--standalone)
+    extra: tuple[tuple[Fix, ...], ...] = ()  # candidates the user asked for (`--try`), besides the diagnosis's
     keep: Optional[Path] = None  # keep each trial's run directory here (by default deleted with the rest)
 
 
@@ -142,6 +144,7 @@ def tune(command: Sequence[str], options: TuneOptions = TuneOptions(),
         base = [sample for run in runs for sample in step_samples(run.report)]
         noise = run_noise_pct([step_samples(run.report) for run in runs])
         candidates = candidates_from(baseline.report)
+        candidates += requested(options.extra, candidates)
         try:
             for number, candidate in enumerate(candidates, 1):
                 if trials.left_s() <= 0:
@@ -203,6 +206,54 @@ def candidates_from(report: Report) -> list[Candidate]:
     return out
 
 
+def requested(extra: Sequence[Sequence[Fix]], proposed: Sequence[Candidate]) -> list[Candidate]:
+    """The user's own candidates (`--try`), those the diagnosis already proposed left out."""
+    seen = {tuple(sorted((f.kind, f.target, repr(f.value)) for f in c.fixes)) for c in proposed}
+    out = []
+    for fixes in extra:
+        key = tuple(sorted((f.kind, f.target, repr(f.value)) for f in fixes))
+        if key not in seen:
+            seen.add(key)
+            out.append(Candidate(fix=", ".join(_describe(f) for f in fixes), fixes=list(fixes),
+                                 description="asked for with --try (the diagnosis did not propose it)"))
+    return out
+
+
+def parse_try(text: str) -> tuple[Fix, ...]:
+    """`num_workers=2,persistent_workers=True` (one candidate) as fixes; raises UsageError for a keyword
+    a trial cannot apply. Values: integers, floats, True/False, else text."""
+    fixes = []
+    for item in text.split(","):
+        name, sep, raw = item.strip().partition("=")
+        if not sep or not name or not raw:
+            raise UsageError(f"--try {text!r}: expected keyword=value[,keyword=value...]")
+        value = _value(raw.strip())
+        if name in DATALOADER_KEYWORDS:
+            fix = Fix(kind="dataloader_kwarg", target=name, value=value)
+        elif name in OPTIMIZER_KEYWORDS:
+            fix = Fix(kind="optimizer_kwarg", target=name, value=value)
+        elif name in ("set_num_threads", "torch.set_num_threads"):
+            fix = Fix(kind="torch_flag", target="torch.set_num_threads", value=value)
+        else:
+            fix = Fix(kind="torch_flag", target=name, value=value)
+        if not applicable(fix):
+            raise UsageError(f"--try {name}: not a setting a trial can apply (DataLoader: {', '.join(DATALOADER_KEYWORDS)}; "
+                             f"optimizer: {', '.join(OPTIMIZER_KEYWORDS)}; set_num_threads; a torch.* flag)")
+        fixes.append(fix)
+    return tuple(fixes)
+
+
+def _value(raw: str) -> FixValue:
+    if raw in ("True", "False"):
+        return raw == "True"
+    for kind in (int, float):
+        try:
+            return kind(raw)
+        except ValueError:
+            pass
+    return raw
+
+
 def _variants(fixes: list[Fix]) -> list[list[Fix]]:
     for group in ALTERNATIVES:
         chosen = [f for f in fixes if (f.kind, f.target) in group]
@@ -228,29 +279,32 @@ def run_noise_pct(runs: Sequence[Sequence[float]]) -> float:
 
 
 def _run_candidate(candidate: Candidate, trials: _Trials, baseline: _Trial, base: list[float], noise: float) -> None:
-    limit = min(trials.options.early_stop * baseline.wall_s, trials.options.timeout_s)
-    budget = trials.left_s()
-    trial = trials.run(candidate.fixes, min(limit, budget))
-    if isinstance(trial, str):
-        if trial.startswith("stopped after") and budget < limit:
-            candidate.detail = f"not finished: the time budget ran out ({trial})"
-        elif trial.startswith("stopped after"):
-            candidate.status = "slower"
-            candidate.detail = (f"stopped early, clearly slower: {trial}, over {trials.options.early_stop:g}x "
-                                f"the baseline trial's {baseline.wall_s:.0f} s")
-        else:
-            candidate.status, candidate.detail = "failed", trial
+    """One trial of the candidate; while the answer is within noise, up to `repeats` trials in all, their
+    steps pooled (more samples narrow the interval; a clear answer needs no repeat)."""
+    samples: list[float] = []
+    first: Optional[_Trial] = None
+    for _ in range(max(trials.options.repeats, 1)):
+        if first is not None and (candidate.status != "no significant change" or trials.left_s() <= 0):
+            break
+        limit = min(trials.options.early_stop * baseline.wall_s, trials.options.timeout_s)
+        budget = trials.left_s()
+        trial = trials.run(candidate.fixes, min(limit, budget))
+        if isinstance(trial, str):
+            if first is None:
+                _no_measurement(candidate, trial, budget < limit, baseline.wall_s, trials.options.early_stop)
+            break
+        first = first or trial
+        samples += step_samples(trial.report)
+        candidate.trial_s = (candidate.trial_s or 0.0) + trial.wall_s
+        measure(candidate, base, samples, noise)
+    if first is None:
         return
-    candidate.trial_s = trial.wall_s
-    measure(candidate, base, step_samples(trial.report), noise)
-    candidate.applied_at = sorted({s for f in candidate.fixes for s in trial.record.sites.get(label(f), [])})
-    after = next((f for f in trial.report.findings if f.id == candidate.finding), None)
+    candidate.applied_at = sorted({s for f in candidate.fixes for s in first.record.sites.get(label(f), [])})
+    after = next((f for f in first.report.findings if f.id == candidate.finding), None)
     candidate.finding_after = after.time_share if after is not None else None
-    candidate.loss_change = loss_change(baseline.record.losses, trial.record.losses)
-    if candidate.status == "faster":
-        candidate.change = code_change(candidate.fixes, trial.record.sites)
+    candidate.loss_change = loss_change(baseline.record.losses, first.record.losses)
     if trials.options.keep is not None:
-        candidate.trial_dir = str(trial.out)
+        candidate.trial_dir = str(first.out)
     if not candidate.applied_at:
         candidate.status = "not applied"
         candidate.detail = "no call in the script took this fix (nothing to change), so the measurement says nothing about it"
@@ -258,6 +312,18 @@ def _run_candidate(candidate: Candidate, trials: _Trials, baseline: _Trial, base
         candidate.status = "loss changed"
         candidate.detail = (f"mean loss moved {_pct(candidate.loss_change)} from the baseline's (tolerance "
                             f"{100 * trials.options.loss_tolerance:g} %): not used")
+    elif candidate.status == "faster":
+        candidate.change = code_change(candidate.fixes, first.record.sites)
+
+
+def _no_measurement(candidate: Candidate, why: str, budget_ran_out: bool, baseline_s: float, early_stop: float) -> None:
+    if why.startswith("stopped after") and budget_ran_out:
+        candidate.detail = f"not finished: the time budget ran out ({why})"
+    elif why.startswith("stopped after"):
+        candidate.status = "slower"
+        candidate.detail = f"stopped early, clearly slower: {why}, over {early_stop:g}x the baseline trial's {baseline_s:.0f} s"
+    else:
+        candidate.status, candidate.detail = "failed", why
 
 
 def _pct(change: float) -> str:
