@@ -72,3 +72,19 @@ def test_an_optimizer_step_without_closure_is_unchanged() -> None:
         b.annotation("torchscope:optimizer", t0 + 801, 198)
     shares = _shares(b)
     assert (shares["forward"], shares["backward"], shares["optimizer"]) == pytest.approx((0.4, 0.4, 0.2))
+
+
+def test_optimizer_measurements_leave_the_closure_out() -> None:
+    """measurements.optimizer (host.optimizer_details): the closure's ops and time are not the step's."""
+    from torchscope.analysis.host import optimizer_details
+    from torchscope.analysis.span import SpanInput
+
+    b = TraceBuilder()
+    for t0 in (0.0, 1000.0, 2000.0):
+        _closure_step(b, t0, labels=True)
+        b.op("aten::add_", t0 + 50, 10)  # the update itself, before the closure
+        b.op("aten::mul_", t0 + 650, 10)  # inside the backward: the closure's, not the optimizer's
+    span = SpanInput(parse_trace_bytes(json.dumps(b.document()).encode()))
+    details = optimizer_details(span.events, span.steps, span.tree, span.times)
+    assert details.step_us_per_step == pytest.approx(200.0)  # 0-100 and 900-1000
+    assert details.per_param_ops_per_step == pytest.approx(1.0)

@@ -13,7 +13,7 @@ import numpy as np
 
 from torchscope.analysis import intervals
 from torchscope.analysis.frames import readable_totals
-from torchscope.analysis.markers import HOST_RANGES, name_mask, own_marker_mask, phase_masks
+from torchscope.analysis.markers import HOST_RANGES, closure_mask, name_mask, own_marker_mask, phase_masks
 from torchscope.analysis.nesting import HostTree, launcher_of_device_events, nearest_ancestor_of, outermost_ancestor_of
 from torchscope.analysis.operators import OpTimes
 from torchscope.analysis.steps import StepWindows, step_name_mask
@@ -203,7 +203,11 @@ def optimizer_details(events: EventTable, steps: StepWindows, tree: HostTree, ti
     ops = times.op_mask & ~step_range & ~zero_range
     # By time (on the range's thread), not by tree: Python frames recorded with stacks can straddle a
     # range's edges, which breaks strict nesting.
-    step_ops = ops & _starts_inside(events, step_range)
+    # A closure (optimizer.step(closure): LBFGS, Lightning) runs forward and backward inside the step range:
+    # not the optimizer's ops nor its time.
+    phases = phase_masks(events)
+    nested = (closure_mask(events) | phases["forward"] | phases["backward"]) & _starts_inside(events, step_range)
+    step_ops = ops & _starts_inside(events, step_range) & ~_starts_inside(events, nested)
     zero_ops = ops & _starts_inside(events, zero_range)
 
     def count(where: np.ndarray, predicate: Callable[[str], bool]) -> int:
@@ -222,10 +226,19 @@ def optimizer_details(events: EventTable, steps: StepWindows, tree: HostTree, ti
         per_param_ops_per_step=float(per_param / n),
         foreach_ops_per_step=float(foreach / n),
         fused_ops_per_step=float(fused / n),
-        step_us_per_step=float(events.dur_us[step_range & in_steps].sum() / n),
+        step_us_per_step=_outside_us(events, step_range & in_steps, nested) / n,
         zero_grad_fill_ops_per_step=float(fills / n),
         zero_grad_us_per_step=float(events.dur_us[zero_range & in_steps].sum() / n),
     )
+
+
+def _outside_us(events: EventTable, ranges: np.ndarray, excluded: np.ndarray) -> float:
+    """Time covered by `ranges` and not by `excluded` (e.g. the closures inside optimizer steps)."""
+    if not excluded.any():
+        return float(events.dur_us[ranges].sum())
+    covered = intervals.union(events.ts_us[ranges], events.ts_us[ranges] + events.dur_us[ranges])
+    cut = intervals.union(events.ts_us[excluded], events.ts_us[excluded] + events.dur_us[excluded])
+    return intervals.total_length(intervals.subtract(covered, cut))
 
 
 def _starts_inside(events: EventTable, ranges: np.ndarray) -> np.ndarray:
