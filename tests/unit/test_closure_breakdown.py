@@ -88,3 +88,16 @@ def test_optimizer_measurements_leave_the_closure_out() -> None:
     details = optimizer_details(span.events, span.steps, span.tree, span.times)
     assert details.step_us_per_step == pytest.approx(200.0)  # 0-100 and 900-1000
     assert details.per_param_ops_per_step == pytest.approx(1.0)
+
+
+def test_what_if_optimizer_cause_leaves_the_closure_out() -> None:
+    """The what-if model's optimizer_step cause (what a foreach/fused optimizer could save) is the step's own time."""
+    from torchscope.analysis import intervals
+    from torchscope.analysis.span import SpanInput
+    from torchscope.analysis.whatif import cause_sets
+
+    b = TraceBuilder()
+    for t0 in (0.0, 1000.0, 2000.0):
+        _closure_step(b, t0, labels=True)
+    span = SpanInput(parse_trace_bytes(json.dumps(b.document()).encode()))
+    assert intervals.total_length(cause_sets(span)["optimizer_step"]) == pytest.approx(3 * 200.0)

@@ -30,7 +30,7 @@ import numpy as np
 
 from torchscope.analysis import intervals
 from torchscope.analysis.host import main_thread_mask, sync_mask
-from torchscope.analysis.markers import HOST_RANGES, name_mask, phase_masks
+from torchscope.analysis.markers import HOST_RANGES, closure_mask, name_mask, phase_masks
 from torchscope.analysis.nesting import launcher_of_device_events
 from torchscope.analysis.span import SpanInput
 from torchscope.report.measurements import Savings
@@ -185,6 +185,14 @@ def _main_set(span: SpanInput, mask: np.ndarray, allowed: intervals.IntervalSet,
     return found[0] - t0, found[1] - t0
 
 
+def _less_closures(span: SpanInput, allowed: intervals.IntervalSet) -> intervals.IntervalSet:
+    events = span.events
+    phases = phase_masks(events)
+    nested = closure_mask(events) | phases["forward"] | phases["backward"]
+    start = events.ts_us[nested]
+    return intervals.subtract(allowed, intervals.union(start, start + events.dur_us[nested]))
+
+
 def cause_sets(span: SpanInput) -> dict[str, intervals.IntervalSet]:
     """Each modelled cause's main-thread intervals inside the steps, minus the syncs (which the replay
     treats as waits of their own), as times from the span's first step start."""
@@ -203,7 +211,8 @@ def cause_sets(span: SpanInput) -> dict[str, intervals.IntervalSet]:
     compute = span.compute_set
     return {
         "data_loading": _main_set(span, phases["data_loading"], allowed, t0),
-        "optimizer_step": _main_set(span, named(lambda s: s.startswith("Optimizer.step#")), allowed, t0),
+        # Less a closure's forward and backward (LBFGS, Lightning): they run inside the step range.
+        "optimizer_step": _main_set(span, named(lambda s: s.startswith("Optimizer.step#")), _less_closures(span, allowed), t0),
         "zero_grad": _main_set(span, named(lambda s: s.startswith("Optimizer.zero_grad#")), allowed, t0),
         "outside_steps": (outside[0] - t0, outside[1] - t0),
         "launch": intervals.intersect((compute[0] - t0, compute[1] - t0), (host_ops[0] - t0, host_ops[1] - t0)),
