@@ -27,7 +27,7 @@ import numpy as np
 
 from torchscope.analysis import intervals
 from torchscope.analysis.markers import phase_masks
-from torchscope.analysis.memory_blocks import DeviceMemory, device_memory, enclosing_host_event, outermost_op, pair_blocks, user_call_site
+from torchscope.analysis.memory_blocks import DeviceMemory, device_memory, enclosing_host_event, owners, pair_blocks, user_call_site
 from torchscope.analysis.memory_steps import by_site, growth, step_traffic, surviving_sites
 from torchscope.analysis.reduce import merge_sections
 from torchscope.analysis.registry import Analysis, Part
@@ -68,11 +68,22 @@ class _Attribution:
 
 
 def _attribute(span: SpanInput, mem: np.ndarray) -> _Attribution:
+    """Operator and call site of each allocation (frees get none: nothing reads them). The walks up the
+    call tree run once per distinct enclosing event, not once per allocation."""
     events, tree = span.events, span.tree
-    enclosing = enclosing_host_event(events, tree, mem)
-    t_us = events.ts_us[mem]
-    op = outermost_op(events, tree, enclosing, t_us)
-    site_codes, site_names = user_call_site(events, tree, enclosing, t_us, op)
+    alloc = events.mem_bytes[mem] > 0
+    enclosing = np.full(mem.size, -1, dtype=np.int64)
+    enclosing[alloc] = enclosing_host_event(events, tree, mem[alloc])
+    distinct_enclosing, back = np.unique(enclosing[alloc], return_inverse=True)
+    back = back.reshape(-1)
+    starts = events.ts_us[np.maximum(distinct_enclosing, 0)]
+    found = owners(events, tree, distinct_enclosing, starts)
+    distinct_op = found.op
+    distinct_sites, site_names = user_call_site(events, found)
+    op = np.full(mem.size, -1, dtype=np.int64)
+    op[alloc] = distinct_op[back]
+    site_codes = np.zeros(mem.size, dtype=np.int64)
+    site_codes[alloc] = distinct_sites[back]
     # Without an operator, the record_function range the allocation happens in names it (older traces
     # write `enumerate(DataLoader)#...` as an op); never the step marker.
     inner = np.maximum(enclosing, 0)

@@ -104,10 +104,12 @@ def pair_blocks(memory: DeviceMemory) -> Blocks:
 
 
 def enclosing_host_event(events: EventTable, tree: HostTree, rows: np.ndarray) -> np.ndarray:
-    """For each instant event in `rows`, the innermost host event on its thread that covers its time
-    (-1: none)."""
+    """For each instant event in `rows`, the innermost CPU op on its thread that covers its time (-1:
+    none). Allocations happen inside ops (`aten::empty` and the like); searching ops only, not every
+    host event (Python calls are most of them with stacks on), keeps the sort small, and the walk up
+    the tree from the op reaches the Python frames."""
     result = np.full(rows.size, -1, dtype=np.int64)
-    host = np.flatnonzero(tree.depth >= 0)
+    host = np.flatnonzero((tree.depth >= 0) & (events.kind == Kind.CPU_OP))
     if host.size == 0 or rows.size == 0:
         return result
     keys = _thread_key(events, np.r_[host, rows])
@@ -121,9 +123,9 @@ def enclosing_host_event(events: EventTable, tree: HostTree, rows: np.ndarray) -
         mine = np.flatnonzero(row_key == key)
         last = lo + np.searchsorted(host_ts[lo:hi], row_ts[mine], side="right") - 1
         result[mine] = np.where(last >= lo, host[np.maximum(last, 0)], -1)
-    while True:  # up the tree until the candidate still runs at the instant
+    while True:  # up the tree until the candidate is an op that still runs at the instant
         at = np.maximum(result, 0)
-        ended = (result >= 0) & (events.ts_us[at] + events.dur_us[at] < row_ts)
+        ended = (result >= 0) & ((events.ts_us[at] + events.dur_us[at] < row_ts) | (events.kind[at] != Kind.CPU_OP))
         if not ended.any():
             return result
         result = np.where(ended, tree.parent[at], result)
@@ -149,59 +151,70 @@ def _covers(events: EventTable, at: np.ndarray, t_us: np.ndarray) -> np.ndarray:
     return (events.ts_us[at] <= t_us) & (t_us <= events.ts_us[at] + events.dur_us[at])
 
 
-def outermost_op(events: EventTable, tree: HostTree, start: np.ndarray, t_us: np.ndarray) -> np.ndarray:
-    """The outermost CPU op enclosing (or being) each `start` event and running at `t_us`: the op the
-    user called (`aten::ones`, not the `aten::empty` inside it); -1 where none."""
+@dataclass(frozen=True)
+class Owners:
+    """Per start event: the outermost CPU op below the user's frame (-1: none), the user's frame (-1:
+    none) and the call that frame made (a module, else the outermost Python call below it; -1: none)."""
+
+    op: np.ndarray
+    frame: np.ndarray
+    callee: np.ndarray
+
+
+def owners(events: EventTable, tree: HostTree, start: np.ndarray, t_us: np.ndarray) -> Owners:
+    """One walk up the call tree from each `start` event (running at `t_us`), stopping at the innermost
+    user-code frame: the op the user called (`aten::ones`, not the `aten::empty` inside it) is the
+    outermost op below that frame. Each level moves only the walks still going."""
+    is_op, user, module = _kinds(events)
+    n = start.size
+    op, frame, callee = np.full(n, -1, dtype=np.int64), np.full(n, -1, dtype=np.int64), np.full(n, -1, dtype=np.int64)
+    below, called_module = np.full(n, -1, dtype=np.int64), np.full(n, -1, dtype=np.int64)
+    walking = np.flatnonzero(start >= 0)
+    current = start[walking].astype(np.int64)
+    while walking.size:
+        covers = _covers(events, current, t_us[walking])
+        hit = covers & user[current]
+        done = walking[hit]
+        frame[done] = current[hit]
+        callee[done] = np.where(called_module[done] >= 0, called_module[done], below[done])
+        going = covers & ~hit
+        op[walking[going & is_op[current]]] = current[going & is_op[current]]
+        python = going & (events.kind[current] == Kind.PYTHON_FUNCTION)
+        below[walking[python]] = current[python]
+        called_module[walking[going & module[current]]] = current[going & module[current]]
+        parent = tree.parent[current].astype(np.int64)
+        keep = ~hit & (parent >= 0)
+        walking, current = walking[keep], parent[keep]
+    return Owners(op, frame, callee)
+
+
+def _kinds(events: EventTable) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Masks over all events: operators, user-code Python frames, `nn.Module: X` call events."""
+    is_op, user, module = (np.zeros(len(events), dtype=bool) for _ in range(3))
     ops = np.flatnonzero(events.kind == Kind.CPU_OP)
-    is_op = np.zeros(len(events), dtype=bool)
     # Older traces write record_function ranges (ProfilerStep#5, Optimizer.step#SGD.step,
     # enumerate(DataLoader)#...) as ops too; no operator name holds a '#'.
     is_op[ops] = events.name_mask(lambda s: "#" not in s, ops)
-    result = np.full(start.size, -1, dtype=np.int64)
-    current = start.astype(np.int64)
-    while (current >= 0).any():
-        at = np.maximum(current, 0)
-        hit = (current >= 0) & is_op[at] & _covers(events, at, t_us)
-        result[hit] = current[hit]
-        current = np.where(current >= 0, tree.parent[at], -1)
-    return result
-
-
-def user_call_site(
-    events: EventTable, tree: HostTree, start: np.ndarray, t_us: np.ndarray, op: np.ndarray
-) -> tuple[np.ndarray, list[str]]:
-    """The innermost user-code frame enclosing each `start` event and the call it made there, as (code
-    per event, readable name per code, code 0 = ""): `train_step (train.py:42) > torch.ones`. From the
-    Python-function events of `with_stack=True` (their line is the function's first line: PyTorch's
-    tracer records calls, not lines, so the call made names the statement), else from the op's `Call
-    stack` argument (older traces, which record lines)."""
     python = np.flatnonzero(events.kind == Kind.PYTHON_FUNCTION)
-    user = np.zeros(len(events), dtype=bool)
     if python.size:
         user[python] = events.name_mask(lambda s: bool(_FRAME.match(s)) and not _LIBRARY_FRAME.search(s), python)
-    module = np.zeros(len(events), dtype=bool)  # `nn.Module: Linear_0` events: the module called
-    if python.size:
         module[python] = events.name_mask(lambda s: s.startswith("nn.Module: "), python)
-    frame = np.full(start.size, -1, dtype=np.int64)
-    callee = np.full(start.size, -1, dtype=np.int64)
-    current = start.astype(np.int64)
-    previous = np.full(start.size, -1, dtype=np.int64)  # the outermost Python call below, so far
-    called_module = np.full(start.size, -1, dtype=np.int64)  # the outermost module below, so far
-    pending = current >= 0
-    while pending.any():
-        at = np.maximum(current, 0)
-        covers = _covers(events, at, t_us)
-        hit = pending & user[at] & covers
-        frame[hit], callee[hit] = current[hit], np.where(called_module[hit] >= 0, called_module[hit], previous[hit])
-        pending &= ~hit
-        previous = np.where(pending & covers & (events.kind[at] == Kind.PYTHON_FUNCTION), current, previous)
-        called_module = np.where(pending & covers & module[at], current, called_module)
-        current = np.where(pending, tree.parent[at], -1)
-        pending &= current >= 0
+    return is_op, user, module
+
+
+def user_call_site(events: EventTable, found: Owners) -> tuple[np.ndarray, list[str]]:
+    """The user's frame and the call it made, as (code per event, readable name per code, code 0 = ""):
+    `train_step (train.py:42) > torch.ones`. From the Python-function events of `with_stack=True` (their
+    line is the function's first line: PyTorch's tracer records calls, not lines, so the call made names
+    the statement), else from the op's `Call stack` argument (older traces, which record lines)."""
+    frame, callee, op = found.frame, found.callee, found.op
     # A pair of string ids per event: (frame, call made) names, else (0, the op's call stack); (0, 0): nothing.
-    name = events.name.astype(np.int64)
-    first = np.where(frame >= 0, name[np.maximum(frame, 0)], 0)
-    second = np.where(frame >= 0, np.where(callee >= 0, name[np.maximum(callee, 0)], 0), -np.where(op >= 0, events.call_stack[np.maximum(op, 0)], 0))
+    def name(rows: np.ndarray) -> np.ndarray:
+        return events.name[np.maximum(rows, 0)].astype(np.int64)
+
+    stack = events.call_stack[np.maximum(op, 0)].astype(np.int64)
+    first = np.where(frame >= 0, name(frame), 0)
+    second = np.where(frame >= 0, np.where(callee >= 0, name(callee), 0), -np.where(op >= 0, stack, 0))
     keys, inverse = np.unique((first << 32) | (second + 2**31), return_inverse=True)  # string ids < 2**31
     text = [_site_text(events.strings, int(k >> 32), int((k & 0xFFFFFFFF) - 2**31)) for k in keys.tolist()]
     names = [""] + sorted({t for t in text if t})
