@@ -13,6 +13,7 @@ Dask is an optional extra (`pip install 'torchscope[cluster]'`), imported only h
 from __future__ import annotations
 
 import logging
+import os
 import warnings
 from typing import Any, Sequence
 
@@ -34,8 +35,12 @@ def _client(address: str, workers: int) -> Any:
         raise InputError("--cluster needs Dask: pip install 'torchscope[cluster]'") from None
     if address == LOCAL:
         # Dask's own log lines (a worker's heartbeat racing the shutdown) would break the one-line contract.
-        cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None,
-                               silence_logs=logging.CRITICAL)
+        # Its worker processes log on their own stderr, which is ours: they read this when they import Dask.
+        os.environ.setdefault("DASK_LOGGING__DISTRIBUTED", "critical")
+        with warnings.catch_warnings():  # "port 8787 in use" when another local cluster runs: it takes another
+            warnings.simplefilter("ignore")
+            cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None,
+                                   silence_logs=logging.CRITICAL)
         return Client(cluster)
     try:
         return Client(address, timeout=f"{CONNECT_TIMEOUT_S}s")
@@ -60,15 +65,26 @@ def extract_on_cluster(
     """Every rank's extracts (or its input error), in the order of `groups`."""
     client = _client(address, workers)
     try:
+        from distributed import as_completed
+
         futures = [client.submit(_extract_or_error, group, list(analyses), use_cache, i, pure=False) for i, group in enumerate(groups)]
-        results: list[RankExtracts | InputError] = client.gather(futures)
-        return results
+        index_of = {future.key: i for i, future in enumerate(futures)}
+        results: list[RankExtracts | InputError | None] = [None] * len(futures)
+        # Each result is taken as it completes and its future released at once, so a worker holds only the
+        # extracts not yet fetched, not every rank's until the end (bounded worker memory at 1,024 ranks).
+        completed = as_completed(futures, with_results=True)
+        del futures
+        for future, value in completed:
+            results[index_of[future.key]] = value
+            future.release()
+        return [r for r in results if r is not None]
     finally:
         cluster = client.cluster if address == LOCAL else None
         if cluster is not None:
             client.retire_workers(close_workers=True)  # workers stop before the scheduler they beat to
             cluster.close()
-        client.close()
         # Dask's INFO lines on connections closing are not the user's business; they come from its event
-        # loop after close() returns (and LocalCluster restores its level on close), so this stays set.
+        # loop while and after the client closes (and LocalCluster restores its level on close), so this
+        # is set here and stays set.
         logging.getLogger("distributed").setLevel(logging.CRITICAL)
+        client.close()
