@@ -199,3 +199,11 @@ def test_exposed_transfer_gets_the_transfer_advice_and_fixes() -> None:
         "DistributedDataParallel.no_sync", "DistributedDataParallel.bucket_cap_mb", "DistributedDataParallel.register_comm_hook",
     }
     assert "straggler.rank" not in findings(rep)  # type: ignore[arg-type]
+
+
+def test_no_late_phase_when_every_phase_is_a_little_slower() -> None:
+    ranks, extracts = _four_ranks(slow=2)
+    slow = extracts[2][0]
+    slow.phase_us = {"forward": [24_000.0] * 6, "backward": [42_000.0] * 6, "data_loading": [13_000.0] * 6}  # +4, +12, +12 ms
+    late = summarise(ranks, extracts, collective_table(ranks, extracts)).straggler
+    assert late is not None and late.rank == 2 and late.late_phase is None and late.culprits_us_per_step == {}

@@ -6,7 +6,8 @@ step's collectives minus its own (for two ranks, simply the difference).
 
 Why it is late: its mean time per step in each phase (data loading, forward, backward, optimizer, and
 the step time outside them) against the median other rank's; the phase with the largest excess is the
-`late_phase`, and the operators and Python frames with the largest excess in that phase are the culprits,
+`late_phase` (when it holds at least half of the rank's extra time; otherwise every phase is a little
+slower, which points at the host rather than at one phase's work), and the operators and Python frames with the largest excess in that phase are the culprits,
 the user's own frames first (they are where a fix goes).
 """
 
@@ -28,6 +29,7 @@ PHASE_NAMES: dict[str, LatePhase] = {
     "optimizer": "optimizer",
     "other": "outside_step",
 }
+DOMINANT_SHARE = 0.5  # the late phase holds at least half of the rank's extra time, else no phase is named
 CULPRIT_SHARE = 0.3  # a culprit explains at least this share of the late phase's excess
 MAX_CULPRITS = 5
 
@@ -100,6 +102,8 @@ def straggler(
     late_steps = int((np.argmax(filled, axis=0) == index).sum())
     excess = _phase_excess(index, phases)
     phase = max(excess, key=lambda p: excess[p]) if excess and max(excess.values()) > 0 else None
+    if phase is not None and excess[phase] < DOMINANT_SHARE * sum(max(v, 0.0) for v in excess.values()):
+        phase = None  # every phase a little slower: a slower or busier host, not one phase's work
     return Straggler(
         rank=ranks[index],
         median_lateness_us=float(typical[index]),

@@ -155,7 +155,8 @@ def _late_rank(ctx: Context) -> Optional[Verdict]:
         recommendation=(
             f"The other ranks wait for rank {late.rank} in every collective. "
             + (f"Look at {culprits} on rank {late.rank}, and {_PHASE_ADVICE[phase]}." if phase else
-               "Its phases look like the others': check its hardware, clocks and node (a slower host or GPU).")
+               "No single phase explains it: every phase is a little slower on that rank, which points at its host "
+               "(CPU contention from other processes, a slower CPU or GPU, thermal throttling) rather than at its work.")
         ),
     )
 
