@@ -207,3 +207,11 @@ def test_no_late_phase_when_every_phase_is_a_little_slower() -> None:
     slow.phase_us = {"forward": [24_000.0] * 6, "backward": [42_000.0] * 6, "data_loading": [13_000.0] * 6}  # +4, +12, +12 ms
     late = summarise(ranks, extracts, collective_table(ranks, extracts)).straggler
     assert late is not None and late.rank == 2 and late.late_phase is None and late.culprits_us_per_step == {}
+
+
+def test_concurrent_instances_share_their_steps_wall_time() -> None:
+    from torchscope.analysis.collectives import _concurrency_weight
+
+    step = np.array([1, 1, 2])
+    weight = _concurrency_weight(step, np.array([0.0, 0.0, 10.0]), np.array([4.0, 4.0, 12.0]))  # two buckets at once
+    assert weight.tolist() == [0.5, 0.5, 1.0]

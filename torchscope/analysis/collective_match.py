@@ -29,6 +29,7 @@ class CollectiveTable:
     start_us: np.ndarray
     dur_us: np.ndarray
     overlap_us: np.ndarray
+    weight: np.ndarray  # per instance: its share in per-step wall-time totals (concurrent instances)
     nelems: np.ndarray
     key_name: list[str]
     key_group: list[str]
@@ -49,7 +50,7 @@ def collective_table(ranks: list[int], extracts: list[list[RankCollectives]]) ->
     """Match the instances of `extracts[i]` (the spans of rank `ranks[i]`) across ranks."""
     names: dict[str, int] = {}
     groups: dict[str, int] = {}
-    columns: dict[str, list[np.ndarray]] = {c: [] for c in ("rank", "name", "group", "step", "ordinal", "seq", "start", "dur", "overlap", "nelems")}
+    columns: dict[str, list[np.ndarray]] = {c: [] for c in ("rank", "name", "group", "step", "ordinal", "seq", "start", "dur", "overlap", "weight", "nelems")}
     sources: list[str] = []
     for index, spans in enumerate(extracts):
         for span in spans:
@@ -64,7 +65,8 @@ def collective_table(ranks: list[int], extracts: list[list[RankCollectives]]) ->
             columns["group"].append(group_map[np.asarray(span.group_id, dtype=np.int64)])
             for column, values in (("step", span.step), ("ordinal", span.ordinal), ("seq", span.seq), ("nelems", span.nelems)):
                 columns[column].append(np.asarray(values, dtype=np.int64))
-            for column, floats in (("start", span.start_us), ("dur", span.dur_us), ("overlap", span.compute_overlap_us)):
+            weight = span.weight or [1.0] * count
+            for column, floats in (("start", span.start_us), ("dur", span.dur_us), ("overlap", span.compute_overlap_us), ("weight", weight)):
                 columns[column].append(np.asarray(floats, dtype=np.float64))
     flat = {c: np.concatenate(v) if v else np.zeros(0) for c, v in columns.items()}
     return _match(len(ranks), flat, names, groups, sources)
@@ -96,6 +98,7 @@ def _match(n_ranks: int, flat: dict[str, np.ndarray], names: dict[str, int], gro
         start_us=flat["start"].astype(np.float64),
         dur_us=dur,
         overlap_us=flat["overlap"].astype(np.float64),
+        weight=flat["weight"].astype(np.float64),
         nelems=flat["nelems"].astype(np.int64),
         key_name=[name_text[i] for i in unique[name_row].tolist()],
         key_group=[group_text[i] for i in unique[group_row].tolist()],

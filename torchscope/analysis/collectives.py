@@ -95,6 +95,7 @@ class RankCollectives(msgspec.Struct, kw_only=True):
     start_us: list[float] = []
     dur_us: list[float] = []
     compute_overlap_us: list[float] = []
+    weight: list[float] = []  # wall time / summed time of its step's instances: concurrent ones share it
     nelems: list[int] = []
     step_numbers: list[int] = []
     step_us: list[float] = []
@@ -131,8 +132,22 @@ def extract_collectives(span: SpanInput) -> RankCollectives:
     out.seq = _sequence_numbers(events, source, rows, name_id, names).tolist()
     out.start_us, out.dur_us = start.tolist(), events.dur_us[rows].tolist()
     out.compute_overlap_us = intervals.overlap_per_window(_compute_set(span), start, start + events.dur_us[rows]).tolist()
+    out.weight = _concurrency_weight(step, start, start + events.dur_us[rows]).tolist()
     out.nelems = np.maximum(events.in_nelems[rows], events.out_nelems[rows]).tolist()
     return out
+
+
+def _concurrency_weight(step: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Per instance, its step's wall time in collectives over the summed durations there (1 when none
+    overlap): DDP's buckets run concurrently on gloo's threads or NCCL streams, and per-step totals are
+    wall time, so each instance counts for this share of its own duration."""
+    weight = np.ones(step.size)
+    for number in np.unique(step).tolist():  # one pass per step (a handful per trace)
+        mine = step == number
+        total = float((end[mine] - start[mine]).sum())
+        if total > 0:
+            weight[mine] = intervals.total_length(intervals.union(start[mine], end[mine])) / total
+    return weight
 
 
 def _timed_events(events: EventTable) -> tuple[str, np.ndarray]:

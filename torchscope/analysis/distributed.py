@@ -114,15 +114,16 @@ def _rank_row(index: int, rank: int, spans: list[RankCollectives], table: Collec
     mine = (table.rank == index) & (table.step >= 0)
     per_step = 1.0 / steps if steps else 0.0
     dur = table.dur_us[mine]
+    weight = table.weight[mine]  # per-step totals are wall time: concurrent instances share it
     exposed = table.transfer_us[mine] * (1.0 - np.divide(table.overlap_us[mine], dur, out=np.zeros_like(dur), where=dur > 0))
     row = RankDistributed(
         rank=rank,
         steps=steps,
         step_us=float(sum(sum(s.step_us) for s in spans) * per_step),
-        comm_us_per_step=float(dur.sum() * per_step),
-        wait_us_per_step=float(table.wait_us[mine].sum() * per_step),
-        transfer_us_per_step=float(table.transfer_us[mine].sum() * per_step),
-        exposed_transfer_us_per_step=float(np.maximum(exposed, 0.0).sum() * per_step),
+        comm_us_per_step=float((dur * weight).sum() * per_step),
+        wait_us_per_step=float((table.wait_us[mine] * weight).sum() * per_step),
+        transfer_us_per_step=float((table.transfer_us[mine] * weight).sum() * per_step),
+        exposed_transfer_us_per_step=float((np.maximum(exposed, 0.0) * weight).sum() * per_step),
         lateness_us_per_step=float(np.nanmean(late[index])) if late.size and not np.isnan(late[index]).all() else 0.0,
         clock_offset_us=float(table.clock_offset_us[index]) if table.clock_offset_us.size else 0.0,
         phases_us_per_step=phases,

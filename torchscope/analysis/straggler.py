@@ -54,7 +54,7 @@ def wait_matrix(table: CollectiveTable, n_ranks: int) -> tuple[np.ndarray, np.nd
     steps, column = np.unique(table.step[inside], return_inverse=True)
     waits = np.zeros((n_ranks, steps.size))
     seen = np.zeros((n_ranks, steps.size), dtype=bool)
-    np.add.at(waits, (table.rank[inside], column), table.wait_us[inside])
+    np.add.at(waits, (table.rank[inside], column), (table.wait_us * table.weight)[inside])
     seen[table.rank[inside], column] = True
     return steps, np.where(seen, waits, np.nan)
 

@@ -38,6 +38,12 @@ def distributed_section(section: Distributed) -> Group | None:
 
 
 def _headline(section: Distributed) -> Text:
+    if not section.matched:
+        in_collectives = sum(r.comm_us_per_step for r in section.ranks) / max(len(section.ranks), 1)
+        return Text(printable(
+            f"Across ranks: {section.world_size} rank(s), no collective seen on two ranks; {duration(in_collectives)} per step "
+            "in collectives (waiting cannot be told from transfer without the other ranks' traces)"
+        ))
     how = {"sequence": "by sequence number", "order": "by order of occurrence (no sequence numbers)", "none": "-"}
     line = (
         f"Across ranks: {section.world_size} rank(s), {section.matched} collective(s) matched {how[section.match_method]}; "
