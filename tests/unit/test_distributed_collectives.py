@@ -215,3 +215,13 @@ def test_concurrent_instances_share_their_steps_wall_time() -> None:
     step = np.array([1, 1, 2])
     weight = _concurrency_weight(step, np.array([0.0, 0.0, 10.0]), np.array([4.0, 4.0, 12.0]))  # two buckets at once
     assert weight.tolist() == [0.5, 0.5, 1.0]
+
+
+def test_metrics_for_gates() -> None:
+    from torchscope.report.metrics import metrics_of
+
+    rep = _distributed_report(exposed=2000.0, wait=40_000.0, straggler=_straggler(40_000.0))
+    named = {m.name: m for m in metrics_of(rep)}  # type: ignore[arg-type]
+    assert named["collectives.wait_us_per_step"].value == 40_000.0
+    assert named["collectives.exposed_transfer_us_per_step"].value == 2000.0
+    assert named["straggler.median_lateness_us"].value == 40_000.0 and named["straggler.median_lateness_us"].better == "lower"

@@ -56,4 +56,9 @@ def metrics_of(report: Report) -> list[Metric]:
     ranks = [r.mean_step_us for r in report.ranks if r.steps > 0]
     if len(ranks) > 1:
         add("ranks.step_time_spread", (max(ranks) - min(ranks)) / statistics.fmean(ranks), "fraction", "lower")
+    across = report.distributed  # collectives matched across ranks (docs/distributed.md)
+    if across.present and across.matched:
+        add("collectives.wait_us_per_step", across.wait_us_per_step, "us", "lower")
+        add("collectives.exposed_transfer_us_per_step", across.exposed_transfer_us_per_step, "us", "lower")
+        add("straggler.median_lateness_us", across.straggler.median_lateness_us if across.straggler else 0.0, "us", "lower")
     return out
