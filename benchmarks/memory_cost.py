@@ -7,6 +7,8 @@ extract except memory (in catalogue order, so the shared step windows, call tree
 there), then the memory extract on the same SpanInput (its own work only), and, separately, the memory
 extract alone on a fresh SpanInput (its work plus the shared pieces it needs). The fastest repeat of each
 is printed beside the parse time, as a share of the analysis (extracts) and of load+analysis.
+With `--pipeline`, also `torchscope.analyze(trace, jobs=1, use_cache=False)` end to end with and
+without the memory analysis, alternating, fastest of `--repeat` each.
 """
 
 from __future__ import annotations
@@ -28,7 +30,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("trace", type=Path)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--pipeline", action="store_true", help="also time analyze() with and without memory")
     args = parser.parse_args()
+    if args.pipeline:
+        pipeline(args.trace, args.repeat)
     start = time.perf_counter()
     trace = load_trace_file(args.trace, use_cache=False)
     parse_s = time.perf_counter() - start
@@ -55,6 +60,24 @@ def main() -> None:
     print(f"parse {parse_s:.2f} s; other analyses {r:.2f} s; memory after them {m:.3f} s; memory alone {a:.3f} s")
     print(f"memory adds {100 * m / r:.1f} % to the analysis and {100 * m / (r + parse_s):.1f} % to load+analysis "
           f"(alone, with the shared pieces it builds: {100 * a / r:.1f} % / {100 * a / (r + parse_s):.1f} %)")
+
+
+def pipeline(trace: Path, repeat: int) -> None:
+    import torchscope
+    from torchscope.analysis import catalogue
+
+    with_memory = catalogue.BUILTIN
+    without = tuple(a for a in with_memory if a.name != MEMORY.name)
+    times: dict[str, list[float]] = {"with": [], "without": []}
+    for _ in range(repeat):
+        for label, builtin in (("without", without), ("with", with_memory)):
+            catalogue.BUILTIN = builtin
+            start = time.perf_counter()
+            torchscope.analyze(trace, jobs=1, use_cache=False)
+            times[label].append(time.perf_counter() - start)
+    catalogue.BUILTIN = with_memory
+    a, b = min(times["without"]), min(times["with"])
+    print(f"analyze() end to end: without memory {a:.2f} s, with {b:.2f} s: +{100 * (b - a) / a:.1f} %")
 
 
 if __name__ == "__main__":
