@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 
 import torchscope
+
+pytestmark = pytest.mark.slow
 from helpers.real_traces import COMMITTED_TRACES, shared_missing_reason, shared_root
 
 
@@ -56,7 +58,6 @@ def test_committed_resnet50_cut_without_addr() -> None:
 
 
 @pytest.mark.skipif(shared_missing_reason() is not None, reason=shared_missing_reason() or "")
-@pytest.mark.slow
 def test_full_resnet50_traces_without_addr() -> None:
     for trace in sorted((shared_root() / "gpu" / "resnet50_num_workers_4").glob("*.json.gz"))[:1]:
         _check(trace)
