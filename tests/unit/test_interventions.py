@@ -80,3 +80,19 @@ def _line() -> int:
     import sys
 
     return sys._getframe(1).f_lineno
+
+
+def test_autocast_covers_the_outermost_module_call_only_while_applied() -> None:
+    from torchscope.capture import interventions
+
+    interventions.sites.clear()
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU(), torch.nn.Linear(4, 2))
+    x = torch.randn(3, 4)
+    fix = Fix(kind="code_change", target="torch.autocast", value="bfloat16")
+    assert applicable(fix)
+    with applied([fix]):
+        out = model(x); line = _line()  # noqa: E702
+        assert out.dtype == torch.bfloat16  # the inner Linear ran under autocast too
+        out.float().sum().backward()  # backward outside autocast, as the AMP recipe has it
+    assert model(x).dtype == torch.float32
+    assert interventions.sites["code_change:torch.autocast"] == {f"{__file__}:{line}"}

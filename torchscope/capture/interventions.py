@@ -10,6 +10,11 @@ code into patches installed before the script runs and removed after:
   takes that keyword.
 * `torch_flag`: `torch.set_num_threads` (value: threads), or an attribute path under `torch`
   (`torch.backends.cudnn.benchmark = True`).
+* `code_change` `torch.autocast` (value: the dtype, e.g. `bfloat16`, or the call the diagnosis suggests):
+  every outermost `nn.Module` call (the model's forward, where the user's code calls it) runs under
+  `torch.autocast` on the accelerator if there is one, else the CPU; backward and a loss computed outside
+  the model stay as they were (the AMP recipe). fp16 without a GradScaler can underflow: the trial's
+  loss check is what catches it.
 * `code_change` `optimizer.zero_grad` (value `optimizer.zero_grad(set_to_none=True)`): every
   `Optimizer.zero_grad` call sets the gradients to None.
 
@@ -25,6 +30,7 @@ import functools
 import inspect
 import os
 import sys
+import threading
 from collections import defaultdict
 from contextlib import ExitStack, contextmanager
 from typing import Any, Callable, Iterator, Sequence
@@ -46,13 +52,27 @@ def label(fix: Fix) -> str:
     return f"{fix.kind}:{fix.target}"
 
 
+AUTOCAST_TARGET = "torch.autocast"
+
+
+def is_autocast(fix: Fix) -> bool:
+    """The autocast code change (the model's forward under torch.autocast)."""
+    return fix.kind == "code_change" and fix.target == AUTOCAST_TARGET
+
+
+def autocast_dtype(fix: Fix) -> str:
+    """`float16` where the fix's value names it (and not bfloat16), else `bfloat16`."""
+    text = str(fix.value or "")
+    return "float16" if "float16" in text.replace("bfloat16", "") else "bfloat16"
+
+
 def _is_zero_grad(fix: Fix) -> bool:
     return fix.kind == "code_change" and fix.target in ZERO_GRAD_TARGETS
 
 
 def applicable(fix: Fix) -> bool:
     """Whether a trial can apply this fix without editing the user's code."""
-    if _is_zero_grad(fix):
+    if _is_zero_grad(fix) or is_autocast(fix):
         return True
     if fix.value is None:
         return False
@@ -83,6 +103,9 @@ def applied(fixes: Sequence[Fix]) -> Iterator[None]:
         zero_grad = next((f for f in fixes if _is_zero_grad(f)), None)
         if zero_grad is not None:
             stack.enter_context(_zero_grad_to_none(torch, label(zero_grad)))
+        autocast = next((f for f in fixes if is_autocast(f)), None)
+        if autocast is not None:
+            stack.enter_context(_autocast_forward(torch, autocast))
         for fix in fixes:
             if fix.kind == "torch_flag":
                 stack.enter_context(_torch_flag(torch, fix))
@@ -183,6 +206,34 @@ def _zero_grad_to_none(torch: Any, key: str) -> Iterator[None]:
         yield
     finally:
         torch.optim.Optimizer.zero_grad = original
+
+
+@contextmanager
+def _autocast_forward(torch: Any, fix: Fix) -> Iterator[None]:
+    """The outermost module call of each thread runs under torch.autocast (modules it calls are inside)."""
+    original = torch.nn.Module.__call__
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    dtype = getattr(torch, autocast_dtype(fix))
+    state = threading.local()
+    key = label(fix)
+
+    @functools.wraps(original)
+    def __call__(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if getattr(state, "inside", False):
+            return original(self, *args, **kwargs)
+        state.inside = True
+        try:
+            sites[key].add(_caller_site())
+            with torch.autocast(device, dtype=dtype):
+                return original(self, *args, **kwargs)
+        finally:
+            state.inside = False
+
+    torch.nn.Module.__call__ = __call__
+    try:
+        yield
+    finally:
+        torch.nn.Module.__call__ = original
 
 
 @contextmanager

@@ -29,7 +29,14 @@ from typing import Callable, Optional, Sequence, Union
 
 import msgspec
 
-from torchscope.capture.interventions import DATALOADER_KEYWORDS, OPTIMIZER_KEYWORDS, applicable, label
+from torchscope.capture.interventions import (
+    DATALOADER_KEYWORDS,
+    OPTIMIZER_KEYWORDS,
+    applicable,
+    autocast_dtype,
+    is_autocast,
+    label,
+)
 from torchscope.capture.trial import TrialRecord
 from torchscope.errors import InputError, UsageError
 from torchscope.pipeline.analyze import analyze
@@ -41,7 +48,10 @@ from torchscope.report.tune import Candidate, TuneResult
 
 TRIAL_ENV = "TORCHSCOPE_TRIAL"
 # Keywords that exclude each other: one candidate each, and never both in the combination.
-ALTERNATIVES = (frozenset({("optimizer_kwarg", "foreach"), ("optimizer_kwarg", "fused")}),)
+ALTERNATIVES = (
+    frozenset({("optimizer_kwarg", "foreach"), ("optimizer_kwarg", "fused")}),
+    frozenset({("code_change", "torch.autocast"), ("torch_flag", "torch.backends.cuda.matmul.allow_tf32")}),
+)
 
 
 @dataclass(frozen=True)
@@ -195,7 +205,7 @@ def candidates_from(report: Report) -> list[Candidate]:
     out = []
     for finding in report.findings:
         for fixes in _variants([f for f in finding.fixes if applicable(f)]):
-            key = tuple(sorted((f.kind, f.target, repr(f.value)) for f in fixes))
+            key = _key(fixes)
             if not fixes or key in seen:
                 continue
             seen.add(key)
@@ -208,15 +218,20 @@ def candidates_from(report: Report) -> list[Candidate]:
 
 def requested(extra: Sequence[Sequence[Fix]], proposed: Sequence[Candidate]) -> list[Candidate]:
     """The user's own candidates (`--try`), those the diagnosis already proposed left out."""
-    seen = {tuple(sorted((f.kind, f.target, repr(f.value)) for f in c.fixes)) for c in proposed}
+    seen = {_key(c.fixes) for c in proposed}
     out = []
     for fixes in extra:
-        key = tuple(sorted((f.kind, f.target, repr(f.value)) for f in fixes))
+        key = _key(fixes)
         if key not in seen:
             seen.add(key)
             out.append(Candidate(fix=", ".join(_describe(f) for f in fixes), fixes=list(fixes),
                                  description="asked for with --try (the diagnosis did not propose it)"))
     return out
+
+
+def _key(fixes: Sequence[Fix]) -> tuple[tuple[str, str, str], ...]:
+    """What a candidate sets, for spotting the same candidate twice (autocast by its dtype alone)."""
+    return tuple(sorted((f.kind, f.target, autocast_dtype(f) if is_autocast(f) else repr(f.value)) for f in fixes))
 
 
 def parse_try(text: str) -> tuple[Fix, ...]:
@@ -232,13 +247,15 @@ def parse_try(text: str) -> tuple[Fix, ...]:
             fix = Fix(kind="dataloader_kwarg", target=name, value=value)
         elif name in OPTIMIZER_KEYWORDS:
             fix = Fix(kind="optimizer_kwarg", target=name, value=value)
+        elif name in ("autocast", "torch.autocast"):
+            fix = Fix(kind="code_change", target="torch.autocast", value=str(value))
         elif name in ("set_num_threads", "torch.set_num_threads"):
             fix = Fix(kind="torch_flag", target="torch.set_num_threads", value=value)
         else:
             fix = Fix(kind="torch_flag", target=name, value=value)
         if not applicable(fix):
             raise UsageError(f"--try {name}: not a setting a trial can apply (DataLoader: {', '.join(DATALOADER_KEYWORDS)}; "
-                             f"optimizer: {', '.join(OPTIMIZER_KEYWORDS)}; set_num_threads; a torch.* flag)")
+                             f"optimizer: {', '.join(OPTIMIZER_KEYWORDS)}; autocast; set_num_threads; a torch.* flag)")
         fixes.append(fix)
     return tuple(fixes)
 
@@ -264,6 +281,8 @@ def _variants(fixes: list[Fix]) -> list[list[Fix]]:
 
 
 def _describe(fix: Fix) -> str:
+    if is_autocast(fix):
+        return f"torch.autocast({autocast_dtype(fix)})"
     if fix.kind == "code_change":
         return str(fix.value or fix.target)
     return f"{fix.target}={fix.value!r}" if not isinstance(fix.value, str) else f"{fix.target}={fix.value}"

@@ -12,7 +12,7 @@ from __future__ import annotations
 import ast
 from typing import Mapping, Optional, Sequence
 
-from torchscope.capture.interventions import label
+from torchscope.capture.interventions import autocast_dtype, is_autocast, label
 from torchscope.report.model import Fix
 
 _EXCLUSIVE = {"fused": "foreach", "foreach": "fused"}
@@ -24,7 +24,7 @@ def code_change(fixes: Sequence[Fix], sites: Mapping[str, Sequence[str]]) -> lis
     groups = {
         "DataLoader": [f for f in fixes if f.kind == "dataloader_kwarg"],
         "optimizer": [f for f in fixes if f.kind == "optimizer_kwarg"],
-        "zero_grad": [f for f in fixes if f.kind == "code_change"],
+        "zero_grad": [f for f in fixes if f.kind == "code_change" and not is_autocast(f)],
     }
     lines: list[str] = []
     for what, group in groups.items():
@@ -35,6 +35,10 @@ def code_change(fixes: Sequence[Fix], sites: Mapping[str, Sequence[str]]) -> lis
         changes = [change for change in (_at_site(site, wanted, what) for site in places) if change is not None]
         lines += [line for change in changes for line in change] or [f"+ {_generic(what, wanted)}"]
     for fix in fixes:
+        if is_autocast(fix):
+            call = str(fix.value) if str(fix.value).startswith("torch.autocast(") else \
+                f"torch.autocast(device_type, dtype=torch.{autocast_dtype(fix)})"
+            lines.append(f"+ with {call}:  # around forward and loss, not backward")
         if fix.kind == "torch_flag":
             lines.append(f"+ {fix.target}({fix.value!r})" if fix.target == "torch.set_num_threads"
                          else f"+ {fix.target} = {fix.value!r}")
