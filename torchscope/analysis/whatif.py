@@ -168,12 +168,12 @@ def replay(model: StepModel, removed: intervals.IntervalSet = intervals.EMPTY, k
 
     for j in range(n_sync):
         advance(j)
-        begin = moved[j] + extra
+        begin = float(moved[j]) + extra
         fixed = min(float(model.sync_end_us[j] - model.sync_start_us[j]), SYNC_FIXED_US)
         resumed = max(begin + fixed, float(carry.max())) if blocking_syncs else begin + fixed
-        extra += resumed - (moved[n_sync + j] + extra)
+        extra += resumed - (float(moved[n_sync + j]) + extra)
     advance(n_sync)
-    return max(float(moved[-1]) + extra, float(carry.max()))
+    return float(max(float(moved[-1]) + extra, float(carry.max())))  # a Python float: extracts are msgpack-cached
 
 
 def _main_set(span: SpanInput, mask: np.ndarray, allowed: intervals.IntervalSet, t0: float) -> intervals.IntervalSet:
