@@ -105,6 +105,7 @@ class RankCollectives(msgspec.Struct, kw_only=True):
 
 
 def extract_collectives(span: SpanInput) -> RankCollectives:
+    """One trace file's collective instances, per-step phase times, phase culprits and device times."""
     events = span.events
     source, rows = _timed_events(events)
     steps = span.steps
