@@ -308,3 +308,21 @@ def test_cache_keys_are_the_same_in_every_process() -> None:
     code = f"from pathlib import Path; from torchscope.trace import cache; print(cache.cache_key(Path({str(TRITON)!r})))"
     other = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert other == cache.cache_key(TRITON)
+
+
+@pytest.mark.parametrize("name", ["alexnet_sync", "hta_cpu_only_gloo", "resnet50_num_workers_0", "rocm_mi250"])
+def test_every_builtin_extract_of_a_real_trace_can_be_cached(name: str) -> None:
+    """A value msgpack cannot hold (a numpy scalar, a set) is silently recomputed on every run: each
+    built-in analysis's extract of real CPU and GPU traces must encode."""
+    from torchscope.analysis.catalogue import all_analyses
+    from torchscope.trace.load import load_trace_file
+
+    trace = next(p for p in sorted((COMMITTED_TRACES / name).iterdir()) if ".json" in p.name)
+    span = SpanInput(load_trace_file(trace, use_cache=False))
+    unencodable = []
+    for analysis in all_analyses(None):
+        try:
+            msgspec.msgpack.encode(analysis.extract(span))
+        except (OverflowError, TypeError, ValueError) as exc:
+            unencodable.append(f"{analysis.name}: {exc}")
+    assert not unencodable

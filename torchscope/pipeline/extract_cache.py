@@ -110,10 +110,13 @@ def cached_value(entry: dict[str, _Extract], analysis: Analysis[Any], key: str) 
 def store(path: Path, trace_key: str, extracts: dict[str, tuple[str, Any]]) -> Path | None:
     """Write the extracts ({name: (fingerprint, value)}) of `path`, whose tables have `trace_key`; where,
     or None (never raises)."""
-    try:
-        values = {name: _Extract(key, msgspec.msgpack.encode(value)) for name, (key, value) in extracts.items()}
-    except (OverflowError, TypeError, ValueError) as exc:  # a value msgpack cannot hold: do not cache
-        log.debug("cannot encode the extracts of %s: %s", path, exc)
+    values = {}
+    for name, (key, value) in extracts.items():
+        try:
+            values[name] = _Extract(key, msgspec.msgpack.encode(value))
+        except (OverflowError, TypeError, ValueError) as exc:  # msgpack cannot hold it: this one is recomputed
+            log.debug("cannot encode the %s extract of %s: %s", name, path, exc)
+    if not values:
         return None
     payload = msgspec.msgpack.encode(_Entry(values))
     if len(payload) > MAX_ENTRY_BYTES:
