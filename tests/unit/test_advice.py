@@ -105,7 +105,7 @@ def test_rule_reads_waiting_from_cpu_per_wall_unless_others_took_the_cpus() -> N
 
 def test_rule_uses_the_share_without_the_profilers_overhead() -> None:
     overhead = ProfilerOverhead(
-        method="step_clock",
+        method="fetch_clock",
         unprofiled_step_us=6000.0,
         profiled_step_us=10_000.0,
         corrected_percent={"data_loading": 30.0, "forward": 35.0, "backward": 35.0},

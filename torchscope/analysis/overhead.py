@@ -10,11 +10,17 @@ Two measurements correct it:
 
 * per span (:func:`extract`): the Python-function and operator events recorded in each host phase, per
   step (an event belongs to the phase whose time holds its start);
-* per run (:func:`correct`, after assembly): the capture's own step clock (the manifest's
-  ``environment.step_times``: steps the profiler recorded, and steps it did not) gives the overhead per
-  step, the difference of the two medians. It is spread over the phases in proportion to their events,
-  an operator event weighing :data:`OP_EVENT_WEIGHT` Python events, and each phase's time less its part
-  gives the shares without the profiler (``corrected_percent``).
+* per run (:func:`correct`, after assembly), from the capture's own clock (the manifest's
+  ``environment.step_times``: steps the profiler recorded, steps it did not, and the DataLoader fetch time
+  of the latter):
+
+  - ``fetch_clock`` (when fetch times were recorded): the data-loading share is measured directly, the
+    median over the unprofiled steps of fetch time over step time; the other phases share the rest in
+    their recorded proportions. A ratio within the same steps, so a load change between steps cancels.
+  - ``step_clock`` (otherwise): the overhead per step, the difference of the two step medians, is spread
+    over the phases in proportion to their events, an operator event weighing :data:`OP_EVENT_WEIGHT`
+    Python events, and each phase's time less its part gives the shares without the profiler. Noisier:
+    it compares different steps.
 
 Without unprofiled steps in the manifest (a bare trace, or a schedule with no steps outside the window
 after the first) nothing is corrected and ``method`` says so.
@@ -22,6 +28,7 @@ after the first) nothing is corrected and ``method`` says so.
 
 from __future__ import annotations
 
+import re
 from typing import Any, Optional
 
 import numpy as np
@@ -39,6 +46,7 @@ from torchscope.trace.kinds import Kind
 # machine (torch 2.13, shapes + memory + stack + FLOPs on) at 3-14 us per operator against 0.4-1.0 us per
 # Python call, about 10x in every run of the calibration (docs/capture.md).
 OP_EVENT_WEIGHT = 10.0
+MIN_CALIBRATION_EVENTS = 1000  # recorded events per step the data-loading phase needs to price one event
 MIN_OVERHEAD_SHARE = 0.02  # below 2 % of the step the difference of two medians is noise: no correction
 
 
@@ -56,6 +64,31 @@ def _count_in(parts: dict[str, intervals.IntervalSet], ts: np.ndarray, steps: in
     return counts
 
 
+# torchscope's own step call (Profiler.step: the step clock, the torch profiler's step, its stderr filter)
+# runs inside the recorded steps and holds no training work. (Its hooks' frames wrap the training's own
+# calls, whose C++ children the Python tracer does not nest under them: their self time is not theirs.)
+_OWN_STEP = re.compile(r"[/\\]torchscope[/\\]capture[/\\]profiler\.py\(\d+\): step$")
+
+
+def _own_time(span: SpanInput, parts: dict[str, intervals.IntervalSet], steps: int) -> dict[str, float]:
+    """Time per step and phase in torchscope's own step calls (inclusive)."""
+    events = span.events
+    rows = np.flatnonzero((events.kind == Kind.PYTHON_FUNCTION) & events.name_mask(_OWN_STEP.search))
+    if rows.size == 0:
+        return {}
+    order = np.argsort(events.ts_us[rows], kind="stable")
+    ts, us = events.ts_us[rows][order], events.dur_us[rows][order]
+    totals: dict[str, float] = {}
+    for name, (starts, ends) in parts.items():
+        if starts.size == 0:
+            continue
+        index = np.searchsorted(starts, ts, side="right") - 1
+        inside = (index >= 0) & (ts < ends[np.maximum(index, 0)])
+        if inside.any():
+            totals[name] = float(us[inside].sum()) / steps
+    return totals
+
+
 def extract(span: SpanInput) -> Optional[ProfilerOverhead]:
     """The recorded events per phase and step of one span (None without steps)."""
     steps = len(span.steps)
@@ -67,7 +100,17 @@ def extract(span: SpanInput) -> Optional[ProfilerOverhead]:
     return ProfilerOverhead(
         python_events_per_step=_count_in(parts, np.sort(ts[kind == Kind.PYTHON_FUNCTION]), steps),
         ops_per_step=_count_in(parts, np.sort(ts[kind == Kind.CPU_OP]), steps),
+        own_us_per_step=_own_time(span, parts, steps),
+        phase_median_us=_phase_medians(span),
     )
+
+
+def _phase_medians(span: SpanInput) -> dict[str, float]:
+    """Each host phase's median time per step: one step descheduled on a busy machine moves a 3-step mean
+    by a third of the stall, the median not at all."""
+    breakdown = span.phase_breakdown
+    medians = np.median(breakdown.per_step_us, axis=0)
+    return {name: float(us) for name, us in zip(breakdown.categories, medians)}
 
 
 def _reduce(parts: list[Part[Optional[ProfilerOverhead]]]) -> dict[str, Any]:
@@ -83,26 +126,29 @@ OVERHEAD = Analysis(
 )
 
 
-def step_times(manifest: dict[str, Any]) -> tuple[list[float], list[float]]:
-    """(unprofiled, profiled) step durations in us from a report's manifest summary; empty when absent."""
+def step_times(manifest: dict[str, Any]) -> tuple[list[float], list[float], list[float]]:
+    """(unprofiled, profiled, unprofiled fetch) durations in us from a report's manifest summary; empty
+    when absent (the fetch list also when it does not pair with the unprofiled steps)."""
     environment = manifest.get("environment")
     times = environment.get("step_times") if isinstance(environment, dict) else None
     if not isinstance(times, dict):
-        return [], []
+        return [], [], []
 
-    def floats(key: str) -> list[float]:
+    def floats(key: str, low: float) -> list[float]:
         values = times.get(key)
         if not isinstance(values, list):
             return []
-        return [float(v) for v in values if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0]
+        return [float(v) for v in values if isinstance(v, (int, float)) and not isinstance(v, bool) and v >= low]
 
-    return floats("unprofiled_step_us"), floats("profiled_step_us")
+    unprofiled = floats("unprofiled_step_us", 1e-9)
+    fetch = floats("unprofiled_fetch_us", 0.0)
+    return unprofiled, floats("profiled_step_us", 1e-9), fetch if len(fetch) == len(unprofiled) else []
 
 
 def correct(report: Report) -> None:
     """Fill the run-level figures of ``report.measurements.profiler_overhead`` (see the module docstring)."""
     section = report.measurements.profiler_overhead
-    unprofiled, profiled = step_times(report.run.manifest)
+    unprofiled, profiled, fetch = step_times(report.run.manifest)
     section.unprofiled_steps = float(len(unprofiled))
     section.profiled_steps = float(len(profiled))
     if not unprofiled or not profiled:
@@ -111,8 +157,11 @@ def correct(report: Report) -> None:
     section.unprofiled_step_us = median(np.array(unprofiled))
     section.profiled_step_us = median(np.array(profiled))
     overhead = section.profiled_step_us - section.unprofiled_step_us
-    phases = {name: entry.us for name, entry in report.phases.items()}
+    phases = {name: section.phase_median_us.get(name, entry.us) for name, entry in report.phases.items()}
     total = sum(phases.values())
+    if fetch and phases.get("data_loading", 0.0) > 0 and total > 0:
+        _from_fetch_clock(section, phases, np.array(fetch) / np.array(unprofiled), median(np.array(fetch)))
+        return
     weights = {
         name: section.python_events_per_step.get(name, 0.0) + OP_EVENT_WEIGHT * section.ops_per_step.get(name, 0.0)
         for name in phases
@@ -135,3 +184,35 @@ def correct(report: Report) -> None:
     section.slowdown_by_phase = {
         name: phases[name] / corrected[name] for name in phases if corrected[name] > 0 and phases[name] > 0
     }
+
+
+def _from_fetch_clock(section: ProfilerOverhead, phases: dict[str, float], data_share: np.ndarray, data_us: float) -> None:
+    """Shares from the unprofiled steps' own fetch timing: data loading is the median share of the step the
+    fetches took. The other phases share the rest in proportion to their recorded time less torchscope's own
+    step call and less the recording cost of their events, at the cost per event the data-loading phase
+    shows (its recorded time over its unprofiled time, per recorded event) when it holds enough events."""
+    share = float(min(max(median(data_share), 0.0), 1.0))
+    weights = {
+        name: section.python_events_per_step.get(name, 0.0) + OP_EVENT_WEIGHT * section.ops_per_step.get(name, 0.0)
+        for name in phases
+    }
+    recorded_data = phases.get("data_loading", 0.0)
+    per_event = 0.0
+    if weights.get("data_loading", 0.0) >= MIN_CALIBRATION_EVENTS and recorded_data > data_us:
+        per_event = (recorded_data - data_us) / weights["data_loading"]
+    rest = {
+        name: max(us - section.own_us_per_step.get(name, 0.0) - per_event * weights[name], 0.0)
+        for name, us in phases.items()
+        if name != "data_loading"
+    }
+    rest_total = sum(rest.values())
+    section.method = "fetch_clock"
+    section.corrected_percent = {"data_loading": 100.0 * share} | {
+        name: 100.0 * (1.0 - share) * us / rest_total if rest_total > 0 else 0.0 for name, us in rest.items()
+    }
+    section.slowdown_by_phase = {"data_loading": recorded_data / data_us} if data_us > 0 else {}
+    section.slowdown_by_phase |= {name: phases[name] / us for name, us in rest.items() if us > 0 and phases[name] > 0}
+    section.overhead_us_by_phase = {"data_loading": max(recorded_data - data_us, 0.0)} | {
+        name: phases[name] - us for name, us in rest.items() if phases[name] > us
+    }
+    section.overhead_us_per_step = sum(section.overhead_us_by_phase.values())

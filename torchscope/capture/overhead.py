@@ -11,20 +11,27 @@ hooks) are the unprofiled reference; the analysis
 (``analysis/overhead.py``) spreads the difference over each phase in proportion to the events the profiler
 recorded there (``docs/capture.md``, "Measurement that does not distort").
 
-The clock also drives the CPU contention sampler (``capture/machine.py``) over the first recorded window.
+Each step's DataLoader fetch time is timed too (:class:`FetchTimer`), so the unprofiled steps give the
+data-loading share without any profiler, measured rather than modelled.
+
+The clock also drives the CPU contention sampler (``capture/machine.py``) over the first recorded window,
+reading ``/proc`` (milliseconds) outside the recorded steps: before the profiler's ``step()`` that starts the
+window and after the one that ends it.
 """
 
 from __future__ import annotations
 
+import functools
+import threading
 import time
-from typing import Any, Literal, Optional
+from typing import Any, Callable, Literal, Optional
 
 from torchscope.capture.machine import CpuSampler
 from torchscope.rundir.config import CaptureConfig
 
 State = Literal["none", "warmup", "record"]
 MAX_STEPS_KEPT = 256  # per kind: a long run keeps timing its first unprofiled steps only
-REFERENCE_STEPS = 5  # unprofiled steps timed after the last window before the hooks retire
+REFERENCE_STEPS = 30  # unprofiled steps timed after the last window before the hooks retire
 
 
 def step_state(config: CaptureConfig, step: int) -> State:
@@ -41,13 +48,68 @@ def step_state(config: CaptureConfig, step: int) -> State:
     return "warmup" if position < config.wait + config.warmup else "record"
 
 
+class FetchTimer:
+    """Time spent in DataLoader fetches (``_BaseDataLoaderIter.__next__``), outermost calls only, summed
+    until :meth:`take`. Two ``perf_counter`` calls per batch: cheap enough to time unprofiled steps."""
+
+    def __init__(self) -> None:
+        self._total = 0.0
+        self._local = threading.local()
+        self._owner: Any = None
+        self._original: Optional[Callable[..., Any]] = None
+        self._wrapper: Optional[Callable[..., Any]] = None
+        self.active = False
+
+    def install(self) -> None:
+        """Wrap the fetch (a no-op without torch's DataLoader)."""
+        if self._original is not None:
+            return
+        try:
+            from torch.utils.data import dataloader
+        except Exception:
+            return
+        owner = dataloader._BaseDataLoaderIter
+        original = owner.__next__
+        timer = self
+
+        @functools.wraps(original)
+        def __next__(iterator: Any) -> Any:
+            if not timer.active or getattr(timer._local, "inside", False):
+                return original(iterator)
+            timer._local.inside = True
+            started = time.perf_counter()
+            try:
+                return original(iterator)
+            finally:
+                timer._total += time.perf_counter() - started
+                timer._local.inside = False
+
+        self._owner, self._original, self._wrapper = owner, original, __next__
+        setattr(owner, "__next__", __next__)
+        self.active = True
+
+    def uninstall(self) -> None:
+        """Stop timing; put the original back unless another patch wraps ours (ours then passes through)."""
+        self.active = False
+        if self._owner is not None and self._owner.__dict__.get("__next__") is self._wrapper:
+            setattr(self._owner, "__next__", self._original)
+        self._owner = self._original = self._wrapper = None
+
+    def take(self) -> float:
+        """Fetch time (us) since the last call."""
+        total, self._total = self._total, 0.0
+        return total * 1e6
+
+
 class StepClock:
     """Step durations split by whether the profiler recorded them (see the module docstring)."""
 
     def __init__(self, config: CaptureConfig) -> None:
         self.config = config
         self.unprofiled_us: list[float] = []
+        self.unprofiled_fetch_us: list[float] = []  # DataLoader fetch time of each unprofiled step
         self.profiled_us: list[float] = []
+        self.fetches = FetchTimer()
         self.sampler = CpuSampler()
         self._step = 0  # index of the step now running
         self._started_at: Optional[float] = None
@@ -57,6 +119,7 @@ class StepClock:
         """The profiler started: step 0 runs from now."""
         self._started_at = time.perf_counter()
         self._step = 0
+        self.fetches.install()
         if step_state(self.config, 0) == "record":
             self.sampler.begin()
 
@@ -65,37 +128,46 @@ class StepClock:
         if self._started_at is None or self._stopped:
             return
         duration = (time.perf_counter() - self._started_at) * 1e6
+        fetch = self.fetches.take()
         state = step_state(self.config, self._step)
         if self._step >= 1:  # step 0 pays one-time costs (lazy initialisation, allocator growth)
             kept = self.unprofiled_us if state == "none" else self.profiled_us if state == "record" else None
             if kept is not None and len(kept) < MAX_STEPS_KEPT:
                 kept.append(round(duration, 1))
-        if state == "record" and step_state(self.config, self._step + 1) != "record":
-            self.sampler.end()  # the first recorded window ends (later calls are ignored)
+                if state == "none":
+                    self.unprofiled_fetch_us.append(round(min(fetch, duration), 1))
+        if state != "record" and step_state(self.config, self._step + 1) == "record" and not self.profiled_us:
+            self.sampler.begin()  # before the profiler's step(): reading /proc stays out of the recorded step
 
     def step_started(self) -> None:
         """Called just after the profiler's ``step()``: the next step runs from now."""
         if self._started_at is None or self._stopped:
             return
         self._step += 1
+        if step_state(self.config, self._step - 1) == "record" and step_state(self.config, self._step) != "record":
+            self.sampler.end()  # after the profiler's step(): the window has ended (later calls are ignored)
         self._started_at = time.perf_counter()
-        now, before = step_state(self.config, self._step), step_state(self.config, self._step - 1)
-        entering = now == "record" and before != "record"
-        if entering and not self.profiled_us:  # contention over the first recorded window only
-            self.sampler.begin()
 
     def wants_reference(self) -> bool:
         """Whether more unprofiled steps should be timed (the step hooks kept for them after the window)."""
-        return not self._stopped and len(self.unprofiled_us) < REFERENCE_STEPS
+        if self._stopped or len(self.unprofiled_us) >= REFERENCE_STEPS:
+            self.fetches.uninstall()  # nothing more to time: the rest of the run pays nothing
+            return False
+        return True
 
     def stop(self) -> None:
         """The profiler stopped (failed, stepped aside, closed): later steps are not timed."""
         self._stopped = True
+        self.fetches.uninstall()
         self.sampler.end()
 
     def summary(self) -> dict[str, Any]:
         """The manifest's ``timing``: step durations by kind (us) and the contention figures."""
-        out: dict[str, Any] = {"unprofiled_step_us": self.unprofiled_us, "profiled_step_us": self.profiled_us}
+        out: dict[str, Any] = {
+            "unprofiled_step_us": self.unprofiled_us,
+            "unprofiled_fetch_us": self.unprofiled_fetch_us,
+            "profiled_step_us": self.profiled_us,
+        }
         contention = self.sampler.summary()
         if contention:
             out["contention"] = contention

@@ -173,13 +173,16 @@ def partial(ctx: Context) -> Optional[Verdict]:
 # -- the profiler's own cost, and a busy machine (issue 13; docs/capture.md) -----------------------------------
 
 
+MEASURED = ("fetch_clock", "step_clock")  # measurements.profiler_overhead.method when corrected shares exist
+
+
 def unprofiled_share(ctx: Context, category: str) -> Optional[float]:
     """The breakdown share of `category` without the profiler's overhead: scaled by its phase's corrected
     over recorded share (measurements.profiler_overhead, analysis/overhead.py); None when not measured."""
     section = ctx.report.measurements.profiler_overhead
     corrected = section.corrected_percent.get(category)
     recorded = ctx.report.phases.get(category)
-    if section.method != "step_clock" or corrected is None or recorded is None or recorded.percent <= 0:
+    if section.method not in MEASURED or corrected is None or recorded is None or recorded.percent <= 0:
         return None
     return ctx.breakdown_share(category) * corrected / recorded.percent
 
@@ -187,7 +190,7 @@ def unprofiled_share(ctx: Context, category: str) -> Optional[float]:
 def unprofiled_step_us(ctx: Context) -> Optional[float]:
     """The step time without the profiler (the capture's clock, median of the unprofiled steps), or None."""
     section = ctx.report.measurements.profiler_overhead
-    return section.unprofiled_step_us if section.method == "step_clock" and section.unprofiled_step_us > 0 else None
+    return section.unprofiled_step_us if section.method in MEASURED and section.unprofiled_step_us > 0 else None
 
 
 OVERHEAD = Threshold(1.25, "recorded steps over 1.25x the unprofiled ones, or a phase over 1.5x (capture step clock)")
@@ -211,7 +214,7 @@ def profiler_overhead(ctx: Context) -> Optional[Verdict]:
     """The profiler slowed the steps it recorded, unevenly between phases: the shares the report states
     are corrected for it (analysis/overhead.py); this says by how much."""
     section = ctx.report.measurements.profiler_overhead
-    if section.method != "step_clock" or section.unprofiled_step_us <= 0:
+    if section.method not in MEASURED or section.unprofiled_step_us <= 0:
         return None
     slowdown = section.profiled_step_us / section.unprofiled_step_us
     phases = {name: factor for name, factor in section.slowdown_by_phase.items() if factor >= 1.05}

@@ -179,10 +179,12 @@ class Memory(Section):
 class ProfilerOverhead(Section):
     """What recording cost per phase (analysis/overhead.py): events recorded per phase and step (per
     span), then, for the run, the capture's unprofiled and profiled step medians and the phase shares
-    without the overhead (`method`: "step_clock", "negligible" or "not_measured")."""
+    without the overhead (`method`: "fetch_clock", "step_clock", "negligible" or "not_measured")."""
 
     python_events_per_step: PerStepByName = {}
     ops_per_step: PerStepByName = {}
+    own_us_per_step: PerStepByName = {}  # torchscope's own step calls by phase
+    phase_median_us: PerStepByName = {}  # each phase's median per step (robust to one descheduled step)
     method: Choice = "not_measured"
     unprofiled_steps: Count = 0.0
     profiled_steps: Count = 0.0
