@@ -14,6 +14,7 @@ from torchscope.analysis.distributed import DISTRIBUTED
 from torchscope.analysis.memory import MEMORY
 from torchscope.analysis.modules import MODULES
 from torchscope.analysis.op_tables import OPERATORS, RANGES
+from torchscope.analysis.getitem import GETITEM
 from torchscope.analysis.overhead import OVERHEAD
 from torchscope.analysis.registry import Analysis, registered
 from torchscope.analysis.sections import SECTIONS
@@ -21,7 +22,7 @@ from torchscope.analysis.span_meta import META
 from torchscope.analysis.step_table import STEPS
 from torchscope.analysis.timeline import TIMELINE
 
-BUILTIN: tuple[Analysis[Any], ...] = (STEPS, OPERATORS, RANGES, MODULES, CALL_SITES, KERNELS, DEVICE, MEMORY, DISTRIBUTED, *SECTIONS, OVERHEAD)
+BUILTIN: tuple[Analysis[Any], ...] = (STEPS, OPERATORS, RANGES, MODULES, CALL_SITES, KERNELS, DEVICE, MEMORY, DISTRIBUTED, *SECTIONS, OVERHEAD, GETITEM)
 # Sidecars cost time and memory that a terminal or JSON report does not need: computed when asked for.
 BUILTIN_SIDECARS: tuple[Analysis[Any], ...] = (TIMELINE,)
 

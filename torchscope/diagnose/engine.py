@@ -59,6 +59,8 @@ RULES: tuple[Rule, ...] = (
     rules_quality.compilation_in_window,
     rules_quality.no_device_events,
     rules_quality.partial,
+    rules_quality.profiler_overhead,
+    rules_quality.busy_machine,
 )
 
 # Verdicts about the run as a whole, stated from what the rules above found (or did not find).
@@ -118,7 +120,8 @@ def _tidy(value: Any) -> Any:
 
 def _capped_by_trace_quality(ctx: Context, findings: list[Finding]) -> list[Finding]:
     """A trace without step markers (one window that includes set-up) supports no more than a hint, and
-    fewer than 3 steps no more than a warning: severities are capped, the trace_quality finding says why."""
+    fewer than 3 steps, or a window recorded while other processes took the CPUs, no more than a warning:
+    severities are capped, the trace_quality finding says why."""
     cap = _severity_cap(ctx)
     if cap is None:
         return findings
@@ -132,7 +135,7 @@ def _capped_by_trace_quality(ctx: Context, findings: list[Finding]) -> list[Find
 def _severity_cap(ctx: Context) -> Optional[Severity]:
     if ctx.report.run.step_source == "whole_trace":
         return "info"
-    if ctx.steps < rules_quality.MIN_STEPS.value:
+    if ctx.steps < rules_quality.MIN_STEPS.value or rules_quality.busy_share(ctx) is not None:
         return "warning"
     return None
 
