@@ -1,0 +1,118 @@
+"""CPU contention measured at capture (capture/machine.py) and the trace_quality.busy_machine finding that
+caps severities on a busy machine; the DataLoader settings the capture records."""
+
+from __future__ import annotations
+
+import multiprocessing
+import time
+from typing import Any
+
+import pytest
+
+from test_rules_support import finding, findings, report
+from torchscope.capture import machine
+from torchscope.report.measurements import DataLoader, Measurements
+
+STAT = """cpu  900 0 300 5000 10 0 5 0 0 0
+cpu0 400 0 100 2500 5 0 2 7 0 0
+cpu1 500 0 200 2500 5 0 3 0 0 0
+intr 1 2 3
+"""
+
+
+def test_busy_ticks_of_the_allowed_cpus_only() -> None:
+    # user + nice + system + irq + softirq + steal; iowait and idle are not busy.
+    assert machine.busy_ticks([0], STAT) == 400 + 100 + 2 + 7
+    assert machine.busy_ticks([0, 1], STAT) == 509 + 703
+    assert machine.busy_ticks([0, 5], STAT) is None  # a CPU without a line: no figure rather than a wrong one
+
+
+def test_process_ticks_parse_after_a_command_name_with_spaces() -> None:
+    fields = ["S"] + ["0"] * 10 + ["11", "7", "5", "3"] + ["0"] * 30
+    text = "42 (my (odd) name) " + " ".join(fields)
+    assert machine.process_ticks(text) == 11 + 7 + 5 + 3
+    assert machine.process_ticks(text, with_children=False) == 18
+
+
+def _burn(seconds: float) -> None:
+    end = time.process_time() + seconds
+    while time.process_time() < end:
+        pass
+
+
+@pytest.mark.skipif(not machine.Path("/proc/self/stat").exists(), reason="Linux /proc only")
+def test_a_child_process_burning_cpu_is_our_own_time_not_contention() -> None:
+    sampler = machine.CpuSampler()
+    sampler.begin()
+    child = multiprocessing.get_context("fork").Process(target=_burn, args=(0.4,))
+    child.start()
+    child.join()
+    sampler.end()
+    figures = sampler.summary()
+    assert figures["own_cpu_s"] >= 0.3  # the reaped child's CPU time is counted as ours (cutime)
+    assert 0.0 <= figures["other_share"] <= 1.0
+    assert figures["wall_s"] > 0 and figures["cpus"] >= 1
+
+
+def test_contention_figures_from_two_samples() -> None:
+    first, last = object.__new__(machine.CpuSample), object.__new__(machine.CpuSample)
+    first.wall, first.process_cpu, first.own, first.busy = 10.0, 1.0, 100, 1000
+    last.wall, last.process_cpu, last.own, last.busy = 12.0, 2.5, 250, 1400
+    figures = machine.contention_figures(first, last, cpus=2, ticks_per_s=100, load=3.5)
+    assert figures["process_cpu_per_wall"] == 0.75
+    assert (figures["busy_cpu_s"], figures["own_cpu_s"], figures["other_cpu_s"]) == (4.0, 1.5, 2.5)
+    assert figures["other_share"] == 0.625  # 2.5 CPU-seconds of 2 CPUs x 2 s
+    assert figures["load_average_1m"] == 3.5
+
+
+class _Dataset:
+    def __getitem__(self, index: int) -> int:
+        return index
+
+
+class _Loader:
+    def __init__(self, **settings: Any) -> None:
+        self.dataset = _Dataset()
+        self.__dict__.update(settings)
+
+
+def test_loader_registry_records_each_loader_once_with_its_iterations() -> None:
+    registry = machine.LoaderRegistry()
+    train = _Loader(num_workers=2, pin_memory=False, batch_size=32, persistent_workers=True, prefetch_factor=4)
+    for _ in range(3):
+        registry.note(train)
+    registry.note(_Loader(num_workers=0, batch_size=64))
+    first, second = registry.loaders
+    assert first["num_workers"] == 2 and first["prefetch_factor"] == 4 and first["iterations"] == 3
+    assert first["dataset"] == "_Dataset" and first["getitem"].endswith(f"test_contention.py:{_Dataset.__getitem__.__code__.co_firstlineno}")
+    assert second["num_workers"] == 0 and second["iterations"] == 1
+
+
+def test_loader_registry_wraps_and_restores_dataloader_iter() -> None:
+    torch_data = pytest.importorskip("torch.utils.data")
+    original = torch_data.DataLoader.__iter__
+    registry = machine.LoaderRegistry()
+    registry.install()
+    try:
+        loader = torch_data.DataLoader(list(range(8)), batch_size=4, num_workers=0)
+        assert [len(b) for b in loader] == [4, 4]
+    finally:
+        registry.uninstall()
+    assert torch_data.DataLoader.__iter__ is original
+    assert registry.loaders[0]["batch_size"] == 4 and registry.loaders[0]["num_workers"] == 0
+
+
+def _busy(other_share: float) -> dict[str, Any]:
+    return {"environment": {"contention": {"other_share": other_share, "cpus": 2, "wall_s": 1.0, "process_cpu_per_wall": 0.9}}}
+
+
+def test_busy_machine_finding_caps_every_severity_at_warning() -> None:
+    measurements = Measurements(dataloader=DataLoader(single_process_fetches=8))
+    quiet = report(measurements=measurements, breakdown={"data_loading": 0.6}, manifest=_busy(0.1))
+    assert finding(quiet, "data_loading.exposed").severity == "critical"
+    assert "trace_quality.busy_machine" not in findings(quiet)
+    busy = report(measurements=measurements, breakdown={"data_loading": 0.6}, manifest=_busy(0.6))
+    f = finding(busy, "trace_quality.busy_machine")
+    assert f.severity == "warning" and "60 %" in f.title
+    assert f.evidence["multi_threaded_slowdown_up_to"] == 2.5  # 1 / (1 - 0.6)
+    assert finding(busy, "data_loading.exposed").severity == "warning"  # capped, and says why above

@@ -1,0 +1,116 @@
+"""The profiler's own cost (capture/overhead.py, analysis/overhead.py): which steps the schedule records,
+the step clock's unprofiled reference, and the shares corrected from it; trace_quality.profiler_overhead."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import pytest
+
+from test_rules_support import finding, findings, report
+from torchscope.analysis import overhead
+from torchscope.capture.overhead import REFERENCE_STEPS, FetchTimer, StepClock, step_state
+from torchscope.report.measurements import Measurements, ProfilerOverhead
+from torchscope.rundir.config import CaptureConfig
+
+
+@pytest.mark.filterwarnings("ignore:Profiler won.t be using warmup")
+def test_step_state_is_torch_profiler_schedule() -> None:
+    torch_profiler = pytest.importorskip("torch.profiler")
+    action = torch_profiler.ProfilerAction
+    expected = {action.NONE: "none", action.WARMUP: "warmup", action.RECORD: "record", action.RECORD_AND_SAVE: "record"}
+    for skip_first, wait, warmup, active, repeat in itertools.product((0, 2), (0, 1, 3), (0, 1), (1, 3), (0, 1, 2)):
+        config = CaptureConfig(skip_first=skip_first, wait=wait, warmup=warmup, active=active, repeat=repeat)
+        schedule = torch_profiler.schedule(skip_first=skip_first, wait=wait, warmup=warmup, active=active, repeat=repeat)
+        for step in range(30):
+            assert step_state(config, step) == expected[schedule(step)], (config, step)
+
+
+def test_step_clock_splits_steps_by_recording_and_keeps_a_reference() -> None:
+    clock = StepClock(CaptureConfig())  # wait 1, warmup 1, active 3: steps 2-4 recorded
+    clock.start()
+    for _ in range(8):
+        clock.step_ended()
+        clock.step_started()
+    assert len(clock.profiled_us) == 3
+    assert len(clock.unprofiled_us) == 3  # steps 5-7 (step 0 pays one-time costs)
+    assert len(clock.unprofiled_fetch_us) == len(clock.unprofiled_us)
+    assert clock.wants_reference()
+    clock.unprofiled_us.extend([1.0] * REFERENCE_STEPS)
+    assert not clock.wants_reference()
+    clock.stop()
+    summary = clock.summary()
+    assert set(summary) >= {"unprofiled_step_us", "profiled_step_us", "unprofiled_fetch_us"}
+
+
+def test_fetch_timer_times_outermost_fetches_and_restores_the_original() -> None:
+    dataloader = pytest.importorskip("torch.utils.data.dataloader")
+    original = dataloader._BaseDataLoaderIter.__next__
+    timer = FetchTimer()
+    timer.install()
+    try:
+        loader = dataloader.DataLoader(list(range(6)), batch_size=2)
+        assert len(list(loader)) == 3
+        assert timer.take() > 0 and timer.take() == 0
+    finally:
+        timer.uninstall()
+    assert dataloader._BaseDataLoaderIter.__next__ is original
+
+
+def _report(section: ProfilerOverhead, step_times: dict[str, Any], **phases: float) -> Any:
+    return report(
+        measurements=Measurements(profiler_overhead=section),
+        breakdown=phases,
+        phases=phases,
+        manifest={"environment": {"step_times": step_times}},
+    )
+
+
+def test_fetch_clock_measures_the_data_share_and_prices_events_on_it() -> None:
+    # Recorded: data 6 ms (20k Python events), forward 3 ms (2k events), backward 1 ms (none).
+    section = ProfilerOverhead(python_events_per_step={"data_loading": 20_000, "forward": 2_000})
+    times = {
+        "unprofiled_step_us": [6000.0, 6000.0, 6000.0],
+        "unprofiled_fetch_us": [2000.0, 2000.0, 2000.0],
+        "profiled_step_us": [10_000.0, 10_000.0],
+    }
+    rep = _report(section, times, data_loading=0.6, forward=0.3, backward=0.1)
+    overhead.correct(rep)
+    result = rep.measurements.profiler_overhead
+    assert result.method == "fetch_clock"
+    assert result.corrected_percent["data_loading"] == pytest.approx(100 / 3)
+    # 4 ms of data overhead over 20k events: 0.2 us each, so forward loses 0.4 ms: 2.6 ms against backward's 1.
+    assert result.corrected_percent["forward"] == pytest.approx((200 / 3) * 2.6 / 3.6)
+    assert result.slowdown_by_phase["data_loading"] == pytest.approx(3.0)
+
+
+def test_step_clock_spreads_the_overhead_by_events_without_fetch_times() -> None:
+    section = ProfilerOverhead(python_events_per_step={"data_loading": 9_000, "forward": 1_000})
+    times = {"unprofiled_step_us": [5000.0] * 3, "profiled_step_us": [10_000.0] * 3}
+    rep = _report(section, times, data_loading=0.7, forward=0.3)
+    overhead.correct(rep)
+    result = rep.measurements.profiler_overhead
+    assert result.method == "step_clock"
+    # Half of the 10 ms step is overhead: 4.5 ms off data loading, 0.5 ms off forward.
+    assert result.corrected_percent["data_loading"] == pytest.approx(100 * 2.5 / 5)
+
+
+def test_no_reference_steps_no_correction() -> None:
+    rep = _report(ProfilerOverhead(), {"unprofiled_step_us": [], "profiled_step_us": [1.0]}, data_loading=0.5)
+    overhead.correct(rep)
+    assert rep.measurements.profiler_overhead.method == "not_measured"
+    assert "trace_quality.profiler_overhead" not in findings(rep)
+
+
+def test_profiler_overhead_finding_states_the_slowdown() -> None:
+    section = ProfilerOverhead(
+        method="fetch_clock",
+        unprofiled_step_us=5000.0,
+        profiled_step_us=9000.0,
+        slowdown_by_phase={"data_loading": 2.6, "forward": 1.1},
+        corrected_percent={"data_loading": 40.0, "forward": 60.0},
+    )
+    f = finding(report(measurements=Measurements(profiler_overhead=section)), "trace_quality.profiler_overhead")
+    assert f.title == "The profiler slowed the recorded steps 1.80x (data_loading 2.6x, forward 1.1x)"
+    assert f.severity == "info" and f.fixes[0].target == "with_stack"
