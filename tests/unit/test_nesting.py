@@ -84,3 +84,26 @@ def test_tree_order_is_lexsorts_order(events: list[tuple[int, int, int]], layout
     if layout == "with NaN starts":
         ts[::3] = np.nan
     assert np.array_equal(_tree_order(thread, ts, dur), np.lexsort((-dur, ts, thread)))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 60), st.integers(0, 30)), min_size=1, max_size=60))
+def test_every_parent_is_open_when_its_child_starts_even_when_events_overlap(events: list[tuple[int, int]]) -> None:
+    # Real Python-tracer traces overlap without nesting (an nn.Module range ends a microsecond before the
+    # op it called): the level count once named an event that had already ended as the parent.
+    events = sorted(events, key=lambda e: (e[0], -e[1]))
+    ts = np.array([e[0] for e in events], dtype=float)
+    dur = np.array([e[1] for e in events], dtype=float)
+    parent, depth = _thread_tree(ts, dur)
+    has = parent >= 0
+    assert (ts[parent[has]] + dur[parent[has]] >= ts[has]).all()
+    assert (depth[parent[has]] < depth[has]).all()  # the level-by-level passes need parents above
+
+
+def test_a_child_of_a_range_that_closed_early_goes_to_the_open_ancestor() -> None:
+    # step [0, 100) > module [10, 30) and op [12, 32) (ends after the module); then call [31, 35).
+    ts = np.array([0.0, 10.0, 12.0, 31.0])
+    dur = np.array([100.0, 20.0, 20.0, 4.0])
+    parent, _ = _thread_tree(ts, dur)
+    assert parent.tolist()[:3] == [-1, 0, 1]
+    assert parent[3] in (0, 2)  # open at 31: the step, or the op still running; never the closed module

@@ -135,7 +135,20 @@ def _thread_tree(ts: np.ndarray, dur: np.ndarray) -> tuple[np.ndarray, np.ndarra
     candidate = sorted_keys[np.maximum(j, 0)]
     valid = (depth > 0) & (j >= 0) & (candidate // max(n, 1) == depth - 1)
     parent = np.where(valid, candidate % max(n, 1), -1)
-    return parent, depth
+    return _open_parents(parent, ts, end), depth
+
+
+def _open_parents(parent: np.ndarray, ts: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Where events overlap without nesting (Python tracer and operator clocks disagree by a microsecond,
+    a range closed late), the level count can name as parent an event that ended before the child began.
+    Such a child moves up to the nearest ancestor still open at its start; ancestors sit at lower depths,
+    so the level-by-level passes stay valid."""
+    closed = np.flatnonzero((parent >= 0) & (end[np.maximum(parent, 0)] < ts))
+    while closed.size:
+        up = parent[parent[closed]]
+        parent[closed] = up
+        closed = closed[(up >= 0) & (end[np.maximum(up, 0)] < ts[closed])]
+    return parent
 
 
 def accumulate_up(tree: HostTree, values: np.ndarray) -> np.ndarray:
