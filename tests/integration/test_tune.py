@@ -108,10 +108,12 @@ def test_a_foreach_optimizer_is_applied_and_measured(tmp_path: Path) -> None:
 
 def test_a_healthy_compute_bound_script_has_no_winner(tmp_path: Path) -> None:
     (tmp_path / "healthy.py").write_text(HEALTHY)
-    result = _tune("healthy.py", tmp_path, "--warmup", "1", "--active", "4")
+    """The diagnosis calls it compute-bound; what it proposes (autocast on this CPU, without bf16 units:
+    3-4x slower) must not come out faster."""
+    result = _tune("healthy.py", tmp_path, "--warmup", "1", "--active", "3")
     assert result["verdict"] == "no candidate beats the baseline beyond noise" and result["best"] is None
     assert not any(c["status"] == "faster" for c in result["candidates"])
-    assert result["noise_pct"] >= 2.0 and result["baseline_steps"] == 8  # two baselines of four steps
+    assert result["noise_pct"] >= 2.0 and result["baseline_steps"] == 6  # two baselines of three steps
 
 
 def test_checkpoints_stay_out_of_the_users_directory_and_ctrl_c_returns_what_was_measured(tmp_path: Path) -> None:
