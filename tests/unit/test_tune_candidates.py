@@ -107,3 +107,12 @@ def test_try_parses_one_candidate_and_rejects_what_a_trial_cannot_apply() -> Non
     proposed = [Candidate(fix="num_workers=2", description="", fixes=[WORKERS])]
     extra = requested([(WORKERS,), (FOREACH,)], proposed)  # the diagnosis's own candidate is not repeated
     assert [c.fixes for c in extra] == [[FOREACH]] and extra[0].finding is None
+
+
+def test_the_autocast_change_wraps_the_line_that_calls_the_model(tmp_path: Path) -> None:
+    script = tmp_path / "train.py"
+    script.write_text("for x in data:\n    loss = model(x).sum()\n")
+    fix = Fix(kind="code_change", target="torch.autocast", value="torch.autocast('cpu', dtype=torch.bfloat16)")
+    assert code_change([fix], {"code_change:torch.autocast": [f"{script}:2"]}) == [
+        f"--- {script}:2", "-     loss = model(x).sum()", "+     with torch.autocast('cpu', dtype=torch.bfloat16):",
+        "+         loss = model(x).sum()"]

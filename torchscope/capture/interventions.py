@@ -219,8 +219,8 @@ def _autocast_forward(torch: Any, fix: Fix) -> Iterator[None]:
 
     @functools.wraps(original)
     def __call__(self: Any, *args: Any, **kwargs: Any) -> Any:
-        if getattr(state, "inside", False):
-            return original(self, *args, **kwargs)
+        if getattr(state, "inside", False) or torch.utils.data.get_worker_info() is not None:
+            return original(self, *args, **kwargs)  # inside the model, or a transform in a DataLoader worker
         state.inside = True
         try:
             sites[key].add(_caller_site())

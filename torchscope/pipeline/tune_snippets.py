@@ -38,10 +38,26 @@ def code_change(fixes: Sequence[Fix], sites: Mapping[str, Sequence[str]]) -> lis
         if is_autocast(fix):
             call = str(fix.value) if str(fix.value).startswith("torch.autocast(") else \
                 f"torch.autocast(device_type, dtype=torch.{autocast_dtype(fix)})"
-            lines.append(f"+ with {call}:  # around forward and loss, not backward")
+            lines += _wrapped(sites.get(label(fix), []), f"with {call}:") or \
+                [f"+ with {call}:  # around forward and loss, not backward"]
         if fix.kind == "torch_flag":
             lines.append(f"+ {fix.target}({fix.value!r})" if fix.target == "torch.set_num_threads"
                          else f"+ {fix.target} = {fix.value!r}")
+    return lines
+
+
+def _wrapped(places: Sequence[str], opener: str) -> list[str]:
+    """Each one-line site (file:line) indented under `opener` (a `with` block)."""
+    lines: list[str] = []
+    for site in sorted(places):
+        path, _, number = site.rpartition(":")
+        try:
+            with open(path, encoding="utf-8") as handle:
+                text = handle.read().splitlines()[int(number) - 1]
+        except (OSError, ValueError, IndexError, UnicodeDecodeError):
+            continue
+        indent = text[:len(text) - len(text.lstrip())]
+        lines += [f"--- {site}", f"- {text}", f"+ {indent}{opener}", f"+ {indent}    {text.lstrip()}"]
     return lines
 
 
