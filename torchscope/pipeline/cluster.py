@@ -67,7 +67,8 @@ def extract_on_cluster(
     try:
         from distributed import as_completed
 
-        futures = [client.submit(_extract_or_error, group, list(analyses), use_cache, i, pure=False) for i, group in enumerate(groups)]
+        shared = client.scatter(list(analyses), broadcast=True)  # sent to each worker once, not with every rank
+        futures = [client.submit(_extract_or_error, group, shared, use_cache, i, pure=False) for i, group in enumerate(groups)]
         index_of = {future.key: i for i, future in enumerate(futures)}
         results: list[RankExtracts | InputError | None] = [None] * len(futures)
         # Each result is taken as it completes and its future released at once, so a worker holds only the
