@@ -64,14 +64,18 @@ for i in range(10):
 """
 
 
-def _run_script(tmp_path: Path, source: str) -> Path:
+def _run_script(tmp_path: Path, source: str, report: tuple[str, ...] = ("--no-report",)) -> Path:
     script = tmp_path / "train.py"
     script.write_text(textwrap.dedent(source))
     out = tmp_path / "run"
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    command = [sys.executable, "-m", "torchscope", "run", "--no-report", "--no-stack", "--out", str(out), str(script)]
+    command = [sys.executable, "-m", "torchscope", "run", *report, "--no-stack", "--out", str(out), str(script)]
     done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180)
     assert done.returncode == 0, done.stderr
+    if report != ("--no-report",):  # the report is on stderr, at the --width asked for
+        lines = [line for line in done.stderr.splitlines() if not line.startswith("torchscope:")]
+        assert "Step time breakdown (mean per step)" in done.stderr
+        assert max(map(len, lines)) <= int(report[-1])
     return out
 
 
@@ -99,7 +103,7 @@ def _check_report(run_dir: Path) -> None:
 
 
 def test_manual_sgd_steps_from_backward(tmp_path: Path) -> None:
-    run_dir = _run_script(tmp_path, MANUAL_SGD)
+    run_dir = _run_script(tmp_path, MANUAL_SGD, report=("--width", "72"))
     assert _manifest(run_dir)["options"]["step_marking"] == "backward"
     assert _labels_per_step(run_dir, "torchscope:backward") == [1, 1, 1]
     assert _labels_per_step(run_dir, "torchscope:forward") == [2, 2, 2]  # the model and the criterion
