@@ -51,6 +51,12 @@ def test_evaluation_loop_steps_at_each_call_of_the_first_module() -> None:
     assert detector.source == "module" and counter.steps == 5
 
 
+def test_an_encoder_called_once_per_iteration_anchors_the_steps() -> None:
+    # Encoder once, decoder several times per iteration (autoregressive decoding): one step per iteration.
+    detector, counter = _drive([("forward", MODEL)] + [("forward", OTHER)] * 3 + [("forward", MODEL)] + [("forward", OTHER)] * 3)
+    assert detector.source == "module" and counter.steps == 1
+
+
 def test_a_single_fetch_then_a_loop_uses_the_backward_rule() -> None:
     detector, counter = _drive(["data"] + [("forward", MODEL), "backward"] * 4)
     assert detector.source == "backward" and counter.steps == 3
