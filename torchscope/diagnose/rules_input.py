@@ -188,7 +188,7 @@ def data_loading_exposed(ctx: Context) -> Optional[Verdict]:
             "cpu_count": _int(ctx.environment().get("cpu_count")),
             "cores_per_rank": machine.cores_per_rank,
             "num_workers": machine.workers,
-            "intra_op_threads": machine.threads,
+            "intra_op_threads": _int(ctx.environment().get("torch_num_threads")),
             "loading_waits": machine.waiting,
             "predicted_step_us": advice.predicted_step_us,
         },

@@ -217,7 +217,12 @@ def profiler_overhead(ctx: Context) -> Optional[Verdict]:
     if section.method not in MEASURED or section.unprofiled_step_us <= 0:
         return None
     slowdown = section.profiled_step_us / section.unprofiled_step_us
-    phases = {name: factor for name, factor in section.slowdown_by_phase.items() if factor >= 1.05}
+    # Phases that matter (>= 5 % of the unprofiled step): a tiny phase's ratio is noise.
+    phases = {
+        name: factor
+        for name, factor in section.slowdown_by_phase.items()
+        if factor >= 1.05 and section.corrected_percent.get(name, 100.0) >= 5.0
+    }
     if slowdown < OVERHEAD.value and not any(f >= PHASE_SLOWDOWN for f in phases.values()):
         return None
     worst = ", ".join(f"{name} {factor:.1f}x" for name, factor in sorted(phases.items(), key=lambda kv: -kv[1])[:3])

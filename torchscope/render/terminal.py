@@ -15,6 +15,7 @@ from rich.text import Text
 from torchscope.render.distributed_terminal import distributed_section
 from torchscope.render.callsites_terminal import call_sites_table
 from torchscope.render.memory_terminal import memory_table
+from torchscope.render.overhead_terminal import overhead_table
 from torchscope.render.modules_terminal import modules_table
 from torchscope.render.registry import RenderOptions, register
 from torchscope.render.units import duration
@@ -54,6 +55,7 @@ def render_terminal(
         _findings(report.findings),
         _breakdown("Step time breakdown (mean per step)", report.breakdown, report.mean_step_us),
         _breakdown("Training phases (host)", report.phases, report.mean_step_us) if report.run.device_kind != "cpu" else None,
+        overhead_table(report),
         _operators(report, by_shape, top),
         call_sites_table(report, top),
         _kernels(report, top),
