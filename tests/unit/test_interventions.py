@@ -96,3 +96,18 @@ def test_autocast_covers_the_outermost_module_call_only_while_applied() -> None:
         out.float().sum().backward()  # backward outside autocast, as the AMP recipe has it
     assert model(x).dtype == torch.float32
     assert interventions.sites["code_change:torch.autocast"] == {f"{__file__}:{line}"}
+
+
+def test_channels_last_converts_a_convolutional_model_and_its_inputs_keeping_its_parameters() -> None:
+    from torchscope.capture import interventions
+
+    interventions.sites.clear()
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU())
+    params = list(model.parameters())
+    seen: list[bool] = []
+    model[0].register_forward_pre_hook(lambda m, a: seen.append(a[0].is_contiguous(memory_format=torch.channels_last)))
+    with applied([Fix(kind="code_change", target="channels_last", value="model.to(memory_format=torch.channels_last)")]):
+        model(torch.randn(2, 3, 8, 8))
+    assert seen == [True] and [id(p) for p in model.parameters()] == [id(p) for p in params]  # the optimizer's parameters are still the model's
+    assert model[0].weight.is_contiguous(memory_format=torch.channels_last)
+    assert list(interventions.sites) == ["code_change:channels_last"]

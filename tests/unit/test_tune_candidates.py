@@ -100,6 +100,7 @@ def test_try_parses_one_candidate_and_rejects_what_a_trial_cannot_apply() -> Non
     assert parse_try("num_workers=4, persistent_workers=True") == (
         Fix(kind="dataloader_kwarg", target="num_workers", value=4),
         Fix(kind="dataloader_kwarg", target="persistent_workers", value=True))
+    assert parse_try("channels_last")[0].target == "channels_last"
     assert parse_try("set_num_threads=1") == (Fix(kind="torch_flag", target="torch.set_num_threads", value=1),)
     for bad in ("num_workers", "batch_size=64", "torch.compile()=1"):
         with pytest.raises(UsageError):

@@ -15,6 +15,9 @@ code into patches installed before the script runs and removed after:
   `torch.autocast` on the accelerator if there is one, else the CPU; backward and a loss computed outside
   the model stay as they were (the AMP recipe). fp16 without a GradScaler can underflow: the trial's
   loss check is what catches it.
+* `code_change` `channels_last`: each outermost `nn.Module` called is converted once
+  (`module.to(memory_format=torch.channels_last)`: its parameters keep their identity, so the optimizer
+  still holds them) and its 4-D tensor arguments are passed in channels_last.
 * `code_change` `optimizer.zero_grad` (value `optimizer.zero_grad(set_to_none=True)`): every
   `Optimizer.zero_grad` call sets the gradients to None.
 
@@ -53,6 +56,7 @@ def label(fix: Fix) -> str:
 
 
 AUTOCAST_TARGET = "torch.autocast"
+CHANNELS_LAST_TARGET = "channels_last"
 
 
 def is_autocast(fix: Fix) -> bool:
@@ -72,7 +76,7 @@ def _is_zero_grad(fix: Fix) -> bool:
 
 def applicable(fix: Fix) -> bool:
     """Whether a trial can apply this fix without editing the user's code."""
-    if _is_zero_grad(fix) or is_autocast(fix):
+    if _is_zero_grad(fix) or is_autocast(fix) or (fix.kind == "code_change" and fix.target == CHANNELS_LAST_TARGET):
         return True
     if fix.value is None:
         return False
@@ -106,6 +110,9 @@ def applied(fixes: Sequence[Fix]) -> Iterator[None]:
         autocast = next((f for f in fixes if is_autocast(f)), None)
         if autocast is not None:
             stack.enter_context(_autocast_forward(torch, autocast))
+        layout = next((f for f in fixes if f.kind == "code_change" and f.target == CHANNELS_LAST_TARGET), None)
+        if layout is not None:
+            stack.enter_context(_channels_last(torch, label(layout)))
         for fix in fixes:
             if fix.kind == "torch_flag":
                 stack.enter_context(_torch_flag(torch, fix))
@@ -226,6 +233,40 @@ def _autocast_forward(torch: Any, fix: Fix) -> Iterator[None]:
             sites[key].add(_caller_site())
             with torch.autocast(device, dtype=dtype):
                 return original(self, *args, **kwargs)
+        finally:
+            state.inside = False
+
+    torch.nn.Module.__call__ = __call__
+    try:
+        yield
+    finally:
+        torch.nn.Module.__call__ = original
+
+
+@contextmanager
+def _channels_last(torch: Any, key: str) -> Iterator[None]:
+    """Outermost module calls: the module converted to channels_last once, 4-D tensor arguments too."""
+    original = torch.nn.Module.__call__
+    converted: set[int] = set()
+    state = threading.local()
+
+    def layout(value: Any) -> Any:
+        if isinstance(value, torch.Tensor) and value.dim() == 4:
+            return value.contiguous(memory_format=torch.channels_last)
+        return value
+
+    @functools.wraps(original)
+    def __call__(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if getattr(state, "inside", False) or torch.utils.data.get_worker_info() is not None:
+            return original(self, *args, **kwargs)
+        state.inside = True
+        try:
+            if id(self) not in converted:
+                converted.add(id(self))
+                if any(p.dim() == 4 for p in self.parameters()):  # a convolutional model: something to convert
+                    self.to(memory_format=torch.channels_last)
+                    sites[key].add(_caller_site())
+            return original(self, *[layout(a) for a in args], **{k: layout(v) for k, v in kwargs.items()})
         finally:
             state.inside = False
 

@@ -240,6 +240,8 @@ def parse_try(text: str) -> tuple[Fix, ...]:
     fixes = []
     for item in text.split(","):
         name, sep, raw = item.strip().partition("=")
+        if name == "channels_last" and not sep:  # a layout change has no value
+            sep, raw = "=", "True"
         if not sep or not name or not raw:
             raise UsageError(f"--try {text!r}: expected keyword=value[,keyword=value...]")
         value = _value(raw.strip())
@@ -247,6 +249,8 @@ def parse_try(text: str) -> tuple[Fix, ...]:
             fix = Fix(kind="dataloader_kwarg", target=name, value=value)
         elif name in OPTIMIZER_KEYWORDS:
             fix = Fix(kind="optimizer_kwarg", target=name, value=value)
+        elif name == "channels_last":
+            fix = Fix(kind="code_change", target="channels_last", value="model = model.to(memory_format=torch.channels_last)")
         elif name in ("autocast", "torch.autocast"):
             fix = Fix(kind="code_change", target="torch.autocast", value=str(value))
         elif name in ("set_num_threads", "torch.set_num_threads"):
@@ -255,7 +259,7 @@ def parse_try(text: str) -> tuple[Fix, ...]:
             fix = Fix(kind="torch_flag", target=name, value=value)
         if not applicable(fix):
             raise UsageError(f"--try {name}: not a setting a trial can apply (DataLoader: {', '.join(DATALOADER_KEYWORDS)}; "
-                             f"optimizer: {', '.join(OPTIMIZER_KEYWORDS)}; autocast; set_num_threads; a torch.* flag)")
+                             f"optimizer: {', '.join(OPTIMIZER_KEYWORDS)}; autocast; channels_last; set_num_threads; a torch.* flag)")
         fixes.append(fix)
     return tuple(fixes)
 

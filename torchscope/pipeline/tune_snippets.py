@@ -24,7 +24,7 @@ def code_change(fixes: Sequence[Fix], sites: Mapping[str, Sequence[str]]) -> lis
     groups = {
         "DataLoader": [f for f in fixes if f.kind == "dataloader_kwarg"],
         "optimizer": [f for f in fixes if f.kind == "optimizer_kwarg"],
-        "zero_grad": [f for f in fixes if f.kind == "code_change" and not is_autocast(f)],
+        "zero_grad": [f for f in fixes if _is_zero_grad(f)],
     }
     lines: list[str] = []
     for what, group in groups.items():
@@ -35,6 +35,9 @@ def code_change(fixes: Sequence[Fix], sites: Mapping[str, Sequence[str]]) -> lis
         changes = [change for change in (_at_site(site, wanted, what) for site in places) if change is not None]
         lines += [line for change in changes for line in change] or [f"+ {_generic(what, wanted)}"]
     for fix in fixes:
+        if fix.kind == "code_change" and fix.target == "channels_last":
+            lines.append("+ model = model.to(memory_format=torch.channels_last)  # and each 4-D input: "
+                         "x = x.to(memory_format=torch.channels_last)")
         if is_autocast(fix):
             call = str(fix.value) if str(fix.value).startswith("torch.autocast(") else \
                 f"torch.autocast(device_type, dtype=torch.{autocast_dtype(fix)})"
@@ -59,6 +62,10 @@ def _wrapped(places: Sequence[str], opener: str) -> list[str]:
         indent = text[:len(text) - len(text.lstrip())]
         lines += [f"--- {site}", f"- {text}", f"+ {indent}{opener}", f"+ {indent}    {text.lstrip()}"]
     return lines
+
+
+def _is_zero_grad(fix: Fix) -> bool:
+    return fix.kind == "code_change" and fix.target.startswith("optimizer.zero_grad")
 
 
 def _generic(what: str, wanted: Mapping[str, object]) -> str:
