@@ -56,7 +56,7 @@
 
   // ---- navigation -------------------------------------------------------------------------------
   const drawn = {};
-  const VIEWS = { overview: overview, operators: operators, kernels: kernels, timeline: timeline, memory: memory, distributed: distributed };
+  const VIEWS = { overview: overview, operators: operators, kernels: kernels, timeline: timeline, modules: modules, memory: memory, distributed: distributed };
   function show(name) {
     if (!VIEWS[name]) name = "overview";
     for (const s of document.querySelectorAll(".view")) s.classList.toggle("active", s.id === "view-" + name);
@@ -348,6 +348,9 @@
   }
 
   // ---- memory and distributed ---------------------------------------------------------------------
+  function modules(root) {  // render/assets/view_modules.js
+    window.tsModulesView(root, R, { el, card, table, fmtUs });
+  }
   function memory(root) {  // render/assets/view_memory.js
     window.tsMemoryView(root, R, { el, card, fact, fmtBytes, fmtUs });
   }
