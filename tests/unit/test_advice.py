@@ -114,3 +114,14 @@ def test_rule_uses_the_share_without_the_profilers_overhead() -> None:
     f = _run(TWO_CORES, measurements)
     assert f.time_share == 0.3  # not the recorded 0.6
     assert f.evidence["exposed_us_per_step"] == 1800.0  # 30 % of the unprofiled 6 ms step
+
+
+def test_rule_reads_waiting_from_the_fetches_own_cpu_time_first() -> None:
+    # Fetches that used a CPU 5 % of their time while the rest of the step used 1.6: the loading sleeps or
+    # waits on I/O, even on a busy machine (the comparison with the rest of the step cancels the contention).
+    waits = {**TWO_CORES, "step_times": {"fetch_cpu_per_wall": 0.05, "rest_cpu_per_wall": 1.6},
+             "contention": {"process_cpu_per_wall": 0.9, "other_share": 0.7}}
+    f = _run(waits)
+    assert f.evidence["loading_waits"] is True and fixes(f)["num_workers"][1] >= 2
+    computes = {**TWO_CORES, "step_times": {"fetch_cpu_per_wall": 0.6, "rest_cpu_per_wall": 0.9}}
+    assert _run(computes).evidence["loading_waits"] is False

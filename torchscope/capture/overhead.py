@@ -54,6 +54,7 @@ class FetchTimer:
 
     def __init__(self) -> None:
         self._total = 0.0
+        self._cpu = 0.0  # this process's CPU time during the fetches: does loading compute or wait?
         self._local = threading.local()
         self._owner: Any = None
         self._original: Optional[Callable[..., Any]] = None
@@ -77,11 +78,12 @@ class FetchTimer:
             if not timer.active or getattr(timer._local, "inside", False):
                 return original(iterator)
             timer._local.inside = True
-            started = time.perf_counter()
+            started, cpu = time.perf_counter(), time.process_time()
             try:
                 return original(iterator)
             finally:
                 timer._total += time.perf_counter() - started
+                timer._cpu += time.process_time() - cpu
                 timer._local.inside = False
 
         self._owner, self._original, self._wrapper = owner, original, __next__
@@ -95,10 +97,10 @@ class FetchTimer:
             setattr(self._owner, "__next__", self._original)
         self._owner = self._original = self._wrapper = None
 
-    def take(self) -> float:
-        """Fetch time (us) since the last call."""
-        total, self._total = self._total, 0.0
-        return total * 1e6
+    def take(self) -> tuple[float, float]:
+        """(wall, process CPU) time of the fetches since the last call, in us."""
+        total, cpu, self._total, self._cpu = self._total, self._cpu, 0.0, 0.0
+        return total * 1e6, cpu * 1e6
 
 
 class StepClock:
@@ -110,6 +112,8 @@ class StepClock:
         self.unprofiled_fetch_us: list[float] = []  # DataLoader fetch time of each unprofiled step
         self.profiled_us: list[float] = []
         self.fetches = FetchTimer()
+        self._cpu_at_start = 0.0
+        self._cpu_us = {"fetch_wall": 0.0, "fetch_cpu": 0.0, "rest_wall": 0.0, "rest_cpu": 0.0}  # unprofiled steps
         self.sampler = CpuSampler()
         self._step = 0  # index of the step now running
         self._started_at: Optional[float] = None
@@ -118,6 +122,7 @@ class StepClock:
     def start(self) -> None:
         """The profiler started: step 0 runs from now."""
         self._started_at = time.perf_counter()
+        self._cpu_at_start = time.process_time()
         self._step = 0
         self.fetches.install()
         if step_state(self.config, 0) == "record":
@@ -128,7 +133,8 @@ class StepClock:
         if self._started_at is None or self._stopped:
             return
         duration = (time.perf_counter() - self._started_at) * 1e6
-        fetch = self.fetches.take()
+        cpu = (time.process_time() - self._cpu_at_start) * 1e6
+        fetch, fetch_cpu = self.fetches.take()
         state = step_state(self.config, self._step)
         if self._step >= 1:  # step 0 pays one-time costs (lazy initialisation, allocator growth)
             kept = self.unprofiled_us if state == "none" else self.profiled_us if state == "record" else None
@@ -136,6 +142,10 @@ class StepClock:
                 kept.append(round(duration, 1))
                 if state == "none":
                     self.unprofiled_fetch_us.append(round(min(fetch, duration), 1))
+                    self._cpu_us["fetch_wall"] += fetch
+                    self._cpu_us["fetch_cpu"] += fetch_cpu
+                    self._cpu_us["rest_wall"] += max(duration - fetch, 0.0)
+                    self._cpu_us["rest_cpu"] += max(cpu - fetch_cpu, 0.0)
         if state != "record" and step_state(self.config, self._step + 1) == "record" and not self.profiled_us:
             self.sampler.begin()  # before the profiler's step(): reading /proc stays out of the recorded step
 
@@ -147,6 +157,7 @@ class StepClock:
         if step_state(self.config, self._step - 1) == "record" and step_state(self.config, self._step) != "record":
             self.sampler.end()  # after the profiler's step(): the window has ended (later calls are ignored)
         self._started_at = time.perf_counter()
+        self._cpu_at_start = time.process_time()
 
     def wants_reference(self) -> bool:
         """Whether more unprofiled steps should be timed (the step hooks kept for them after the window)."""
@@ -168,6 +179,11 @@ class StepClock:
             "unprofiled_fetch_us": self.unprofiled_fetch_us,
             "profiled_step_us": self.profiled_us,
         }
+        spent = self._cpu_us
+        if spent["fetch_wall"] > 0:  # ~1: the loading computes on one core; ~0: it waits (I/O, sleep)
+            out["fetch_cpu_per_wall"] = round(spent["fetch_cpu"] / spent["fetch_wall"], 3)
+        if spent["rest_wall"] > 0:
+            out["rest_cpu_per_wall"] = round(spent["rest_cpu"] / spent["rest_wall"], 3)
         contention = self.sampler.summary()
         if contention:
             out["contention"] = contention

@@ -18,6 +18,7 @@ from torchscope.report.model import Fix, FixValue
 DATA_LOADING = Threshold(0.05, "warning above 5 % of the step (TB `data.py`: `dataloader_ratio > 0.05`)")
 MAX_SUGGESTED_WORKERS = 8  # more workers rarely help one GPU and multiply host memory
 WAITING_CPU_PER_WALL = 0.5  # the process ran on a CPU less than half the window: its loading waits (I/O, sleep)
+WAITING_FETCH_CPU = 0.35  # the fetches used a CPU under 35 % of their time: they wait, they do not compute
 BUSY_OTHERS = 0.25  # above this share of our CPUs used by others, a low CPU/wall may be descheduling
 MIN_GAIN = 0.05  # a thread-for-worker trade is advised only when the model predicts >= 5 % of the step
 
@@ -220,24 +221,36 @@ def _machine(ctx: Context, settings: dict[str, Any], single: bool) -> Machine:
     workers = _int(settings.get("num_workers"))
     if workers is None and single:
         workers = 0
-    recorded = environment.get("contention")
-    contention: dict[str, Any] = recorded if isinstance(recorded, dict) else {}
-    cpu_per_wall = contention.get("process_cpu_per_wall")
-    others = contention.get("other_share")
-    # A process that ran on a CPU under half the time waits for something, unless others took the CPUs.
-    waiting = (
-        isinstance(cpu_per_wall, (int, float))
-        and cpu_per_wall < WAITING_CPU_PER_WALL
-        and not (isinstance(others, (int, float)) and others > BUSY_OTHERS)
-        and (workers or 0) == 0
-    )
     return Machine(
         cores_per_rank=cores,
         threads=min(threads, cores) if cores else threads,
         workers=workers,
         device=ctx.has_device,
-        waiting=bool(waiting),
+        waiting=_waiting(environment) and (workers or 0) == 0,
     )
+
+
+def _number(value: Any) -> Optional[float]:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _waiting(environment: dict[str, Any]) -> bool:
+    """Whether the main-process loading waits (I/O, sleep) rather than computes. Best: the CPU time the
+    process spent during its unprofiled fetches over their wall time (capture step clock), compared with
+    the rest of the step, which suffers the same contention. Else: the whole process's CPU over wall in the
+    window, trusted only on a machine that others left alone."""
+    times = environment.get("step_times")
+    if isinstance(times, dict) and _number(times.get("fetch_cpu_per_wall")) is not None:
+        fetch = _number(times.get("fetch_cpu_per_wall")) or 0.0
+        rest = _number(times.get("rest_cpu_per_wall"))
+        return fetch < WAITING_FETCH_CPU and (rest is None or fetch < 0.5 * rest)
+    recorded = environment.get("contention")
+    contention: dict[str, Any] = recorded if isinstance(recorded, dict) else {}
+    cpu_per_wall, others = _number(contention.get("process_cpu_per_wall")), _number(contention.get("other_share"))
+    # A process that ran on a CPU under half the time waits for something, unless others took the CPUs.
+    return cpu_per_wall is not None and cpu_per_wall < WAITING_CPU_PER_WALL and not (others is not None and others > BUSY_OTHERS)
+
+
 
 
 def _getitem_culprits(ctx: Context) -> str:
