@@ -64,3 +64,18 @@ def test_analyze_fits_the_width(capsys: pytest.CaptureFixture[str], monkeypatch:
         lines = capsys.readouterr().out.splitlines()
         assert lines and max(len(line) for line in lines) <= width
         assert max(len(line) for line in lines) > width - 10  # the tables use the room they get
+
+
+def test_a_wider_terminal_shows_longer_names(tmp_path: Path) -> None:
+    from helpers.trace_builder import TraceBuilder
+    from torchscope.pipeline.analyze import analyze
+    from torchscope.render.terminal import render_terminal
+
+    name = "aten::" + "a_rather_long_custom_operator_name_" * 3  # 111 characters
+    b = TraceBuilder()
+    for i, t0 in enumerate((0.0, 100.0, 200.0)):
+        b.step(i + 1, t0, 100)
+        b.op(name, t0 + 10, 50)
+    report = analyze(str(b.write(tmp_path / "long.pt.trace.json")), use_cache=False)
+    assert name not in render_terminal(report, width=100)  # cut to the 100-column layout
+    assert name in render_terminal(report, width=200)

@@ -56,10 +56,10 @@ def render_terminal(
         _breakdown("Step time breakdown (mean per step)", report.breakdown, report.mean_step_us),
         _breakdown("Training phases (host)", report.phases, report.mean_step_us) if report.run.device_kind != "cpu" else None,
         overhead_table(report),
-        _operators(report, by_shape, top),
+        _operators(report, by_shape, top, console.width),
         call_sites_table(report, top),
-        _kernels(report, top),
-        _ranges(report, top),
+        _kernels(report, top, console.width),
+        _ranges(report, top, console.width),
         modules_table(report, top),
         memory_table(report.memory),
         _spans(report),
@@ -203,7 +203,13 @@ def _breakdown(title: str, breakdown: dict[str, CategoryTime], mean_step: float)
     return table
 
 
-def _operators(report: Report, by_shape: bool, top: int) -> Table | None:
+def _name_width(width: int, at_100: int, share: float = 1.0) -> int:
+    """A name column's width: `at_100` up to 100 columns, plus `share` of every column beyond that on a
+    wider terminal (names and shapes are cut only when the terminal is too narrow; the JSON has them whole)."""
+    return at_100 + int(share * max(0, width - 100))
+
+
+def _operators(report: Report, by_shape: bool, top: int, width: int = 100) -> Table | None:
     rows = report.operators_by_shape if by_shape else report.operators
     if not rows:
         return None
@@ -212,7 +218,7 @@ def _operators(report: Report, by_shape: bool, top: int) -> Table | None:
     table = Table(title=title, box=box.SIMPLE_HEAD, title_justify="left")
     columns = ("operator",) + (("input shapes",) if by_shape else ()) + ("calls", "host self", "host total")
     for column in columns + (("device self", "device total") if device else ()):
-        table.add_column(column, justify="left" if column in ("operator", "input shapes") else "right", overflow="ellipsis", no_wrap=True, max_width=48 if column == "operator" else 32 if column == "input shapes" else None)
+        table.add_column(column, justify="left" if column in ("operator", "input shapes") else "right", overflow="ellipsis", no_wrap=True, max_width=_name_width(width, 48, 0.5 if by_shape else 1.0) if column == "operator" else _name_width(width, 32, 0.5) if column == "input shapes" else None)
     for row in rows[:top]:
         cells = [row.name] + ([row.input_shapes or ""] if by_shape else []) + [f"{row.calls:,}", duration(row.host_self_us), duration(row.host_total_us)]
         if device:
@@ -221,24 +227,24 @@ def _operators(report: Report, by_shape: bool, top: int) -> Table | None:
     return table
 
 
-def _kernels(report: Report, top: int) -> Table | None:
+def _kernels(report: Report, top: int, width: int = 100) -> Table | None:
     if not report.kernels:
         return None
     table = Table(title=f"Top kernels (of {len(report.kernels)}; totals over the whole trace)", box=box.SIMPLE_HEAD, title_justify="left")
     for column in ("kernel", "calls", "total", "mean", "occupancy", "TC", "launched by"):
-        table.add_column(column, justify="left" if column in ("kernel", "launched by") else "right", overflow="ellipsis", no_wrap=True, max_width=40 if column == "kernel" else 24)
+        table.add_column(column, justify="left" if column in ("kernel", "launched by") else "right", overflow="ellipsis", no_wrap=True, max_width=_name_width(width, 40, 0.5) if column == "kernel" else 24)
     for row in report.kernels[:top]:
         occupancy = f"{row.mean_occupancy_pct:.0f}%" if row.mean_occupancy_pct is not None else "-"
         table.add_row(*map(_text, (row.name, f"{row.calls:,}", duration(row.total_us), duration(row.mean_us), occupancy, "yes" if row.tensor_core else "no", row.launched_by)))
     return table
 
 
-def _ranges(report: Report, top: int) -> Table | None:
+def _ranges(report: Report, top: int, width: int = 100) -> Table | None:
     if not report.ranges:
         return None
     table = Table(title="record_function ranges", box=box.SIMPLE_HEAD, title_justify="left")
     for column in ("range", "calls", "total", "mean"):
-        table.add_column(column, justify="left" if column == "range" else "right", overflow="ellipsis", no_wrap=True, max_width=48 if column == "range" else None)
+        table.add_column(column, justify="left" if column == "range" else "right", overflow="ellipsis", no_wrap=True, max_width=_name_width(width, 48) if column == "range" else None)
     for row in report.ranges[:top]:
         table.add_row(*map(_text, (row.name, f"{row.calls:,}", duration(row.total_us), duration(row.mean_us))))
     return table
