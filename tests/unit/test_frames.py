@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from torchscope.analysis.frames import readable, readable_totals
+from torchscope.analysis.frames import is_user_frame, readable, readable_totals
 
 
 @pytest.mark.parametrize(
@@ -31,3 +31,23 @@ def test_names_that_read_the_same_are_added() -> None:
     totals = {"<built-in method stack of type object at 0x1>": 2.0, "<built-in method stack of type object at 0x2>": 3.0, "aten::mm": 4.0}
     assert readable_totals(totals) == {"torch.stack": 5.0, "aten::mm": 4.0}
     assert list(readable_totals(totals)) == ["torch.stack", "aten::mm"]
+
+
+@pytest.mark.parametrize(
+    ("name", "user"),
+    [
+        ("train.py(42): train_step", True),
+        ("/home/me/project/model.py(7): forward", True),
+        ("/work/repo/torchscope/examples/demo_train.py(39): __getitem__", True),  # the demo is the user here
+        ("/usr/lib/python3.11/site-packages/torch/nn/modules/linear.py(125): forward", False),
+        ("torch/nn/modules/module.py(1736): _call_impl", False),  # relative to a sys.path entry
+        ("/work/main/torchscope/capture/phases.py(302): backward", False),  # editable install
+        ("torchscope/capture/phases.py(302): backward", False),  # PYTHONPATH checkout: relative
+        ("torchscope/integrations/lightning.py(80): on_train_batch_end", False),
+        ("/usr/lib/python3.11/threading.py(982): run", False),
+        ("<built-in method linear of PyCapsule object at 0x7f>", False),
+        ("nn.Module: Linear_0", False),
+    ],
+)
+def test_user_frames_leave_out_libraries_torch_and_torchscopes_hooks(name: str, user: bool) -> None:
+    assert is_user_frame(name) is user

@@ -12,13 +12,12 @@ ancestor lookup per event (analysis/nesting.py).
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import msgspec
 import numpy as np
 
-from torchscope.analysis.frames import readable
+from torchscope.analysis.frames import is_user_frame, readable
 from torchscope.analysis.nesting import nearest_ancestor_of
 from torchscope.analysis.registry import Analysis, Part
 from torchscope.analysis.span import SpanInput
@@ -27,16 +26,6 @@ from torchscope.trace.kinds import Kind
 
 TOP_OPERATORS = 10
 SITES_PER_OPERATOR = 3
-_FRAME = re.compile(r"^[^()]*\(\d+\): ")
-_NOT_USER = re.compile(
-    r"(site-packages|dist-packages|/torch/|/lib/python\d|^<|^torch/|/torchscope/(capture|integrations)/|/runpy\.py"
-    r"|/threading\.py)"
-)
-
-
-def is_user_frame(name: str) -> bool:
-    """A frame of the user's own code: ``file.py(42): func`` outside libraries, torch and torchscope."""
-    return _FRAME.match(name) is not None and _NOT_USER.search(name) is None
 
 
 class CallSiteTable(msgspec.Struct, kw_only=True):

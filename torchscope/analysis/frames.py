@@ -15,9 +15,29 @@ _BUILTIN_METHOD = re.compile(r"^<built-in method (?P<name>[\w.]+) of (?P<owner>[
 _BUILTIN_FUNCTION = re.compile(r"^<built-in function (?P<name>[\w.]+)>$")
 _FRAME = re.compile(r"^(?P<file>[^()]*?)\((?P<line>\d+)\): (?P<func>.+)$")
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
+# Code that is not the user's: libraries, the interpreter's own modules, torch, and torchscope's capture
+# hooks (which wrap backward, DataLoader.__next__ and optimizer.step). Paths come absolute (installed or
+# editable packages) or relative to a sys.path entry (`torch/nn/modules/module.py`), hence `(^|/)`.
+# torchscope's bundled examples stay user code: they are what the demo diagnoses.
+_NOT_USER_CODE = re.compile(
+    r"(site-packages|dist-packages|/lib/python\d|(^|/)torch/|(^|/)torchscope/(capture|integrations)/|^<|<built-in"
+    r"|/runpy\.py|/threading\.py|^\?\?$)"
+)
 # Owners whose methods users call as functions of a module (torch.stack, not type.stack).
 _OWNER_PREFIX = {"type": "torch.", "PyCapsule": "", "module": "", "builtin_function_or_method": ""}
 _TENSOR_OWNERS = ("Tensor", "TensorBase", "_TensorBase")
+
+
+def is_library_code(name: str) -> bool:
+    """Whether a frame name (`path/file.py(42): func`), a `Call stack` entry or a file path is not the
+    user's own code."""
+    return _NOT_USER_CODE.search(name) is not None
+
+
+def is_user_frame(name: str) -> bool:
+    """A Python-function event of the user's own code: `path/train.py(42): train_step` outside libraries,
+    torch and torchscope's hooks."""
+    return _FRAME.match(name) is not None and not is_library_code(name)
 
 
 def readable(name: str) -> str:

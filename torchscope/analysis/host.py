@@ -12,7 +12,7 @@ from typing import Callable
 import numpy as np
 
 from torchscope.analysis import intervals
-from torchscope.analysis.frames import readable_totals
+from torchscope.analysis.frames import is_library_code, readable_totals
 from torchscope.analysis.markers import HOST_RANGES, closure_mask, name_mask, own_marker_mask, phase_masks
 from torchscope.analysis.nesting import HostTree, launcher_of_device_events, nearest_ancestor_of, outermost_ancestor_of
 from torchscope.analysis.operators import OpTimes
@@ -34,7 +34,6 @@ PER_PARAM_OPTIMIZER_OPS = frozenset(
      "aten::sub_", "aten::maximum", "aten::div", "aten::sqrt_", "aten::neg", "aten::copy_"}
 )  # fmt: skip
 COMPILE_MARKERS = ("Torch-Compiled Region", "TorchDynamo Cache Lookup", "CompiledFunction", "compile_inner")
-_LIBRARY_FRAME = re.compile(r"(site-packages|dist-packages|/torch/|/lib/python\d|<built-in|^torch/|^<frozen)")
 _FRAME_NAME = re.compile(r"^(?P<file>.*?)\((?P<line>\d+)\): (?P<func>.*)$")
 
 
@@ -123,13 +122,13 @@ def _user_frame(events: EventTable, tree: HostTree, index: int) -> str:
     """The innermost user-code Python frame (or "Call stack" entry) enclosing an event."""
     stack = events.strings[events.call_stack[index]] if events.call_stack[index] else ""
     for frame in stack.split(";"):
-        if frame and not _LIBRARY_FRAME.search(frame):
+        if frame and not is_library_code(frame):
             return frame.strip()
     current = int(tree.parent[index])
     while current >= 0:
         if events.kind[current] == Kind.PYTHON_FUNCTION:
             name = events.strings[events.name[current]]
-            if _FRAME_NAME.match(name) and not _LIBRARY_FRAME.search(name):
+            if _FRAME_NAME.match(name) and not is_library_code(name):
                 return name
         current = int(tree.parent[current])
     return ""

@@ -19,15 +19,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from torchscope.analysis.frames import readable
+from torchscope.analysis.frames import is_library_code, is_user_frame, readable
 from torchscope.analysis.nesting import HostTree
 from torchscope.analysis.nesting import _tree_order as tree_order
 from torchscope.arrays import distinct
 from torchscope.trace.kinds import Kind
 from torchscope.trace.tables import EventTable
 
-# Frames of libraries (and of torchscope's own runner) are skipped when naming the user's line.
-_LIBRARY_FRAME = re.compile(r"(site-packages|dist-packages|/torch/|/lib/python\d|<built-in|^torch/|^<frozen|/torchscope/)")
 _FRAME = re.compile(r"^.*\(\d+\): .+$")
 
 
@@ -197,7 +195,7 @@ def _kinds(events: EventTable) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     is_op[ops] = events.name_mask(lambda s: "#" not in s, ops)
     python = np.flatnonzero(events.kind == Kind.PYTHON_FUNCTION)
     if python.size:
-        user[python] = events.name_mask(lambda s: bool(_FRAME.match(s)) and not _LIBRARY_FRAME.search(s), python)
+        user[python] = events.name_mask(is_user_frame, python)
         module[python] = events.name_mask(lambda s: s.startswith("nn.Module: "), python)
     return is_op, user, module
 
@@ -226,7 +224,7 @@ def user_call_site(events: EventTable, found: Owners) -> tuple[np.ndarray, list[
 def _callee_text(name: str) -> str:
     """The call the user's line made: a built-in (`torch.ones`), a module (`nn.Module: Linear_0`), a
     function of theirs with its place, or a library function by its name only (`backward`)."""
-    if _FRAME.match(name) and _LIBRARY_FRAME.search(name):
+    if _FRAME.match(name) and is_library_code(name):
         return name.rsplit(": ", 1)[-1]
     return readable(name)
 
@@ -235,6 +233,6 @@ def _site_text(strings: list[str], frame: int, second: int) -> str:
     if frame > 0:
         return readable(strings[frame]) + (f" > {_callee_text(strings[second])}" if second > 0 else "")
     for line in strings[-second].split(";") if second < 0 else ():
-        if line.strip() and not _LIBRARY_FRAME.search(line):
+        if line.strip() and not is_library_code(line):
             return readable(line.strip())
     return ""

@@ -14,14 +14,12 @@ history alone: it is the allocated total now less the history's net allocations.
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
-from torchscope.analysis.frames import readable
+from torchscope.analysis.frames import is_library_code, readable
 from torchscope.report.snapshot import SnapshotDevice, SnapshotSite, SnapshotSummary
 
 TOP_SITES = 10
-_LIBRARY = re.compile(r"(site-packages|dist-packages|/torch/|/lib/python\d|^<frozen|^\?\?$|/torchscope/)")
 
 
 def summarize_snapshot(snapshot: dict[str, Any], path: str) -> SnapshotSummary:
@@ -101,7 +99,7 @@ def user_site(frames: Any) -> str:
     `name (file.py:line)`; "(unknown)" without one (history recorded without stacks)."""
     for frame in _dicts(frames):
         filename, name, line = frame.get("filename"), frame.get("name"), frame.get("line")
-        if isinstance(filename, str) and filename.endswith(".py") and not _LIBRARY.search(filename):
+        if isinstance(filename, str) and filename.endswith(".py") and not is_library_code(filename):
             return readable(f"{filename}({line if isinstance(line, int) else 0}): {name if isinstance(name, str) else '?'}")
     return "(unknown)"
 
