@@ -61,3 +61,27 @@ def test_thousand_ranks_heat_map(page: Page, tmp_path: Path) -> None:
     assert "highest: rank 777" in late.inner_text()
     assert "Why rank 777 is late" in view.inner_text()
     assert page.errors == []
+
+
+def test_timeline_says_which_rank_was_shifted(page: Page, tmp_path: Path) -> None:
+    """Two synthetic ranks whose clocks differ by 5 ms: the Timeline view states the shift it applied."""
+    from helpers.trace_builder import TraceBuilder
+
+    from torchscope.pipeline.analyze import analyze_run
+
+    for rank, compute, skew in ((0, 10_000.0, 0.0), (1, 40_000.0, 5_000.0)):
+        trace = TraceBuilder().rank(rank, 2)
+        for step in range(3):
+            t0 = step * 100_000.0 + skew
+            trace.step(step, t0, 60_000.0)
+            trace.op("aten::mm", t0 + 1_000.0, compute)
+            trace.annotation("gloo:all_reduce", t0 + 1_000.0 + compute, 49_000.0 - compute)
+        trace.write(tmp_path / f"rank{rank}.json")
+    run = analyze_run(tmp_path, jobs=1, use_cache=False)
+    html = tmp_path / "aligned.html"
+    html.write_text(render_html(run.report, run.sidecars), encoding="utf-8")
+    tab = page.page
+    tab.goto(html.as_uri() + "#timeline")
+    tab.wait_for_selector("#ts-clock-note")
+    assert "rank 1 shifted by -5000 us to align the ends of the same collectives" in tab.inner_text("#ts-clock-note")
+    assert page.errors == []

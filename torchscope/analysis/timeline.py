@@ -56,6 +56,10 @@ class Timeline(msgspec.Struct, kw_only=True):
     lanes: list[Lane]
     events: int = 0  # events in the traces' lanes
     shown: int = 0  # events kept (the rest are in the hidden bins)
+    # Per rank: microseconds subtracted from its times to align its clock with the reference rank's (the
+    # ends of the same collectives, report.distributed); empty when nothing was shifted.
+    clock_shift_us: dict[int, float] = {}
+    clock_note: str = ""  # why the ranks were, or were not, shifted (the page shows it)
 
 
 def extract_timeline(span: SpanInput) -> Timeline:
@@ -219,6 +223,46 @@ def _rebased(lane: Lane, rank: int, origin: float, remap: np.ndarray) -> Lane:
         name=remap[np.asarray(lane.name, dtype=np.int64)].tolist() if lane.name else [],
         detail=remap[np.asarray(lane.detail, dtype=np.int64)].tolist() if lane.detail else [],
     )
+
+
+def align_ranks(timeline: Timeline, offsets: dict[int, float], hosts: list[str] | None = None) -> Timeline:
+    """The timeline with each rank's times minus its clock offset (`RankDistributed.clock_offset_us`: its
+    end of a collective minus the reference rank's end of the same one), so the same collective ends at
+    the same place on every rank; the origin moves to the earliest aligned event.
+
+    Ranks that all ran on one host (`hosts`, from the manifests) read one clock: their offsets are only the
+    collectives' own jitter (gloo's threads leave a collective when they are scheduled), so nothing is
+    shifted then and `clock_note` says why."""
+    ranks = sorted({lane.rank for lane in timeline.lanes})
+    shifts = {r: float(offsets.get(r, 0.0)) for r in ranks}
+    if len(ranks) < 2 or not any(shifts.values()):
+        return timeline
+    largest = max(abs(v) for v in shifts.values())
+    if hosts is not None and len(hosts) == 1:
+        note = (f"Ranks not shifted: all ran on host {hosts[0]} and read one clock (their collectives' ends "
+                f"differ by up to {largest:.0f} us, which is the collectives' jitter, not a clock offset).")
+        return msgspec.structs.replace(timeline, clock_note=note)
+    lanes = [
+        msgspec.structs.replace(
+            lane,
+            start_us=_shifted(lane.start_us, shifts[lane.rank]),
+            hidden_start_us=_shifted(lane.hidden_start_us, shifts[lane.rank]),
+        )
+        for lane in timeline.lanes
+    ]
+    starts = [min(lane.start_us) for lane in lanes if lane.start_us]
+    rebase = min(min(starts), 0.0) if starts else 0.0  # keep every time >= 0
+    if rebase:
+        lanes = [msgspec.structs.replace(lane, start_us=_shifted(lane.start_us, rebase),
+                                         hidden_start_us=_shifted(lane.hidden_start_us, rebase)) for lane in lanes]
+    moved = ", ".join(f"rank {r} shifted by {-v:+.0f} us" for r, v in shifts.items() if v)
+    note = f"Clocks aligned: {moved} to align the ends of the same collectives (times on the reference rank's clock)."
+    return msgspec.structs.replace(timeline, lanes=lanes, origin_us=timeline.origin_us + rebase,
+                                   clock_shift_us={r: round(v, 3) for r, v in shifts.items()}, clock_note=note)
+
+
+def _shifted(values: list[float], by: float) -> list[float]:
+    return (np.asarray(values, dtype=np.float64) - by).round(3).tolist() if by and values else values
 
 
 TIMELINE = Analysis(

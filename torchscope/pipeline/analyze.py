@@ -18,6 +18,7 @@ import numpy as np
 from torchscope.analysis import overhead
 from torchscope.analysis.catalogue import all_analyses
 from torchscope.analysis.registry import Analysis
+from torchscope.analysis.timeline import align_ranks
 from torchscope.diagnose.engine import diagnose
 from torchscope.errors import InputError, TorchscopeError
 from torchscope.files import write_atomic
@@ -96,6 +97,8 @@ def analyze_run(
             report.warnings = found.warnings + report.warnings
             report.run.partial = True
         overhead.correct(report)  # needs the manifest's step clock: after assembly, before the rules
+        if "timeline" in sidecars:  # ranks' clocks aligned by the offsets the distributed analysis measured
+            sidecars["timeline"] = align_ranks(sidecars["timeline"], {r.rank: r.clock_offset_us for r in report.distributed.ranks}, report.run.manifest.get("hosts"))
         report.metrics = metrics_of(report)
         report.findings = diagnose(report)
     log.debug("analysed %d file(s) in %.3f s", len(refs), time.perf_counter() - started)

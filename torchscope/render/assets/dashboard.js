@@ -256,9 +256,11 @@
         btn("Reset", () => { view.start = full.start; view.end = full.end; draw(); }, "ts-reset"), range),
       el("p", { class: "muted", text: `${T.shown} of ${T.events} events drawn; the others (the shortest) are counted in the grey density band under their lane. ` +
         "Events narrower than a pixel at this zoom are merged into one pixel. Wheel: zoom; drag: pan; click: details. Vertical lines: step starts." }),
+      T.clock_note ? el("p", { class: "muted", id: "ts-clock-note", text: T.clock_note }) : null,
       el("div", { id: "ts-timeline-wrap" }, canvas), el("h2", { text: "Event" }), details, el("p", null, perfetto)));
     const ctx = canvas.getContext("2d");
-    const steps = (R.steps || []).map((s) => ({ t: s.start_us - T.origin_us, label: `step ${s.step}`, rank: s.rank }));
+    const shift = T.clock_shift_us || {};  // per rank: its clock offset, already taken off its lanes' times
+    const steps = (R.steps || []).map((s) => ({ t: s.start_us - T.origin_us - (shift[s.rank] || 0), label: `step ${s.step}`, rank: s.rank }));
     function xOf(t, w) { return LABEL + ((t - view.start) / (view.end - view.start)) * (w - LABEL); }
     function draw() {
       const w = canvas.clientWidth || 1000; canvas.width = w;
