@@ -117,3 +117,68 @@ def test_the_autocast_change_wraps_the_line_that_calls_the_model(tmp_path: Path)
     assert code_change([fix], {"code_change:torch.autocast": [f"{script}:2"]}) == [
         f"--- {script}:2", "-     loss = model(x).sum()", "+     with torch.autocast('cpu', dtype=torch.bfloat16):",
         "+         loss = model(x).sum()"]
+
+
+class _FakeTrials:
+    """Stands in for pipeline.tune._Trials: each trial's steps (or failure text) from a table by fix."""
+
+    def __init__(self, steps: dict[str, object], budget_after: int = 99) -> None:
+        self.steps, self.count, self.budget_after = steps, 0, budget_after
+        self.limits: list[float] = []
+        self.findings: list[Finding] = []
+
+    def run(self, fixes: list[Fix], limit_s: float) -> object:
+        from torchscope.capture.trial import TrialRecord
+        from torchscope.pipeline.tune import _Trial
+
+        self.count += 1
+        self.limits.append(limit_s)
+        outcome = self.steps[",".join(f.target for f in fixes) or "base"]
+        if isinstance(outcome, str):
+            return outcome
+        sites = {f"{f.kind}:{f.target}": ["train.py:3"] for f in fixes}
+        report = SimpleNamespace(steps=outcome, findings=[] if fixes else self.findings)
+        return _Trial(report, TrialRecord(sites=sites, losses=[1.0]),  # type: ignore[arg-type]
+                      10.0, Path("unused"))
+
+    def left_s(self) -> float:
+        return 100.0 if self.count < self.budget_after else 0.0
+
+
+def _steps(mean: float) -> list[SimpleNamespace]:
+    return [SimpleNamespace(span=0, step=i, duration_us=mean * (1 + 0.01 * (i % 3))) for i in range(5)]
+
+
+def _orchestrate(monkeypatch: object, steps: dict[str, object], budget_after: int = 99) -> tuple[TuneResult, _FakeTrials]:
+    import torchscope.pipeline.tune as tune_module
+
+    fake = _FakeTrials(steps, budget_after)
+    fake.options = tune_module.TuneOptions(baselines=1)  # type: ignore[attr-defined]
+    findings = [_finding("data", [WORKERS], 0.5), _finding("opt", [FOREACH], 0.2), _finding("flag", [THREADS], 0.1)]
+    fake.findings = findings  # the baseline's diagnosis
+    monkeypatch.setattr(tune_module, "_Trials", lambda *a: fake)  # type: ignore[attr-defined]
+    return tune_module.tune(["train.py"], tune_module.TuneOptions(baselines=1)), fake
+
+
+THREADS = Fix(kind="torch_flag", target="torch.set_num_threads", value=1)
+
+
+def test_the_faster_candidates_are_combined_and_re_measured_a_failure_and_an_early_stop_reported(monkeypatch: object) -> None:
+    result, fake = _orchestrate(monkeypatch, {
+        "base": _steps(100.0), "num_workers": _steps(50.0), "foreach": _steps(80.0),
+        "torch.set_num_threads": "stopped after 30 s", "foreach,num_workers": _steps(40.0),
+    })
+    by_fix = {c.fix: c for c in result.candidates}
+    assert by_fix["num_workers=2"].status == "faster" and by_fix["foreach=True"].status == "faster"
+    assert by_fix["torch.set_num_threads=1"].status == "slower"  # still running at 3x the baseline's 10 s
+    assert "stopped early" in by_fix["torch.set_num_threads=1"].detail and fake.limits[1:] == [30.0] * 4
+    assert result.combination is not None and result.combination.status == "faster"
+    assert result.best == result.combination.fix and result.trials == 5
+    assert result.combination.predicted_saving is not None and abs(result.combination.predicted_saving - 0.6) < 1e-9
+
+
+def test_no_trial_starts_once_the_budget_is_spent(monkeypatch: object) -> None:
+    result, fake = _orchestrate(monkeypatch, {"base": _steps(100.0), "num_workers": _steps(100.0)}, budget_after=2)
+    assert [c.status for c in result.candidates] == ["no significant change", "skipped", "skipped"]
+    assert result.candidates[1].detail == "not run: the time budget was spent" and fake.count == 2  # nor a repeat
+    assert result.verdict == "no candidate beats the baseline beyond noise"
