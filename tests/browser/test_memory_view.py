@@ -57,3 +57,29 @@ def test_memory_view_draws_lines_peak_growth_and_steps(page: Page, leaky: tuple[
     rows = [r for r in report.memory.per_step if r.device == "cpu"]
     assert tab.locator("#view-memory table.ts-memory-steps tbody tr").count() == len(rows) == 5
     assert page.errors == []
+
+
+def test_peak_to_timeline_and_back_to_memory_at_the_same_time(page: Page, leaky: tuple[Any, Path]) -> None:
+    """The peak's button opens the timeline at the peak (a cursor line); a click there at that line and
+    "See memory at this time" come back to the memory chart marked at the peak's time."""
+    report, html = leaky
+    peak = report.memory.peaks["cpu"]
+    tab = page.page
+    tab.goto(html.as_uri() + "#memory")
+    tab.locator("#view-memory button.ts-peak-to-timeline").first.click()
+    tab.wait_for_selector("#view-timeline.active")
+    assert tab.evaluate("location.hash").startswith("#timeline@0@")
+    canvas = tab.locator("#ts-timeline")
+    data = canvas.evaluate("c => [Number(c.dataset.cursor), Number(c.dataset.start), Number(c.dataset.end), c.clientWidth, c.height]")
+    cursor, start, end, width, height = data
+    assert start < cursor < end
+    x = 190 + (cursor - start) / (end - start) * (width - 190)  # LABEL = 190 px of lane names
+    canvas.click(position={"x": x, "y": height - 2})  # below the last lane: no event, the time itself
+    tab.locator("#ts-to-memory").click()
+    tab.wait_for_selector("#view-memory.active")
+    chart = tab.locator("#view-memory svg.ts-memory-chart[data-device=cpu]")
+    marked = float(chart.get_attribute("data-cursor-t-us") or "nan")
+    pixel_us = (end - start) / (width - 190)
+    assert marked == pytest.approx(peak.t_us, abs=2 * pixel_us + 1)
+    assert chart.locator("line.cursor").count() == 1
+    assert page.errors == []

@@ -124,6 +124,7 @@ def _one_device(
     summary.unpaired_frees += blocks.orphan_frees
     summary.peak_allocated_bytes[label] = int(memory.allocated.max())
     summary.timeline[label] = _thin(memory.ts_us - origin, memory.allocated)
+    summary.timeline_origin_us[label] = origin
     figures.peak_allocated_bytes[label] = float(memory.allocated.max())
     if memory.reserved is not None:
         summary.peak_reserved_bytes[label] = int(memory.reserved.max())
@@ -167,6 +168,7 @@ def _peak(
         allocated_bytes=int(memory.allocated[position]),
         reserved_bytes=int(memory.reserved[position]) if memory.reserved is not None else None,
         t_us=t - origin,
+        origin_us=origin,
         step=int(span.steps.number[step]) if step >= 0 else None,
         phase=_phase_at(span, t),
         operator=who.op_names[int(who.op_codes[at][position])],
@@ -244,7 +246,10 @@ def reduce_memory(parts: list[Part[MemoryExtract]]) -> dict[str, Any]:
         for label, peak_bytes in memory.peak_reserved_bytes.items():
             out.peak_reserved_bytes[label] = max(peak_bytes, out.peak_reserved_bytes.get(label, 0))
         for label, series in memory.timeline.items():
-            out.timeline.setdefault(label, series)
+            if label not in out.timeline:
+                out.timeline[label] = series
+                out.timeline_origin_us[label] = memory.timeline_origin_us.get(label, 0.0)
+                out.timeline_rank[label] = part.key.rank
         for label, series in memory.reserved_timeline.items():
             out.reserved_timeline.setdefault(label, series)
         out.per_step.extend(msgspec.structs.replace(row, rank=part.key.rank) for row in memory.per_step)

@@ -136,6 +136,7 @@ class MemoryPeak(msgspec.Struct, kw_only=True):
     allocated_bytes: int
     reserved_bytes: Optional[int] = None
     t_us: float = 0.0
+    origin_us: float = 0.0  # the trace time (its rank's clock) that t_us counts from: links to the timeline
     rank: int = 0
     step: Optional[int] = None
     phase: str = ""
@@ -179,6 +180,8 @@ class MemorySummary(msgspec.Struct, kw_only=True):
     peak_reserved_bytes: dict[str, int] = {}
     timeline: dict[str, list[list[float]]] = {}  # device -> [[t_us_from_start, allocated_bytes], ...]
     reserved_timeline: dict[str, list[list[float]]] = {}  # device -> [[t_us_from_start, reserved_bytes], ...]
+    timeline_origin_us: dict[str, float] = {}  # device -> the trace time its timelines count from ("start")
+    timeline_rank: dict[str, int] = {}  # device -> the rank its timelines come from
     peaks: dict[str, MemoryPeak] = {}
     per_step: list[MemoryStepRow] = []
     growth: dict[str, MemoryGrowth] = {}

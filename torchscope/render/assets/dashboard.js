@@ -57,13 +57,21 @@
   // ---- navigation -------------------------------------------------------------------------------
   const drawn = {};
   const VIEWS = { overview: overview, operators: operators, kernels: kernels, timeline: timeline, modules: modules, memory: memory, distributed: distributed };
-  function show(name) {
+  // A view may take a moment to go to: "#memory@<rank>@<trace us>" (the rank's own trace clock), handled
+  // by the function the view registers in FOCUS once drawn (timeline <-> memory links).
+  const FOCUS = {};
+  function show(route) {
+    let [name, rank, t] = String(route).split("@");
     if (!VIEWS[name]) name = "overview";
     for (const s of document.querySelectorAll(".view")) s.classList.toggle("active", s.id === "view-" + name);
     for (const b of document.querySelectorAll("#ts-nav button")) b.classList.toggle("active", b.dataset.view === name);
     if (!drawn[name]) { drawn[name] = true; VIEWS[name](document.getElementById("view-" + name)); }
-    if (location.hash !== "#" + name) history.replaceState(null, "", "#" + name);  // no hashchange event
+    const at = t == null || isNaN(Number(t)) ? null : { rank: Number(rank) || 0, t_us: Number(t) };
+    if (at && FOCUS[name]) FOCUS[name](at);
+    const hash = "#" + name + (at ? `@${at.rank}@${at.t_us}` : "");
+    if (location.hash !== hash) history.replaceState(null, "", hash);  // no hashchange event
   }
+  const goTo = (name, rank, t_us) => show(`${name}@${rank}@${t_us}`);
   for (const b of document.querySelectorAll("#ts-nav button")) b.addEventListener("click", () => show(b.dataset.view));
 
   // ---- charts -------------------------------------------------------------------------------------
@@ -261,6 +269,16 @@
     const ctx = canvas.getContext("2d");
     const shift = T.clock_shift_us || {};  // per rank: its clock offset, already taken off its lanes' times
     const steps = (R.steps || []).map((s) => ({ t: s.start_us - T.origin_us - (shift[s.rank] || 0), label: `step ${s.step}`, rank: s.rank }));
+    // Links to the memory view: a time here is on the aligned clock; the memory view counts on each rank's own.
+    let cursor = null;  // a time another view sent us to, drawn as a blue line
+    const toTrace = (t, rank) => t + T.origin_us + (shift[rank] || 0);
+    FOCUS.timeline = (at) => {
+      cursor = at.t_us - T.origin_us - (shift[at.rank] || 0);
+      const half = (full.end - full.start) / 20;
+      view.start = cursor - half; view.end = cursor + half; canvas.dataset.cursor = String(cursor); draw();
+    };
+    const memoryLink = (t, rank) => (R.memory && R.memory.present
+      ? el("button", { id: "ts-to-memory", text: "See memory at this time", onclick: () => goTo("memory", rank, toTrace(t, rank)) }) : null);
     function xOf(t, w) { return LABEL + ((t - view.start) / (view.end - view.start)) * (w - LABEL); }
     function draw() {
       const w = canvas.clientWidth || 1000; canvas.width = w;
@@ -272,6 +290,8 @@
       for (const s of steps) { const x = xOf(s.t, w); if (x < LABEL || x > w) continue;
         ctx.beginPath(); ctx.moveTo(x + 0.5, 0); ctx.lineTo(x + 0.5, height); ctx.stroke(); ctx.fillText(s.label, x + 2, 11); }
       if (selected) drawSelection(w);
+      if (cursor != null) { const x = xOf(cursor, w); ctx.strokeStyle = "#2b6cb0"; ctx.lineWidth = 2;
+        ctx.beginPath(); ctx.moveTo(x, 0); ctx.lineTo(x, height); ctx.stroke(); ctx.lineWidth = 1; }
       ctx.fillStyle = "#fff"; ctx.fillRect(0, 0, LABEL, height);
       ctx.fillStyle = "#1d2433";
       for (const l of lanes) ctx.fillText(`r${l.rank} ${l.label}`.slice(0, 32), 4, l.y + 11);
@@ -337,12 +357,21 @@
       const at = view.start + ((e.offsetX - LABEL) / (w - LABEL)) * (view.end - view.start); zoom(e.deltaY < 0 ? 0.8 : 1.25, at); }, { passive: false });
     canvas.addEventListener("click", (e) => {
       if (drag && drag.moved) return;
-      const found = hit(e.offsetX, e.offsetY); if (!found) return;
+      const found = hit(e.offsetX, e.offsetY);
+      if (!found) {  // an empty spot: its time, and its memory
+        const t = view.start + ((e.offsetX - LABEL) / (canvas.clientWidth - LABEL)) * (view.end - view.start);
+        const lane = lanes.filter((l) => e.offsetY >= l.y).pop() || lanes[0];
+        if (e.offsetX < LABEL || !lane) return;
+        details.textContent = `time: ${fmtUs(t)} (rank ${lane.rank})`;
+        const link = memoryLink(t, lane.rank); if (link) details.append(" ", link);
+        return;
+      }
       const { l, i } = found;
       selected = found;
       const flow = partners(found).map((p) => `${p.l.kind === "device" ? "launches" : "launched by"}: ${T.strings[p.l.name[p.i]]} (${p.l.label}, at ${fmtUs(p.l.start_us[p.i])})`);
       details.textContent = [`name: ${T.strings[l.name[i]]}`, `lane: rank ${l.rank} ${l.label}`, `start: ${fmtUs(l.start_us[i])}`,
         `duration: ${fmtUs(l.dur_us[i])}`, ...flow, T.strings[l.detail[i]] || ""].filter(Boolean).join("\n");
+      const link = memoryLink(l.start_us[i], l.rank); if (link) details.append("\n", link);
       draw();
     });
     window.addEventListener("resize", draw);
@@ -354,7 +383,8 @@
     window.tsModulesView(root, R, { el, card, table, fmtUs });
   }
   function memory(root) {  // render/assets/view_memory.js
-    window.tsMemoryView(root, R, { el, card, fact, fmtBytes, fmtUs });
+    window.tsMemoryView(root, R, { el, card, fact, fmtBytes, fmtUs, goTo, focus: (f) => { FOCUS.memory = f; },
+      timeline: !!(SIDE.timeline && SIDE.timeline.lanes.length) });
   }
   function distributed(root) {  // render/assets/view_distributed.js when collectives were matched across ranks
     if (R.distributed && R.distributed.present) return window.tsDistributedView(root, R, { el, card, fact, table, fmtUs });

@@ -14,7 +14,28 @@ window.tsMemoryView = function (root, R, h) {
   if (memoryFindings.length) {
     root.append(card("Memory findings", el("ul", null, ...memoryFindings.map((f) => el("li", { text: `${f.severity}: ${f.title}` })))));
   }
+  const charts = [];  // {dev, svg, x, t0, t1}: where a time from the timeline is marked
   for (const dev of Object.keys(M.peak_allocated_bytes)) root.append(deviceCard(dev));
+  if (h.focus) h.focus(markTime);
+
+  // A time sent from the timeline (`at.t_us` on rank `at.rank`'s trace clock) marked on that rank's charts.
+  function markTime(at) {
+    let first = null;
+    for (const c of charts) {
+      for (const old of c.svg.querySelectorAll(".cursor")) old.remove();
+      const rank = (M.timeline_rank || {})[c.dev];
+      if (rank != null && rank !== at.rank) continue;
+      const t = at.t_us - ((M.timeline_origin_us || {})[c.dev] || 0);
+      const inside = t >= c.t0 && t <= c.t1, px = c.x(Math.min(Math.max(t, c.t0), c.t1));
+      c.svg.dataset.cursorTUs = String(t);
+      c.svg.append(el("svg:line", { x1: px, x2: px, y1: 10, y2: 196, stroke: "#2b6cb0", "stroke-width": 2, class: "cursor" },
+        el("svg:title", { text: "the time chosen in the timeline" })),
+        el("svg:text", { x: Math.min(px + 4, 640), y: 60, class: "cursor", fill: "#2b6cb0",
+          text: inside ? `timeline: ${fmtUs(t)}` : `timeline: ${fmtUs(t)} (outside this chart)` }));
+      first = first || c.svg;
+    }
+    if (first) first.scrollIntoView({ block: "center" });
+  }
 
   function deviceCard(dev) {
     const peak = (M.peaks || {})[dev];
@@ -30,6 +51,8 @@ window.tsMemoryView = function (root, R, h) {
       fact("growth per step", fit && fit.boundaries >= 3 ? `${fmtBytes(fit.bytes_per_step)} (90 %: ${fmtBytes(fit.low_bytes_per_step)} to ${fmtBytes(fit.high_bytes_per_step)}, R² ${fit.r2.toFixed(2)})` : "-"),
       fact("temporaries per step", temporaries == null ? "-" : fmtBytes(temporaries)));
     const parts = [facts, chart(dev, peak)];
+    if (peak && h.timeline) parts.push(el("p", null, el("button", { class: "ts-peak-to-timeline", text: "See the peak in the timeline",
+      onclick: () => h.goTo("timeline", peak.rank, (peak.origin_us || 0) + peak.t_us) })));
     if (peak && Object.keys(peak.alive_by_call_site || {}).length) parts.push(bytesTable("Alive at the peak, by call site", peak.alive_by_call_site, "call site"));
     if (peak && Object.keys(peak.alive_by_operator || {}).length) parts.push(bytesTable("Alive at the peak, by operator", peak.alive_by_operator, "operator"));
     if (peak && peak.unattributed_bytes) parts.push(el("p", { class: "muted", text: `${fmtBytes(peak.unattributed_bytes)} of the peak was allocated before the capture (or the trace has no block addresses).` }));
@@ -51,6 +74,7 @@ window.tsMemoryView = function (root, R, h) {
     const line = (points) => points.map((p, i) => `${i ? "L" : "M"}${x(p[0]).toFixed(1)},${y(p[1]).toFixed(1)}`).join("");
     const svg = el("svg:svg", { viewBox: `0 0 ${W} ${H}`, width: "100%", role: "img", class: "ts-memory-chart",
       "data-device": dev, "aria-label": `allocated and reserved memory on ${dev} over time` });
+    charts.push({ dev, svg, x, t0, t1 });
     svg.append(el("svg:text", { x: 0, y: T + 10, text: fmtBytes(top) }), el("svg:text", { x: 0, y: H - B, text: "0" }),
       el("svg:text", { x: L, y: H - 4, text: fmtUs(t0) }), el("svg:text", { x: W - 90, y: H - 4, text: fmtUs(t1) }));
     if (reserved.length) svg.append(el("svg:path", { d: line(reserved), fill: "none", stroke: "#dd6b20", "stroke-width": 1.5, class: "reserved" }, el("svg:title", { text: "reserved" })));
@@ -59,8 +83,9 @@ window.tsMemoryView = function (root, R, h) {
       const px = x(peak.t_us), py = y(peak.allocated_bytes);
       const label = `peak ${fmtBytes(peak.allocated_bytes)}` + (peak.operator ? ` in ${peak.operator}` : "");
       svg.append(el("svg:line", { x1: px, x2: px, y1: T, y2: H - B, stroke: "#e53e3e", "stroke-dasharray": "4 3", class: "peak",
-        "data-t-us": String(peak.t_us) }, el("svg:title", { text: label })),
-        el("svg:circle", { cx: px, cy: py, r: 4, fill: "#e53e3e" }),
+        "data-t-us": String(peak.t_us) }, el("svg:title", { text: label + (h.timeline ? " (click: see it in the timeline)" : "") })),
+        el("svg:circle", Object.assign({ cx: px, cy: py, r: 5, fill: "#e53e3e", class: "peak-dot" }, h.timeline
+          ? { style: "cursor:pointer", onclick: () => h.goTo("timeline", peak.rank, (peak.origin_us || 0) + peak.t_us) } : {})),
         el("svg:text", { x: Math.min(px + 6, W - 260), y: T + 24, class: "peak-label", text: label }));
     }
     const legend = el("div", { class: "legend" }, el("span", { style: "--c:#3182ce", text: "allocated" }),
