@@ -159,7 +159,7 @@ def test_memory_near_capacity() -> None:
     total = 10 * 2**30
     f = finding(report(device=gpu(total_memory_bytes=total), memory=_memory(int(0.95 * total))), "memory.near_capacity")
     assert (f.category, f.severity, f.time_share) == ("memory", "warning", None)
-    assert f.evidence == {"peak_allocated_bytes": int(0.95 * total), "total_memory_bytes": total, "ratio": 0.95}
+    assert f.evidence == {"device": "cuda:0", "peak_allocated_bytes": int(0.95 * total), "total_memory_bytes": total, "ratio": 0.95}
     assert "cuda:0" in f.title
     assert fixes(f) == {
         "PYTORCH_CUDA_ALLOC_CONF": ("env_var", "expandable_segments:True"),

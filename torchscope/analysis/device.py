@@ -108,6 +108,9 @@ def _device_properties(header: dict) -> DeviceSummary:
             summary.compute_capability = f"{first.get('computeMajor')}.{first.get('computeMinor', 0)}"
         total = first.get("totalGlobalMem")
         summary.total_memory_bytes = int(total) if isinstance(total, (int, float)) else None
+        for prop in props:  # a process sees every GPU of its node: each capacity under its own id
+            if isinstance(prop, dict) and isinstance(prop.get("id"), int) and isinstance(prop.get("totalGlobalMem"), (int, float)):
+                summary.memory_bytes_by_id[prop["id"]] = int(prop["totalGlobalMem"])
     return summary
 
 

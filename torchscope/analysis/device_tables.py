@@ -78,6 +78,9 @@ def reduce_device(parts: list[Part[DeviceSummary]]) -> dict[str, Any]:
         compute_capability=first.compute_capability,
         total_memory_bytes=first.total_memory_bytes,
     )
+    for summary, _ in present:  # the same id on two ranks is two GPUs: keep the smaller capacity
+        for device_id, capacity in summary.memory_bytes_by_id.items():
+            out.memory_bytes_by_id[device_id] = min(capacity, out.memory_bytes_by_id.get(device_id, capacity))
     for name in _WEIGHTED_DEVICE_FIELDS:
         values = [(getattr(d, name), w) for d, w in present if getattr(d, name) is not None]
         if values:

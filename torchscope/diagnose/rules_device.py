@@ -9,7 +9,7 @@ from torchscope.analysis.peaks import gpu_peak
 from torchscope.diagnose.context import Context, pct
 from torchscope.diagnose.rule import WARNING, Threshold, Verdict, by_share, rule
 from torchscope.diagnose.rules_host import TORCH_COMPILE, idle_share, is_launch_bound, top_idle_host_ops, unexplained_idle_share
-from torchscope.report.model import Fix
+from torchscope.report.model import DeviceSummary, Fix
 
 LOW_UTILIZATION = Threshold(0.5, "GPU utilisation < 50 % (TB, NSYS `gpu_time_util`)")
 
@@ -237,22 +237,36 @@ NEAR_CAPACITY = Threshold(0.9, ">= 90 % of device memory (TB `data.py`)")
     ),
 )
 def memory_near_capacity(ctx: Context) -> Optional[Verdict]:
-    """Peak allocated device memory close to the GPU's capacity."""
-    total = ctx.report.device.total_memory_bytes
-    peaks = {k: v for k, v in ctx.report.memory.peak_allocated_bytes.items() if k.startswith(("cuda", "device"))}
-    if not total or not peaks:
+    """Peak allocated memory of a GPU close to that GPU's own capacity (the worst such GPU)."""
+    ratios = {}
+    for device, peak in ctx.report.memory.peak_allocated_bytes.items():
+        total = gpu_capacity(ctx.report.device, device)
+        if total:
+            ratios[device] = (peak / total, peak, total)
+    if not ratios:
         return None
-    device, peak = max(peaks.items(), key=lambda kv: kv[1])
-    ratio = peak / total
+    device, (ratio, peak, total) = max(ratios.items(), key=lambda kv: kv[1][0])
     if ratio < NEAR_CAPACITY.value:
         return None
     return Verdict(
         title=f"Peak allocated memory on {device} is {pct(ratio)} of the GPU's capacity",
         share=None,
-        evidence={"peak_allocated_bytes": peak, "total_memory_bytes": total, "ratio": ratio},
+        evidence={"device": device, "peak_allocated_bytes": peak, "total_memory_bytes": total, "ratio": ratio},
         recommendation="Close to out-of-memory (and allocator retries): use activation checkpointing, mixed precision, "
         "a smaller micro-batch with gradient accumulation, or PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True.",
     )
+
+
+def gpu_capacity(device: DeviceSummary, label: str) -> Optional[int]:
+    """The capacity of the GPU a memory label names (`cuda:3`: the device with id 3 in deviceProperties);
+    None for the CPU and other devices, whose capacity the trace does not give. A trace without ids falls
+    back to the one capacity it gives."""
+    kind, _, index = label.partition(":")
+    if kind != "cuda":
+        return None
+    if index.isdigit() and device.memory_bytes_by_id:
+        return device.memory_bytes_by_id.get(int(index))
+    return device.total_memory_bytes
 
 
 MATMUL_TIME_SHARE = 0.2  # below this share of the compute time, the matmuls' rate says little about the run
