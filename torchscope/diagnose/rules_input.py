@@ -279,6 +279,8 @@ def _text(advice: Advice, machine: Machine, settings: dict[str, Any], culprits: 
             line += f" with torch.set_num_threads({advice.threads})"
         predicted = f"; predicted step {ms(advice.predicted_step_us)}" if advice.predicted_step_us else ""
         parts.append(f"{line}: {advice.reason}{predicted}.")
+    elif current is None:
+        parts.append(f"Raise num_workers if the cores allow it ({advice.reason}), with persistent_workers=True.")
     else:
         parts.append(f"More workers would not help: {advice.reason}.")
     if culprits:
