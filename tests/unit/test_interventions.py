@@ -49,7 +49,8 @@ def test_zero_grad_sets_gradients_to_none_and_flags_are_restored() -> None:
 def test_only_fixes_that_need_no_code_edit_are_applicable() -> None:
     assert applicable(Fix(kind="dataloader_kwarg", target="num_workers", value=2))
     assert not applicable(Fix(kind="dataloader_kwarg", target="num_workers", value=None))  # to be chosen
-    assert not applicable(Fix(kind="code_change", target="torch.compile", value="model = torch.compile(model)"))
+    assert applicable(Fix(kind="code_change", target="torch.compile", value="model = torch.compile(model)"))
+    assert not applicable(Fix(kind="code_change", target="CUDA graphs", value="model = torch.compile(model, mode='reduce-overhead')"))
     assert applicable(Fix(kind="torch_flag", target="torch.backends.cudnn.benchmark", value=True))
     assert not applicable(Fix(kind="env_var", target="PYTORCH_CUDA_ALLOC_CONF", value="expandable_segments:True"))
 
@@ -111,3 +112,11 @@ def test_channels_last_converts_a_convolutional_model_and_its_inputs_keeping_its
     assert seen == [True] and [id(p) for p in model.parameters()] == [id(p) for p in params]  # the optimizer's parameters are still the model's
     assert model[0].weight.is_contiguous(memory_format=torch.channels_last)
     assert list(interventions.sites) == ["code_change:channels_last"]
+
+
+def test_compile_time_is_the_first_calls_excess_over_the_steady_ones() -> None:
+    from torchscope.capture.interventions import compile_seconds
+
+    assert compile_seconds([5.0, 0.1, 0.1, 0.3], [2.0, 0.2, 0.2]) == 4.9 + 1.8
+    assert compile_seconds([0.1, 0.2, 0.2], []) == 0.0  # nothing compiled: the first call is no slower
+    assert compile_seconds([5.0], [2.0]) is None  # no steady call to hold it to

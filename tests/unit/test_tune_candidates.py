@@ -33,8 +33,9 @@ def test_candidates_keep_a_findings_fixes_together_but_split_alternatives() -> N
         _finding("again", [WORKERS, PERSISTENT], 0.1),  # the same fixes: no second trial
     ]
     candidates = candidates_from(SimpleNamespace(findings=findings))  # type: ignore[arg-type]  # only findings are read
-    assert [c.fixes for c in candidates] == [[WORKERS, PERSISTENT], [FUSED], [FOREACH]]
-    assert [c.predicted_saving for c in candidates] == [0.5, 0.2, 0.2]
+    compiled = Fix(kind="code_change", target="torch.compile", value="x")  # a trial of its own
+    assert [c.fixes for c in candidates] == [[WORKERS, PERSISTENT], [compiled], [FUSED], [FOREACH]]
+    assert [c.predicted_saving for c in candidates] == [0.5, 0.5, 0.2, 0.2]
 
 
 def test_the_combination_keeps_one_of_two_alternatives_and_compounds_the_predictions() -> None:
@@ -117,6 +118,21 @@ def test_the_autocast_change_wraps_the_line_that_calls_the_model(tmp_path: Path)
     assert code_change([fix], {"code_change:torch.autocast": [f"{script}:2"]}) == [
         f"--- {script}:2", "-     loss = model(x).sum()", "+     with torch.autocast('cpu', dtype=torch.bfloat16):",
         "+         loss = model(x).sum()"]
+
+
+def test_the_compile_change_follows_the_models_construction_and_is_a_candidate_of_its_own(tmp_path: Path) -> None:
+    from torchscope.pipeline.tune import candidates_from, parse_try
+
+    script = tmp_path / "train.py"
+    script.write_text("model = Net(\n    4)\nfor x in data:\n    loss = criterion(model(x), y)\n")
+    fix = parse_try("torch.compile")[0]
+    assert fix == Fix(kind="code_change", target="torch.compile", value="model = torch.compile(model)")
+    assert code_change([fix], {"code_change:torch.compile": [f"{script}:4"]}) == [
+        f"--- {script}:1", "  model = Net(", "      4)", "+ model = torch.compile(model)"]
+    assert code_change([fix], {})[0].startswith("+ model = torch.compile(model)")
+    autocast = Fix(kind="code_change", target="torch.autocast", value="bfloat16")
+    report = SimpleNamespace(findings=[_finding("compute", [autocast, fix], 0.5)])
+    assert [c.fixes for c in candidates_from(report)] == [[autocast], [fix]]  # type: ignore[arg-type]
 
 
 class _FakeTrials:

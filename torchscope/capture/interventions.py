@@ -18,6 +18,10 @@ code into patches installed before the script runs and removed after:
 * `code_change` `channels_last`: each outermost `nn.Module` called is converted once
   (`module.to(memory_format=torch.channels_last)`: its parameters keep their identity, so the optimizer
   still holds them) and its 4-D tensor arguments are passed in channels_last.
+* `code_change` `torch.compile` (value e.g. `model = torch.compile(model)`): each outermost `nn.Module`
+  with parameters called is compiled once (`torch.compile(module)`, default mode) and called through the compiled module;
+  the wall time of each such call is kept (`forward_s`) so the trial can tell its compile time
+  (`compile_seconds`) from the steady-state steps.
 * `code_change` `optimizer.zero_grad` (value `optimizer.zero_grad(set_to_none=True)`): every
   `Optimizer.zero_grad` call sets the gradients to None.
 
@@ -32,11 +36,13 @@ from __future__ import annotations
 import functools
 import inspect
 import os
+import statistics
 import sys
+import time
 import threading
 from collections import defaultdict
 from contextlib import ExitStack, contextmanager
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, Optional, Sequence
 
 from torchscope.report.model import Fix
 
@@ -57,6 +63,29 @@ def label(fix: Fix) -> str:
 
 AUTOCAST_TARGET = "torch.autocast"
 CHANNELS_LAST_TARGET = "channels_last"
+COMPILE_TARGET = "torch.compile"
+COMPILE_FIX = "model = torch.compile(model)"
+
+# Wall time (s) of each outermost compiled module call, in order (the `torch.compile` patch): the first
+# includes compiling the forward.
+forward_s: list[float] = []
+
+
+def is_compile(fix: Fix) -> bool:
+    """The torch.compile code change (the model compiled where the user's code calls it)."""
+    return fix.kind == "code_change" and fix.target == COMPILE_TARGET
+
+
+def compile_seconds(forward: Sequence[float], backward: Sequence[float]) -> Optional[float]:
+    """Compile time: the excess of the first compiled forward and the first backward over the median of
+    the later ones (torch compiles the forward on the first call and the backward on the first backward;
+    a recompilation later, e.g. for a new input shape, is not counted). None: fewer than two calls."""
+    if len(forward) < 2:
+        return None
+    total = max(0.0, forward[0] - statistics.median(forward[1:]))
+    if len(backward) >= 2:
+        total += max(0.0, backward[0] - statistics.median(backward[1:]))
+    return total
 
 
 def is_autocast(fix: Fix) -> bool:
@@ -76,7 +105,7 @@ def _is_zero_grad(fix: Fix) -> bool:
 
 def applicable(fix: Fix) -> bool:
     """Whether a trial can apply this fix without editing the user's code."""
-    if _is_zero_grad(fix) or is_autocast(fix) or (fix.kind == "code_change" and fix.target == CHANNELS_LAST_TARGET):
+    if _is_zero_grad(fix) or is_autocast(fix) or is_compile(fix) or (fix.kind == "code_change" and fix.target == CHANNELS_LAST_TARGET):
         return True
     if fix.value is None:
         return False
@@ -113,6 +142,9 @@ def applied(fixes: Sequence[Fix]) -> Iterator[None]:
         layout = next((f for f in fixes if f.kind == "code_change" and f.target == CHANNELS_LAST_TARGET), None)
         if layout is not None:
             stack.enter_context(_channels_last(torch, label(layout)))
+        compiled = next((f for f in fixes if is_compile(f)), None)
+        if compiled is not None:  # installed last: outermost, so the other patches run inside the compiled call
+            stack.enter_context(_compiled_forward(torch, label(compiled)))
         for fix in fixes:
             if fix.kind == "torch_flag":
                 stack.enter_context(_torch_flag(torch, fix))
@@ -275,6 +307,75 @@ def _channels_last(torch: Any, key: str) -> Iterator[None]:
         yield
     finally:
         torch.nn.Module.__call__ = original
+
+
+@contextmanager
+def _compiled_forward(torch: Any, key: str) -> Iterator[None]:
+    """Outermost module calls go through `torch.compile(module)`, made once per module; each call timed."""
+    original = torch.nn.Module.__call__
+    compiled: dict[int, Any] = {}
+    state = threading.local()
+
+    @functools.wraps(original)
+    def __call__(self: Any, *args: Any, **kwargs: Any) -> Any:
+        # While dynamo traces the model it traces this wrapper too: step aside first (no thread-local
+        # lookups in the traced code).
+        if torch.compiler.is_compiling():
+            return original(self, *args, **kwargs)
+        if getattr(state, "inside", False) or torch.utils.data.get_worker_info() is not None:
+            return original(self, *args, **kwargs)
+        state.inside = True
+        try:
+            if id(self) not in compiled:
+                # The model (parameters to train), not a parameterless loss module called beside it.
+                compiled[id(self)] = _compile(torch, self) if any(True for _ in self.parameters()) else None
+                if compiled[id(self)] is not None:
+                    sites[key].add(_caller_site())
+            if compiled[id(self)] is None:
+                return original(self, *args, **kwargs)
+            began = time.perf_counter()
+            try:
+                return compiled[id(self)](*args, **kwargs)
+            finally:
+                if len(forward_s) < 10_000:  # a long script must not grow it without bound
+                    forward_s.append(time.perf_counter() - began)
+        finally:
+            state.inside = False
+
+    torch.nn.Module.__call__ = __call__
+    try:
+        yield
+    finally:
+        torch.nn.Module.__call__ = original
+
+
+_FORWARD_HOOKS = ("_global_forward_pre_hooks", "_global_forward_hooks", "_global_forward_hooks_always_called",
+                  "_global_forward_hooks_with_kwargs")
+
+
+def _compile(torch: Any, module: Any) -> Any:
+    """`torch.compile(module)`, whose compiled region runs without the global module hooks (the capture's
+    phase hooks): they fire on the compiled module's own call, outside the region, and inside it dynamo
+    would trace them, and break the graph at each module for what they do (thread ids)."""
+    optimized = torch.compile(module)
+    region = getattr(optimized, "forward", None)
+    if not callable(region):
+        return optimized
+    hooks = torch.nn.modules.module
+
+    @functools.wraps(region)
+    def forward(*args: Any, **kwargs: Any) -> Any:
+        saved = {name: getattr(hooks, name) for name in _FORWARD_HOOKS if hasattr(hooks, name)}
+        for name, value in saved.items():
+            setattr(hooks, name, type(value)())
+        try:
+            return region(*args, **kwargs)
+        finally:
+            for name, value in saved.items():
+                setattr(hooks, name, value)
+
+    optimized.forward = forward
+    return optimized
 
 
 @contextmanager

@@ -16,6 +16,7 @@ import functools
 import math
 import os
 import sys
+import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator, Optional, Sequence
@@ -36,6 +37,7 @@ class TrialRecord(msgspec.Struct, kw_only=True):
 
     sites: dict[str, list[str]] = {}
     losses: list[Optional[float]] = []  # None: a non-finite loss (NaN or inf)
+    compile_s: Optional[float] = None  # torch.compile trials: interventions.compile_seconds (None: not compiled)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -54,12 +56,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     config = CaptureConfig(out=args.out, wait=1, warmup=args.warmup, active=args.active, record_shapes=False,
                            profile_memory=False, with_stack=False, with_flops=False, stop_after_active=True)
     losses: list[Any] = []
+    backward_s: list[float] = []
     try:
-        with applied_with_losses(fixes, losses):
+        with applied_with_losses(fixes, losses, backward_s):
             outcome = run_target(target, config)
     finally:
         if os.environ.get("RANK", "0") == "0":  # under torchrun rank 0's record stands for the launch
-            record = TrialRecord(sites={k: sorted(v) for k, v in interventions.sites.items()}, losses=_floats(losses))
+            compile_s = interventions.compile_seconds(interventions.forward_s, backward_s) \
+                if any(interventions.is_compile(f) for f in fixes) else None
+            record = TrialRecord(sites={k: sorted(v) for k, v in interventions.sites.items()}, losses=_floats(losses),
+                                 compile_s=compile_s)
             write_atomic(args.record, msgspec.json.encode(record))
     if outcome.exception is not None:
         print(f"trial failed: {type(outcome.exception).__name__}: {outcome.exception}", file=sys.stderr)
@@ -67,17 +73,24 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 @contextmanager
-def applied_with_losses(fixes: Sequence[Fix], losses: list[Any]) -> Iterator[None]:
-    """The fixes applied, and every scalar `Tensor.backward` kept (detached, no device sync) in `losses`."""
+def applied_with_losses(fixes: Sequence[Fix], losses: list[Any], backward_s: Optional[list[float]] = None) -> Iterator[None]:
+    """The fixes applied, and every scalar `Tensor.backward` kept (detached, no device sync) in `losses`;
+    the wall time of each such backward call (host time, no device sync) in `backward_s`."""
     import torch
 
     original = torch.Tensor.backward
 
     @functools.wraps(original)
     def backward(self: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
-        if self.numel() == 1 and len(losses) < MAX_LOSSES:
-            losses.append(self.detach().clone())
-        return original(self, *args, **kwargs)
+        if self.numel() != 1 or len(losses) >= MAX_LOSSES:
+            return original(self, *args, **kwargs)
+        losses.append(self.detach().clone())
+        began = time.perf_counter()
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            if backward_s is not None:
+                backward_s.append(time.perf_counter() - began)
 
     torch.Tensor.backward = backward  # type: ignore[method-assign]
     try:

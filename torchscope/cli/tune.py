@@ -34,6 +34,8 @@ def register(subparsers: Any) -> None:
                         help="a trial whose mean loss moves more than F (relative) is not used (default 0.1)")
     parser.add_argument("--try", dest="extra", action="append", default=[], metavar="K=V[,K=V]",
                         help="also try this candidate (e.g. num_workers=4,persistent_workers=True); repeatable")
+    parser.add_argument("--only", action="store_true",
+                        help="try only the --try candidates, not the diagnosis's")
     parser.add_argument("--nproc-per-node", type=int, default=0, metavar="N",
                         help="launch each trial with torchrun --standalone --nproc_per_node=N (a DDP script)")
     parser.add_argument("--in-place", action="store_true",
@@ -68,9 +70,12 @@ def execute(args: argparse.Namespace) -> int:
             or args.repeats < 1:
         raise UsageError("--loss-tolerance must be at least 0, --budget above 0, --baselines and --repeats at "
                          "least 1, --nproc-per-node at least 0")
+    if args.only and not args.extra:
+        raise UsageError("--only needs at least one --try candidate")
     options = TuneOptions(warmup=args.warmup, active=args.active, budget_s=args.budget, in_place=args.in_place,
                           loss_tolerance=args.loss_tolerance, baselines=args.baselines, repeats=args.repeats,
-                          nproc_per_node=args.nproc_per_node, extra=tuple(parse_try(t) for t in args.extra), keep=args.keep.resolve() if args.keep else None)
+                          nproc_per_node=args.nproc_per_node, extra=tuple(parse_try(t) for t in args.extra), only=args.only,
+                          keep=args.keep.resolve() if args.keep else None)
     result = tune(command, options, progress=lambda line: print(f"torchscope tune: {line}", file=sys.stderr, flush=True))
     _write(args.output, _render(args.format, result))
     return INTERRUPTED_EXIT if result.interrupted else 0

@@ -30,11 +30,14 @@ from typing import Callable, Optional, Sequence, Union
 import msgspec
 
 from torchscope.capture.interventions import (
+    COMPILE_FIX,
+    COMPILE_TARGET,
     DATALOADER_KEYWORDS,
     OPTIMIZER_KEYWORDS,
     applicable,
     autocast_dtype,
     is_autocast,
+    is_compile,
     label,
 )
 from torchscope.capture.trial import TrialRecord
@@ -63,10 +66,12 @@ class TuneOptions:
     timeout_s: float = 600.0  # one trial, the baseline included
     loss_tolerance: float = 0.1  # relative change of the mean loss beyond which a trial is not used
     early_stop: float = 3.0  # a trial running this many times the baseline trial's wall time is clearly slower
+    compile_allowance_s: float = 300.0  # added to a torch.compile trial's early-stop limit: compiling is not slowness
     repeats: int = 2  # trials of a candidate at most: another while the first is within noise
     baselines: int = 2  # baseline trials: their spread is the run-to-run noise estimate
     nproc_per_node: int = 0  # >0: each trial is a torchrun launch of that many ranks (--standalone)
     extra: tuple[tuple[Fix, ...], ...] = ()  # candidates the user asked for (`--try`), besides the diagnosis's
+    only: bool = False  # the `extra` candidates alone, not the diagnosis's (`--only`)
     keep: Optional[Path] = None  # keep each trial's run directory here (by default deleted with the rest)
 
 
@@ -104,6 +109,10 @@ class _Trials:
         cwd = os.getcwd() if self.options.in_place else str(self.workdir / f"trial{self.count}.cwd")
         os.makedirs(cwd, exist_ok=True)
         env = {**os.environ, TRIAL_ENV: "1"}
+        # torch.compile's caches in tune's temporary folder: shared by its trials, never the user's, and cold
+        # at the start (the compile time reported is a first compile's).
+        env["TORCHINDUCTOR_CACHE_DIR"] = str(self.workdir / "inductor")
+        env["TRITON_CACHE_DIR"] = str(self.workdir / "triton")
         if self.command[:1] == ["-m"] and not self.options.in_place:
             # `python -m` imports from the working directory: the user's, not the trial's temporary one.
             env["PYTHONPATH"] = os.pathsep.join(p for p in (os.getcwd(), os.environ.get("PYTHONPATH", "")) if p)
@@ -153,7 +162,7 @@ def tune(command: Sequence[str], options: TuneOptions = TuneOptions(),
         baseline = runs[0]
         base = [sample for run in runs for sample in step_samples(run.report)]
         noise = run_noise_pct([step_samples(run.report) for run in runs])
-        candidates = candidates_from(baseline.report)
+        candidates = [] if options.only else candidates_from(baseline.report)
         candidates += requested(options.extra, candidates)
         try:
             for number, candidate in enumerate(candidates, 1):
@@ -200,11 +209,14 @@ def _absolute(command: list[str]) -> list[str]:
 def candidates_from(report: Report) -> list[Candidate]:
     """The candidates of each finding, most costly finding first, duplicates dropped. A finding's fixes go
     together (persistent workers mean nothing without workers) except alternatives (`foreach` or
-    `fused`): one candidate each, with the finding's other fixes."""
+    `fused`): one candidate each, with the finding's other fixes; and torch.compile, a candidate of its own."""
     seen: set[tuple[tuple[str, str, str], ...]] = set()
     out = []
     for finding in report.findings:
-        for fixes in _variants([f for f in finding.fixes if applicable(f)]):
+        usable = [f for f in finding.fixes if applicable(f)]
+        # torch.compile is a trial of its own: its compile time and its effect are not another fix's.
+        separate = [[f] for f in usable if is_compile(f)]
+        for fixes in [*_variants([f for f in usable if not is_compile(f)]), *separate]:
             key = _key(fixes)
             if not fixes or key in seen:
                 continue
@@ -240,7 +252,7 @@ def parse_try(text: str) -> tuple[Fix, ...]:
     fixes = []
     for item in text.split(","):
         name, sep, raw = item.strip().partition("=")
-        if name == "channels_last" and not sep:  # a layout change has no value
+        if name in ("channels_last", "compile", "torch.compile") and not sep:  # code changes without a value
             sep, raw = "=", "True"
         if not sep or not name or not raw:
             raise UsageError(f"--try {text!r}: expected keyword=value[,keyword=value...]")
@@ -251,6 +263,8 @@ def parse_try(text: str) -> tuple[Fix, ...]:
             fix = Fix(kind="optimizer_kwarg", target=name, value=value)
         elif name == "channels_last":
             fix = Fix(kind="code_change", target="channels_last", value="model = model.to(memory_format=torch.channels_last)")
+        elif name in ("compile", "torch.compile"):
+            fix = Fix(kind="code_change", target=COMPILE_TARGET, value=COMPILE_FIX)
         elif name in ("autocast", "torch.autocast"):
             fix = Fix(kind="code_change", target="torch.autocast", value=str(value))
         elif name in ("set_num_threads", "torch.set_num_threads"):
@@ -259,7 +273,7 @@ def parse_try(text: str) -> tuple[Fix, ...]:
             fix = Fix(kind="torch_flag", target=name, value=value)
         if not applicable(fix):
             raise UsageError(f"--try {name}: not a setting a trial can apply (DataLoader: {', '.join(DATALOADER_KEYWORDS)}; "
-                             f"optimizer: {', '.join(OPTIMIZER_KEYWORDS)}; autocast; channels_last; set_num_threads; a torch.* flag)")
+                             f"optimizer: {', '.join(OPTIMIZER_KEYWORDS)}; autocast; channels_last; compile; set_num_threads; a torch.* flag)")
         fixes.append(fix)
     return tuple(fixes)
 
@@ -309,7 +323,8 @@ def _run_candidate(candidate: Candidate, trials: _Trials, baseline: _Trial, base
     for _ in range(max(trials.options.repeats, 1)):
         if first is not None and (candidate.status != "no significant change" or trials.left_s() <= 0):
             break
-        limit = min(trials.options.early_stop * baseline.wall_s, trials.options.timeout_s)
+        allowance = trials.options.compile_allowance_s if any(is_compile(f) for f in candidate.fixes) else 0.0
+        limit = min(trials.options.early_stop * baseline.wall_s + allowance, trials.options.timeout_s)
         budget = trials.left_s()
         trial = trials.run(candidate.fixes, min(limit, budget))
         if isinstance(trial, str):
@@ -326,6 +341,7 @@ def _run_candidate(candidate: Candidate, trials: _Trials, baseline: _Trial, base
     after = next((f for f in first.report.findings if f.id == candidate.finding), None)
     candidate.finding_after = after.time_share if after is not None else None
     candidate.loss_change = loss_change(baseline.record.losses, first.record.losses)
+    candidate.compile_s = first.record.compile_s
     if trials.options.keep is not None:
         candidate.trial_dir = str(first.out)
     if not candidate.applied_at:

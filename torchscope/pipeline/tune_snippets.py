@@ -12,7 +12,7 @@ from __future__ import annotations
 import ast
 from typing import Mapping, Optional, Sequence
 
-from torchscope.capture.interventions import autocast_dtype, is_autocast, label
+from torchscope.capture.interventions import autocast_dtype, is_autocast, is_compile, label
 from torchscope.report.model import Fix
 
 _EXCLUSIVE = {"fused": "foreach", "foreach": "fused"}
@@ -43,6 +43,9 @@ def code_change(fixes: Sequence[Fix], sites: Mapping[str, Sequence[str]]) -> lis
                 f"torch.autocast(device_type, dtype=torch.{autocast_dtype(fix)})"
             lines += _wrapped(sites.get(label(fix), []), f"with {call}:") or \
                 [f"+ with {call}:  # around forward and loss, not backward"]
+        if is_compile(fix):
+            lines += [line for site in sorted(sites.get(label(fix), [])) for line in _compile_at(site)] or \
+                ["+ model = torch.compile(model)  # once, after the model is built, before the training loop"]
         if fix.kind == "torch_flag":
             lines.append(f"+ {fix.target}({fix.value!r})" if fix.target == "torch.set_num_threads"
                          else f"+ {fix.target} = {fix.value!r}")
@@ -62,6 +65,41 @@ def _wrapped(places: Sequence[str], opener: str) -> list[str]:
         indent = text[:len(text) - len(text.lstrip())]
         lines += [f"--- {site}", f"- {text}", f"+ {indent}{opener}", f"+ {indent}    {text.lstrip()}"]
     return lines
+
+
+def _compile_at(site: str) -> list[str]:
+    """`name = torch.compile(name)` after the last assignment of the model's name before the line that
+    calls it (`site`; the name is the callee there, e.g. `model` in `loss = model(x).mean()`), else at
+    that line. Empty where the file or the call cannot be read."""
+    path, _, number = site.rpartition(":")
+    try:
+        with open(path, encoding="utf-8") as handle:
+            source = handle.read()
+        tree = ast.parse(source)
+        line = int(number)
+    except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
+        return []
+    # A call of a (dotted) name, the innermost first: `model` in `criterion(model(x), y)`.
+    calls = [node for node in ast.walk(tree) if isinstance(node, ast.Call) and node.lineno <= line <= (node.end_lineno or node.lineno)
+             and _dotted(node.func)]
+    if not calls:
+        return []
+    callee = ast.unparse(min(calls, key=lambda c: ((c.end_lineno or c.lineno) - c.lineno, -c.col_offset)).func)
+    text = source.splitlines()
+    assigned = [node for node in ast.walk(tree) if isinstance(node, ast.Assign) and node.lineno < line
+                and any(ast.unparse(t) == callee for t in node.targets)]
+    at = max(assigned, key=lambda n: n.lineno, default=None)
+    if at is None or at.end_lineno is None:
+        indent = text[line - 1][:len(text[line - 1]) - len(text[line - 1].lstrip())]
+        return [f"--- {path}:{line}", f"+ {indent}{callee} = torch.compile({callee})  # once, before the loop",
+                f"  {text[line - 1]}"]
+    indent = text[at.lineno - 1][:at.col_offset]
+    return [f"--- {path}:{at.lineno}", *(f"  {t}" for t in text[at.lineno - 1:at.end_lineno]),
+            f"+ {indent}{callee} = torch.compile({callee})"]
+
+
+def _dotted(node: ast.expr) -> bool:
+    return isinstance(node, ast.Name) or (isinstance(node, ast.Attribute) and _dotted(node.value))
 
 
 def _is_zero_grad(fix: Fix) -> bool:

@@ -36,6 +36,9 @@ class Candidate(msgspec.Struct, kw_only=True):
     finding_after: Optional[float] = None  # the finding's time_share in the trial (None: no longer diagnosed)
     change: list[str] = []  # the code change to make, diff-like ("- old", "+ new") where the call site is known
     trial_s: Optional[float] = None  # wall time of the trial process
+    # torch.compile: seconds spent compiling (the first compiled forward's and backward's excess over the
+    # later ones'), kept out of step_us and speedup, which count the steady-state steps only
+    compile_s: Optional[float] = None
     trial_dir: Optional[str] = None  # the trial's capture, where kept (`tune --keep DIR`)
     detail: str = ""
 
