@@ -99,6 +99,9 @@ def test_more_dataloader_workers_are_measured_faster_and_the_change_points_at_th
     assert data["measured_saving"] > 0
     finding = next((c for c in result["candidates"] if c["finding"] == "data_loading.exposed"), None)
     assert finding is None or finding["predicted_saving"] > 0  # the diagnosis's prediction, where it proposed one
+    # No CUDA here: the diagnosis proposes nothing that needs one (pin_memory, cuDNN, TF32).
+    assert not any(f["target"] == "pin_memory" or f["target"].startswith(("torch.backends.cud", "torch.cuda."))
+                   for c in result["candidates"] for f in c["fixes"])
 
 
 def test_a_foreach_optimizer_is_applied_and_measured(tmp_path: Path) -> None:

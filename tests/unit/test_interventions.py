@@ -120,3 +120,30 @@ def test_compile_time_is_the_first_calls_excess_over_the_steady_ones() -> None:
     assert compile_seconds([5.0, 0.1, 0.1, 0.3], [2.0, 0.2, 0.2]) == 4.9 + 1.8
     assert compile_seconds([0.1, 0.2, 0.2], []) == 0.0  # nothing compiled: the first call is no slower
     assert compile_seconds([5.0], [2.0]) is None  # no steady call to hold it to
+
+
+def test_cuda_only_fixes_are_applied_in_a_trial_through_a_cuda_stand_in(monkeypatch: object) -> None:
+    """No CUDA here: `torch.cuda.is_available` stands in for a device. The trial's own wrapper
+    (`applied_with_losses`) forces pin_memory in the script's DataLoader and sets the cuDNN and TF32
+    flags for the run, and puts all back afterwards."""
+    from torchscope.capture.interventions import needs_cuda
+    from torchscope.capture.trial import applied_with_losses
+
+    fixes = [Fix(kind="dataloader_kwarg", target="pin_memory", value=True),
+             Fix(kind="torch_flag", target="torch.backends.cudnn.benchmark", value=True),
+             Fix(kind="torch_flag", target="torch.backends.cuda.matmul.allow_tf32", value=True),
+             Fix(kind="torch_flag", target="torch.backends.cudnn.allow_tf32", value=False)]
+    assert all(applicable(f) and needs_cuda(f) for f in fixes)
+    assert not needs_cuda(Fix(kind="dataloader_kwarg", target="num_workers", value=2))
+    before = (torch.backends.cudnn.benchmark, torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # type: ignore[attr-defined]
+    seen = []
+    with applied_with_losses(fixes, []):
+        loader = DataLoader(list(range(8)), batch_size=4)  # as the script would build it
+        seen = [loader.pin_memory, torch.backends.cudnn.benchmark, torch.backends.cuda.matmul.allow_tf32,
+                torch.backends.cudnn.allow_tf32]
+    assert seen == [True, True, True, False]
+    assert (torch.backends.cudnn.benchmark, torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32) == before
+    assert DataLoader(list(range(8))).pin_memory is False
+    # A function is not a setting: the diagnosis's sync-debug diagnostic is never a trial.
+    assert not applicable(Fix(kind="torch_flag", target="torch.cuda.set_sync_debug_mode", value="warn"))

@@ -90,6 +90,9 @@ def test_renderers_escape_user_text() -> None:
     assert "<script>" not in page and "&lt;script&gt;.py" in page and "\x1b" not in page
     text = render_tune_terminal(result)
     assert "\x1b" not in text and "predicted 40 %, measured 50 %" in text and "2.00x (95 % CI 1.50-2.60x)" in text
+    candidate.compile_s = 12.5
+    assert "compile 12.5 s (not in the step times)" in render_tune_terminal(result)
+    assert "compile 12.5 s (not in the step times)" in render_tune_html(result)
 
 
 def test_try_parses_one_candidate_and_rejects_what_a_trial_cannot_apply() -> None:
@@ -153,7 +156,8 @@ class _FakeTrials:
         if isinstance(outcome, str):
             return outcome
         sites = {f"{f.kind}:{f.target}": ["train.py:3"] for f in fixes}
-        report = SimpleNamespace(steps=outcome, findings=[] if fixes else self.findings)
+        report = SimpleNamespace(steps=outcome, findings=[] if fixes else self.findings,
+                                 device=SimpleNamespace(present=False))  # a CPU machine
         return _Trial(report, TrialRecord(sites=sites, losses=[1.0]),  # type: ignore[arg-type]
                       10.0, Path("unused"))
 
@@ -165,7 +169,8 @@ def _steps(mean: float) -> list[SimpleNamespace]:
     return [SimpleNamespace(span=0, step=i, duration_us=mean * (1 + 0.01 * (i % 3))) for i in range(5)]
 
 
-def _orchestrate(monkeypatch: object, steps: dict[str, object], budget_after: int = 99) -> tuple[TuneResult, _FakeTrials]:
+def _orchestrate(monkeypatch: object, steps: dict[str, object], budget_after: int = 99,
+                 extra: tuple[tuple[Fix, ...], ...] = ()) -> tuple[TuneResult, _FakeTrials]:
     import torchscope.pipeline.tune as tune_module
 
     fake = _FakeTrials(steps, budget_after)
@@ -173,7 +178,7 @@ def _orchestrate(monkeypatch: object, steps: dict[str, object], budget_after: in
     findings = [_finding("data", [WORKERS], 0.5), _finding("opt", [FOREACH], 0.2), _finding("flag", [THREADS], 0.1)]
     fake.findings = findings  # the baseline's diagnosis
     monkeypatch.setattr(tune_module, "_Trials", lambda *a: fake)  # type: ignore[attr-defined]
-    return tune_module.tune(["train.py"], tune_module.TuneOptions(baselines=1)), fake
+    return tune_module.tune(["train.py"], tune_module.TuneOptions(baselines=1, extra=extra)), fake
 
 
 THREADS = Fix(kind="torch_flag", target="torch.set_num_threads", value=1)
@@ -198,3 +203,23 @@ def test_no_trial_starts_once_the_budget_is_spent(monkeypatch: object) -> None:
     assert [c.status for c in result.candidates] == ["no significant change", "skipped", "skipped"]
     assert result.candidates[1].detail == "not run: the time budget was spent" and fake.count == 2  # nor a repeat
     assert result.verdict == "no candidate beats the baseline beyond noise"
+
+
+def test_cuda_only_candidates_are_proposed_from_a_gpu_trace_and_skipped_on_a_cpu_machine(
+        monkeypatch: object, real_traces: object) -> None:
+    from torchscope.capture.interventions import needs_cuda
+    from torchscope.pipeline.analyze import analyze
+    from torchscope.pipeline.tune import parse_try
+
+    # (a) The V100 ResNet-50 trace (FP32, pageable copies): the diagnosis proposes TF32 and pin_memory.
+    gpu = analyze(real_traces.folder("resnet50_num_workers_0"), jobs=1)  # type: ignore[attr-defined]
+    proposed = [f for c in candidates_from(gpu) for f in c.fixes if needs_cuda(f)]
+    assert gpu.device.present and {f.target for f in proposed} >= {"torch.backends.cuda.matmul.allow_tf32", "pin_memory"}
+    # (c) Asked for on a machine whose baseline has no device: skipped, said why, no trial run.
+    cuda_only = (parse_try("pin_memory=True"), parse_try("torch.backends.cudnn.benchmark=True"),
+                 parse_try("torch.backends.cuda.matmul.allow_tf32=True"))
+    result, fake = _orchestrate(monkeypatch, {"base": _steps(100.0), "num_workers": _steps(100.0), "foreach": _steps(100.0),
+                                              "torch.set_num_threads": _steps(100.0)}, extra=cuda_only)
+    skipped = [c for c in result.candidates if c.finding is None]
+    assert len(skipped) == 3 and all(c.status == "skipped" and "needs a CUDA device" in c.detail for c in skipped)
+    assert fake.count == 1 + 3 * 2  # the baseline, and two trials each for the three CPU candidates only

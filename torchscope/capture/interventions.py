@@ -99,6 +99,18 @@ def autocast_dtype(fix: Fix) -> str:
     return "float16" if "float16" in text.replace("bfloat16", "") else "bfloat16"
 
 
+_CUDA_FLAGS = ("torch.backends.cudnn.", "torch.backends.cuda.", "torch.cuda.")
+
+
+def needs_cuda(fix: Fix) -> bool:
+    """Fixes that change nothing without a CUDA device: `pin_memory`, and the cuDNN/CUDA flags
+    (`torch.backends.cudnn.benchmark`, TF32 `torch.backends.cuda.matmul.allow_tf32`,
+    `torch.backends.cudnn.allow_tf32`)."""
+    if fix.kind == "dataloader_kwarg":
+        return fix.target == "pin_memory"
+    return fix.kind == "torch_flag" and fix.target.startswith(_CUDA_FLAGS)
+
+
 def _is_zero_grad(fix: Fix) -> bool:
     return fix.kind == "code_change" and fix.target in ZERO_GRAD_TARGETS
 
@@ -114,7 +126,10 @@ def applicable(fix: Fix) -> bool:
     if fix.kind == "optimizer_kwarg":
         return fix.target in OPTIMIZER_KEYWORDS
     if fix.kind == "torch_flag":
-        return fix.target == "torch.set_num_threads" or (fix.target.startswith("torch.") and "(" not in fix.target)
+        # An attribute to set; a function (`torch.cuda.set_sync_debug_mode`, a diagnostic) is not a setting.
+        name = fix.target.rpartition(".")[2]
+        return fix.target == "torch.set_num_threads" or (
+            fix.target.startswith("torch.") and "(" not in fix.target and not name.startswith("set_"))
     return False
 
 

@@ -39,6 +39,7 @@ from torchscope.capture.interventions import (
     is_autocast,
     is_compile,
     label,
+    needs_cuda,
 )
 from torchscope.capture.trial import TrialRecord
 from torchscope.errors import InputError, UsageError
@@ -168,6 +169,9 @@ def tune(command: Sequence[str], options: TuneOptions = TuneOptions(),
             for number, candidate in enumerate(candidates, 1):
                 if trials.left_s() <= 0:
                     candidate.detail = "not run: the time budget was spent"
+                    continue
+                if all(needs_cuda(f) for f in candidate.fixes) and not baseline.report.device.present:
+                    candidate.detail = "not run: it needs a CUDA device, and the baseline ran without one"
                     continue
                 progress(f"trial {number}/{len(candidates)}: {candidate.fix}")
                 _run_candidate(candidate, trials, baseline, base, noise)

@@ -50,6 +50,8 @@ def render_tune_html(result: TuneResult) -> str:
 def _row(c: Candidate, combination: bool) -> str:
     css = {"faster": "faster", "slower": "slower", "failed": "failed", "loss changed": "loss"}.get(c.status, "muted")
     detail = f"<br><span class='muted'>{_text(c.detail)}</span>" if c.detail and c.status not in ("faster", "slower", "no significant change") else ""
+    if c.compile_s is not None:
+        detail += f"<br><span class='muted'>compile {c.compile_s:.1f} s (not in the step times)</span>"
     finding = "the faster candidates together" if combination else c.description
     return (f"<tr><td>{_text(c.fix)}</td><td class='{css}'>{_text(c.status)}{detail}</td><td>{_text(speedup_text(c))}</td>"
             f"<td>{_text(prediction_text(c))}</td><td>{_text(finding)}</td></tr>")

@@ -49,6 +49,8 @@ def _candidate(c: Candidate) -> list[str]:
     extra = [prediction_text(c)]
     if c.loss_change is not None:
         extra.append(f"loss {100 * c.loss_change:+.1f} %")
+    if c.compile_s is not None:
+        extra.append(f"compile {c.compile_s:.1f} s (not in the step times)")
     if c.measured_saving is not None and c.finding is not None:
         extra.append("finding gone in the trial" if c.finding_after is None
                      else f"finding still at {100 * c.finding_after:.0f} % of the step")
