@@ -115,3 +115,14 @@ def test_profiler_overhead_finding_states_the_slowdown() -> None:
     f = finding(report(measurements=Measurements(profiler_overhead=section)), "trace_quality.profiler_overhead")
     assert f.title == "The profiler slowed the recorded steps 1.80x (data_loading 2.6x, forward 1.1x)"
     assert f.severity == "info" and f.fixes[0].target == "with_stack"
+
+
+def test_too_few_events_to_distort_is_negligible_whatever_the_clock_says() -> None:
+    # 100 recorded events (at most ~0.2 ms) cannot explain a 5 ms difference: the load changed, not the
+    # profiler (a sleeping __getitem__): the recorded shares stand.
+    section = ProfilerOverhead(python_events_per_step={"data_loading": 50, "forward": 50})
+    times = {"unprofiled_step_us": [5000.0] * 3, "unprofiled_fetch_us": [500.0] * 3, "profiled_step_us": [10_000.0] * 3}
+    rep = _report(section, times, data_loading=0.5, forward=0.5)
+    overhead.correct(rep)
+    assert rep.measurements.profiler_overhead.method == "negligible"
+    assert rep.measurements.profiler_overhead.corrected_percent["data_loading"] == 50.0

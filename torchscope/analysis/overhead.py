@@ -23,7 +23,9 @@ Two measurements correct it:
     it compares different steps.
 
 Without unprofiled steps in the manifest (a bare trace, or a schedule with no steps outside the window
-after the first) nothing is corrected and ``method`` says so.
+after the first) nothing is corrected and ``method`` says so; nor when the recorded events, even at
+:data:`MAX_EVENT_US` each, cannot have cost 5 % of the step (``negligible``): then a difference between
+recorded and unprofiled steps is the machine's load changing, and "correcting" would add that noise.
 """
 
 from __future__ import annotations
@@ -46,6 +48,8 @@ from torchscope.trace.kinds import Kind
 # machine (torch 2.13, shapes + memory + stack + FLOPs on) at 3-14 us per operator against 0.4-1.0 us per
 # Python call, about 10x in every run of the calibration (docs/capture.md).
 OP_EVENT_WEIGHT = 10.0
+MAX_EVENT_US = 2.0  # the most one recorded Python event cost on the loaded 2-core machine (0.4-1.2 us measured)
+MAX_OVERHEAD_SHARE_UNSEEN = 0.05  # below 5 % of the step at that price, the profiler cannot have distorted it
 MIN_CALIBRATION_EVENTS = 1000  # recorded events per step the data-loading phase needs to price one event
 MIN_OVERHEAD_SHARE = 0.02  # below 2 % of the step the difference of two medians is noise: no correction
 
@@ -159,6 +163,16 @@ def correct(report: Report) -> None:
     overhead = section.profiled_step_us - section.unprofiled_step_us
     phases = {name: section.phase_median_us.get(name, entry.us) for name, entry in report.phases.items()}
     total = sum(phases.values())
+    events = sum(
+        section.python_events_per_step.get(name, 0.0) + OP_EVENT_WEIGHT * section.ops_per_step.get(name, 0.0)
+        for name in phases
+    )
+    if events and MAX_EVENT_US * events < MAX_OVERHEAD_SHARE_UNSEEN * total:
+        # Too few recorded events to have distorted the step: a difference between the recorded and the
+        # unprofiled steps is the machine's load changing, not the profiler (e.g. a sleeping __getitem__).
+        section.method = "negligible"
+        section.corrected_percent = {name: entry.percent for name, entry in report.phases.items()}
+        return
     if fetch and phases.get("data_loading", 0.0) > 0 and total > 0:
         _from_fetch_clock(section, phases, np.array(fetch) / np.array(unprofiled), median(np.array(fetch)))
         return
