@@ -177,13 +177,19 @@ def test_hooks_are_removed_on_exit_even_after_an_exception(tmp_path: Path) -> No
 
 
 def test_hooks_retire_once_the_capture_is_complete(tmp_path: Path) -> None:
+    from torchscope.capture.overhead import REFERENCE_STEPS
+
     before = global_hook_state()
     with torchscope.profile(out=tmp_path / "r") as prof:
         train(4, prof)
         assert global_hook_state() != before  # still capturing after 4 steps
-        train(3, prof)
-        assert global_hook_state() == before  # window saved at step 5: no cost for the rest of the run
-    assert prof.steps_seen == 7 and len(prof.trace_files) == 1
+        train(1, prof)
+        # Window saved at step 5; the hooks stay while the step clock times its unprofiled reference steps
+        # (the profiler's own cost, issue 13), then retire: no cost for the rest of the run.
+        assert global_hook_state() != before
+        train(REFERENCE_STEPS + 1, prof)  # retired at the first boundary after the last reference step
+        assert global_hook_state() == before
+    assert prof.steps_seen == 6 + REFERENCE_STEPS and len(prof.trace_files) == 1
 
 
 def test_existing_out_gets_a_new_folder_per_run(tmp_path: Path) -> None:
