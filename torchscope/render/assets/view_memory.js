@@ -34,6 +34,10 @@ window.tsMemoryView = function (root, R, h) {
           text: inside ? `timeline: ${fmtUs(t)}` : `timeline: ${fmtUs(t)} (outside this chart)` }));
       first = first || c.svg;
     }
+    let note = root.querySelector("#ts-memory-cursor-note");
+    if (!note) { note = el("p", { class: "muted", id: "ts-memory-cursor-note" }); root.prepend(note); }
+    // The charts are one rank's (the first with memory events): say so rather than mark another rank's time.
+    note.textContent = first ? "" : `The time chosen in the timeline is on rank ${at.rank}; these charts are rank ${Object.values(M.timeline_rank || {}).join(", ")}'s.`;
     if (first) first.scrollIntoView({ block: "center" });
   }
 
