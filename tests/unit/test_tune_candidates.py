@@ -170,7 +170,7 @@ def _steps(mean: float) -> list[SimpleNamespace]:
 
 
 def _orchestrate(monkeypatch: object, steps: dict[str, object], budget_after: int = 99,
-                 extra: tuple[tuple[Fix, ...], ...] = ()) -> tuple[TuneResult, _FakeTrials]:
+                 extra: tuple[tuple[Fix, ...], ...] = (), only: bool = False) -> tuple[TuneResult, _FakeTrials]:
     import torchscope.pipeline.tune as tune_module
 
     fake = _FakeTrials(steps, budget_after)
@@ -178,7 +178,7 @@ def _orchestrate(monkeypatch: object, steps: dict[str, object], budget_after: in
     findings = [_finding("data", [WORKERS], 0.5), _finding("opt", [FOREACH], 0.2), _finding("flag", [THREADS], 0.1)]
     fake.findings = findings  # the baseline's diagnosis
     monkeypatch.setattr(tune_module, "_Trials", lambda *a: fake)  # type: ignore[attr-defined]
-    return tune_module.tune(["train.py"], tune_module.TuneOptions(baselines=1, extra=extra)), fake
+    return tune_module.tune(["train.py"], tune_module.TuneOptions(baselines=1, extra=extra, only=only)), fake
 
 
 THREADS = Fix(kind="torch_flag", target="torch.set_num_threads", value=1)
@@ -223,3 +223,11 @@ def test_cuda_only_candidates_are_proposed_from_a_gpu_trace_and_skipped_on_a_cpu
     skipped = [c for c in result.candidates if c.finding is None]
     assert len(skipped) == 3 and all(c.status == "skipped" and "needs a CUDA device" in c.detail for c in skipped)
     assert fake.count == 1 + 3 * 2  # the baseline, and two trials each for the three CPU candidates only
+
+
+def test_only_runs_the_asked_candidates_and_lists_the_diagnosis_others_as_skipped(monkeypatch: object) -> None:
+    result, fake = _orchestrate(monkeypatch, {"base": _steps(100.0), "foreach": _steps(60.0)}, extra=((FOREACH,),), only=True)
+    by_fix = {c.fix: c for c in result.candidates}
+    assert by_fix["foreach=True"].status == "faster" and by_fix["foreach=True"].finding == "opt"  # the diagnosis's own
+    assert [c.status for c in result.candidates if c.fix != "foreach=True"] == ["skipped", "skipped"]
+    assert by_fix["num_workers=2"].detail == "not run: --only (the --try candidates alone)" and fake.count == 2

@@ -35,7 +35,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--try", dest="extra", action="append", default=[], metavar="K=V[,K=V]",
                         help="also try this candidate (e.g. num_workers=4,persistent_workers=True); repeatable")
     parser.add_argument("--only", action="store_true",
-                        help="try only the --try candidates, not the diagnosis's")
+                        help="run only the --try candidates (the diagnosis's others are listed as skipped)")
     parser.add_argument("--nproc-per-node", type=int, default=0, metavar="N",
                         help="launch each trial with torchrun --standalone --nproc_per_node=N (a DDP script)")
     parser.add_argument("--in-place", action="store_true",

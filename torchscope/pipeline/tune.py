@@ -72,7 +72,7 @@ class TuneOptions:
     baselines: int = 2  # baseline trials: their spread is the run-to-run noise estimate
     nproc_per_node: int = 0  # >0: each trial is a torchrun launch of that many ranks (--standalone)
     extra: tuple[tuple[Fix, ...], ...] = ()  # candidates the user asked for (`--try`), besides the diagnosis's
-    only: bool = False  # the `extra` candidates alone, not the diagnosis's (`--only`)
+    only: bool = False  # run the `extra` candidates alone; the diagnosis's others are listed, skipped (`--only`)
     keep: Optional[Path] = None  # keep each trial's run directory here (by default deleted with the rest)
 
 
@@ -163,12 +163,16 @@ def tune(command: Sequence[str], options: TuneOptions = TuneOptions(),
         baseline = runs[0]
         base = [sample for run in runs for sample in step_samples(run.report)]
         noise = run_noise_pct([step_samples(run.report) for run in runs])
-        candidates = [] if options.only else candidates_from(baseline.report)
+        candidates = candidates_from(baseline.report)
         candidates += requested(options.extra, candidates)
+        asked = {_key(fixes) for fixes in options.extra}
         try:
             for number, candidate in enumerate(candidates, 1):
                 if trials.left_s() <= 0:
                     candidate.detail = "not run: the time budget was spent"
+                    continue
+                if options.only and _key(candidate.fixes) not in asked:
+                    candidate.detail = "not run: --only (the --try candidates alone)"
                     continue
                 if all(needs_cuda(f) for f in candidate.fixes) and not baseline.report.device.present:
                     candidate.detail = "not run: it needs a CUDA device, and the baseline ran without one"
