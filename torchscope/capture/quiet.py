@@ -22,7 +22,7 @@ import re
 import sys
 import tempfile
 from contextlib import contextmanager
-from typing import IO, Iterator
+from typing import Iterator
 
 NOISE = re.compile(
     rb"USDT:.*profiler_(start|stop)|CPUAllocator\.cpp:\d+\]|External init callback must run in same thread"
@@ -43,9 +43,9 @@ def native_stderr_filtered(enabled: bool = True) -> Iterator[None]:
         return
     try:
         _flush_stderr()
-        held = tempfile.TemporaryFile()
+        held = _held_fd()
         saved = os.dup(2)
-        os.dup2(held.fileno(), 2)
+        os.dup2(held, 2)
     except (OSError, ValueError):  # no temporary file (disk full), no fd 2: nothing to filter with
         yield
         return
@@ -58,13 +58,37 @@ def native_stderr_filtered(enabled: bool = True) -> Iterator[None]:
         _replay(held)
 
 
-def _replay(held: IO[bytes]) -> None:
+# One holding file per process, reused by every filtered call: this runs around each profiler step, inside
+# the measured step time, so creating a temporary file each time (a few syscalls, more on a busy disk)
+# would be charged to the user's step. Keyed by pid: a forked child gets its own.
+_HELD: dict[int, int] = {}
+
+
+def _held_fd() -> int:
+    pid = os.getpid()
+    if pid not in _HELD:
+        handle = tempfile.TemporaryFile()
+        _HELD[pid] = os.dup(handle.fileno())  # the descriptor outlives the (closed) Python object
+        handle.close()
+    return _HELD[pid]
+
+
+def _replay(held: int) -> None:
     try:
-        held.seek(0)
-        kept = without_noise(held.read())
-        held.close()
-        while kept:
-            kept = kept[os.write(2, kept) :]
+        size = os.fstat(held).st_size
+        if size:
+            os.lseek(held, 0, os.SEEK_SET)
+            text = b""
+            while len(text) < size:
+                chunk = os.read(held, size - len(text))
+                if not chunk:
+                    break
+                text += chunk
+            kept = without_noise(text)
+            while kept:
+                kept = kept[os.write(2, kept) :]
+        os.ftruncate(held, 0)
+        os.lseek(held, 0, os.SEEK_SET)
     except OSError:
         pass
 
