@@ -201,24 +201,29 @@ class PhaseHooks:
 
     # The forward hooks run for every module call: the nested-call path is kept to a few attribute loads.
 
+    # Under torch.compile these hooks are traced: `_compiling()` must come before anything dynamo cannot
+    # trace (threading.get_ident, record_function), or every module call becomes a graph break.
+
     def _forward_pre(self, module: Any, args: Any) -> None:
+        if _compiling():
+            return None
         phase = self._active
         if phase is None:
-            if _pid != self._owner_pid or _compiling():
+            if _pid != self._owner_pid:
                 return None
             if not self._boundary("forward", id(module)):  # before the range opens: a new step starts outside it
                 return None
             self._open(FORWARD, id(module))
             self._forward_depth = 1
-        elif phase.name is FORWARD and phase.thread == threading.get_ident() and not _compiling():
+        elif phase.name is FORWARD and phase.thread == threading.get_ident():
             self._forward_depth += 1
         return None
 
     def _forward_post(self, module: Any, args: Any, output: Any) -> None:
+        if _compiling():
+            return None
         phase = self._active
         if phase is not None and phase.name is FORWARD and phase.thread == threading.get_ident():
-            if _compiling():
-                return None
             self._forward_depth -= 1
             if self._forward_depth <= 0:
                 self._close(phase)

@@ -1,0 +1,36 @@
+"""Capture around a model the user compiled: torchscope's global module hooks must not break dynamo's
+graphs (a break per module call changes the user's performance, the one thing a profiler must not do),
+and the phases are still labelled from the compiled module's outer call."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import torchscope
+
+torch = pytest.importorskip("torch")
+
+
+def test_a_compiled_model_keeps_its_graph_under_capture(tmp_path: Path) -> None:
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    counters.clear()
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+    compiled = torch.compile(model, backend="eager")  # dynamo's tracing without inductor's slow codegen
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    with torchscope.profile(out=tmp_path / "run") as prof:
+        for _ in range(6):
+            loss = compiled(torch.randn(8, 16)).sum()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            prof.step()
+    assert dict(counters["graph_break"]) == {}  # was 3: threading.get_ident in the forward hooks
+    [trace] = (tmp_path / "run").glob("*.pt.trace.json")
+    names = [e.get("name", "") for e in json.loads(trace.read_text())["traceEvents"]]
+    for label in ("torchscope:forward", "torchscope:backward", "torchscope:optimizer"):
+        assert names.count(label) == 3, label  # one per recorded step
