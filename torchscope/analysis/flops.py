@@ -16,10 +16,10 @@ mapped to events.
 
 from __future__ import annotations
 
-import json
 import math
 from typing import Callable, Optional
 
+import msgspec
 import numpy as np
 
 from torchscope.trace.tables import EventTable
@@ -76,8 +76,8 @@ _CONV_ARGS: dict[str, tuple[int, int, int, Optional[int]]] = {
 def _ints(text: str, dims: int) -> Optional[list[int]]:
     """A scalar-list argument ("[2, 2]", or one int for every dimension) as `dims` ints."""
     try:
-        value = json.loads(text)
-    except ValueError:
+        value = msgspec.json.decode(text)
+    except (msgspec.DecodeError, ValueError):
         return None
     if isinstance(value, int) and not isinstance(value, bool):
         return [value] * dims
@@ -124,9 +124,9 @@ def op_flops(name: str, input_dims: str, concrete_inputs: str = "") -> Optional[
     if not input_dims or (name not in _FORMULAS and name not in _CONV_ARGS):
         return None
     try:
-        shapes = json.loads(input_dims)
-        scalars = json.loads(concrete_inputs) if concrete_inputs else []
-    except ValueError:
+        shapes = msgspec.json.decode(input_dims)
+        scalars = msgspec.json.decode(concrete_inputs) if concrete_inputs else []
+    except (msgspec.DecodeError, ValueError):
         return None
     if not isinstance(shapes, list):
         return None

@@ -15,9 +15,9 @@ FP32 matmuls with TF32 off (`compute.tensor_cores_unused`, GPU).
 
 from __future__ import annotations
 
-import json
 from typing import Callable
 
+import msgspec
 import numpy as np
 
 from torchscope.analysis.host import main_thread_mask
@@ -36,16 +36,16 @@ MATMUL_OPS = frozenset({"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm",
 
 def _has_bias(dims: str) -> bool:
     try:
-        shapes = json.loads(dims)
-    except ValueError:
+        shapes = msgspec.json.decode(dims)
+    except (msgspec.DecodeError, ValueError):
         return False
     return isinstance(shapes, list) and len(shapes) > 2 and isinstance(shapes[2], list) and len(shapes[2]) > 0
 
 
 def _misaligned(dims: str) -> bool:
     try:
-        shapes = json.loads(dims)
-    except ValueError:
+        shapes = msgspec.json.decode(dims)
+    except (msgspec.DecodeError, ValueError):
         return False
     matrices = [s for s in shapes if isinstance(s, list) and len(s) >= 2] if isinstance(shapes, list) else []
     return any(d % 8 for s in matrices for d in s[-2:] if isinstance(d, int))
@@ -156,8 +156,8 @@ def extra_device_copies(events: EventTable, tree: HostTree) -> np.ndarray:
 
 def _same_dtypes(types: str) -> bool:
     try:
-        parsed = json.loads(types)
-    except ValueError:
+        parsed = msgspec.json.decode(types)
+    except (msgspec.DecodeError, ValueError):
         return False
     return isinstance(parsed, list) and len(parsed) >= 2 and bool(parsed[0]) and parsed[0] == parsed[1]
 

@@ -9,9 +9,21 @@ than reported as zero.
 from __future__ import annotations
 
 import math
-import statistics
 
 from torchscope.report.model import Direction, Metric, Report, Unit
+
+
+def _median(values: list[float]) -> float:
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2.0
+
+
+def _pstdev(values: list[float]) -> float:
+    """Population standard deviation (as statistics.pstdev, in floats: that module's exact fractions
+    and its imports are not needed for a figure reported to a few digits)."""
+    mean = math.fsum(values) / len(values)
+    return math.sqrt(math.fsum((v - mean) ** 2 for v in values) / len(values))
 
 
 def metrics_of(report: Report) -> list[Metric]:
@@ -26,9 +38,9 @@ def metrics_of(report: Report) -> list[Metric]:
     if durations and report.run.step_source == "profiler_step":
         mean = report.mean_step_us
         add("step_time.mean_us", mean, "us", "lower")
-        add("step_time.median_us", statistics.median(durations), "us", "lower")
+        add("step_time.median_us", _median(durations), "us", "lower")
         add("step_time.max_us", max(durations), "us", "lower")
-        add("step_time.stdev_us", statistics.pstdev(durations), "us", "lower")
+        add("step_time.stdev_us", _pstdev(durations), "us", "lower")
         add("throughput.steps_per_s", 1e6 / mean if mean > 0 else None, "per_second", "higher")
     for category, time in report.breakdown.items():
         add(f"breakdown.{category}_us", time.us, "us", "lower")
@@ -55,7 +67,7 @@ def metrics_of(report: Report) -> list[Metric]:
     add("compile.compilation_us_per_step", m.compile.compilation_us_per_step, "us", "lower")
     ranks = [r.mean_step_us for r in report.ranks if r.steps > 0]
     if len(ranks) > 1:
-        add("ranks.step_time_spread", (max(ranks) - min(ranks)) / statistics.fmean(ranks), "fraction", "lower")
+        add("ranks.step_time_spread", (max(ranks) - min(ranks)) / (math.fsum(ranks) / len(ranks)), "fraction", "lower")
     across = report.distributed  # collectives matched across ranks (docs/distributed.md)
     if across.present and across.matched:
         add("collectives.wait_us_per_step", across.wait_us_per_step, "us", "lower")

@@ -307,7 +307,8 @@ def decode_report(data: bytes) -> Report:
     document = msgspec.json.decode(data)
     if isinstance(document, dict) and document.get("schema_version", 1) == 1:
         document = upgrade_v1(document)
-    return msgspec.convert(document, type=Report)
+    # Not strict: JSON object keys are text, and dicts keyed by int (device ids) read them back as ints.
+    return msgspec.convert(document, type=Report, strict=False)
 
 
 # Version 1 `signals` keys that moved within their section in version 2: (v1 group, v1 key) -> (section, key).

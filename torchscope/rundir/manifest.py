@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import platform
-import socket
 import time
 from pathlib import Path
 from typing import Any, Literal
@@ -133,7 +132,7 @@ def build_manifest(
         python_version=platform.python_version(),
         command=command,
         cwd=os.getcwd(),
-        host=socket.gethostname(),
+        host=_host_name(),
         pid=os.getpid(),
         rank=rank,
         world_size=world_size,
@@ -249,3 +248,9 @@ def manifest_summary(manifests: list[Manifest]) -> dict[str, Any]:
         summary["hosts"] = hosts
         summary["local_ranks"] = {str(m.rank): m.local_rank for m in manifests if isinstance(m.rank, int) and isinstance(m.local_rank, int)}
     return summary
+
+
+def _host_name() -> str:
+    import socket  # on use: only capture writes manifests (6 ms of imports for every analysis otherwise)
+
+    return socket.gethostname()
