@@ -114,7 +114,8 @@ def extract_collectives(span: SpanInput) -> RankCollectives:
         step_numbers=[int(n) for n in steps.number],
         step_us=[float(d) for d in steps.duration_us],
         phase_us={c: phases.per_step_us[:, i].tolist() for i, c in enumerate(phases.categories) if c in PHASES},
-        culprits_us=_phase_culprits(span),
+        # Culprits explain a straggler, found from waits in collectives: none here, none needed.
+        culprits_us=_phase_culprits(span) if rows.size else {},
         device=_device_time(events, steps) if span.has_device else None,
     )
     if rows.size == 0:
