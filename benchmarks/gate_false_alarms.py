@@ -1,7 +1,7 @@
 """False-alarm rate of the regression gate at its defaults: N identical runs of
 examples/ci/train_step_time.py, every ordered pair diffed, the share of pairs whose gate fails.
 
-    .venv/bin/python benchmarks/gate_false_alarms.py [--runs 8] [--steps 10] [--run-noise 2]
+    .venv/bin/python benchmarks/gate_false_alarms.py [--runs 8] [--steps 10] [--run-noise 4]
 
 Prints a markdown table (the figures in docs/ci.md come from it). Not a test: it takes minutes and its
 answer depends on how busy the machine is, which the table states (load average before and after).
@@ -22,13 +22,14 @@ sys.path.insert(0, str(REPO))
 
 from torchscope.pipeline.diff import diff_paths  # noqa: E402
 from torchscope.pipeline.gate import DEFAULT_SLOWER_PCT, evaluate  # noqa: E402
+from torchscope.pipeline.noise import DEFAULT_RUN_NOISE_PCT  # noqa: E402
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=8)
     parser.add_argument("--steps", type=int, default=10)
-    parser.add_argument("--run-noise", type=float, default=2.0, help="percent (the gate's --run-noise)")
+    parser.add_argument("--run-noise", type=float, default=DEFAULT_RUN_NOISE_PCT, help="percent (the gate's --run-noise)")
     args = parser.parse_args()
     load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp:

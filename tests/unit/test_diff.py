@@ -74,7 +74,7 @@ def test_a_slower_run_is_slower_beyond_noise_and_an_equal_one_is_not(tmp_path: P
 
 def test_json_output_has_the_documented_step_time_shape(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     base = _trace(tmp_path / "a" / "t.pt.trace.json", 10_000, seed=1)
-    new = _trace(tmp_path / "b" / "t.pt.trace.json", 9_000, seed=2)
+    new = _trace(tmp_path / "b" / "t.pt.trace.json", 7_500, seed=2)  # 25 % faster: beyond the 4 % run-to-run floor
     assert cli.main(["diff", str(base), str(new), "--format", "json", "--no-cache", "--jobs", "1"]) == 0
     doc = json.loads(capsys.readouterr().out)
     step = doc["step_time"]

@@ -45,12 +45,15 @@ from torchscope.capture.trial import TrialRecord
 from torchscope.errors import InputError, UsageError
 from torchscope.pipeline.analyze import analyze
 from torchscope.pipeline.diff import step_samples
-from torchscope.pipeline.noise import DEFAULT_RUN_NOISE_PCT, relative_change_interval
+from torchscope.pipeline.noise import relative_change_interval
 from torchscope.pipeline.tune_snippets import code_change
 from torchscope.report.model import Fix, FixValue, Report
 from torchscope.report.tune import Candidate, TuneResult
 
 TRIAL_ENV = "TORCHSCOPE_TRIAL"
+# The least run-to-run noise tune assumes: its own two baselines measure the rest (diff's default floor is
+# larger, for runs made at different times, possibly on different machines).
+NOISE_FLOOR_PCT = 2.0
 # Keywords that exclude each other: one candidate each, and never both in the combination.
 ALTERNATIVES = (
     frozenset({("optimizer_kwarg", "foreach"), ("optimizer_kwarg", "fused")}),
@@ -146,7 +149,7 @@ def tune(command: Sequence[str], options: TuneOptions = TuneOptions(),
     candidates: list[Candidate] = []
     combination: Optional[Candidate] = None
     interrupted = False
-    noise = DEFAULT_RUN_NOISE_PCT
+    noise = NOISE_FLOOR_PCT
     with tempfile.TemporaryDirectory(prefix="torchscope-tune-") as tmp:
         if options.keep is not None:
             options.keep.mkdir(parents=True, exist_ok=True)
@@ -319,8 +322,8 @@ def run_noise_pct(runs: Sequence[Sequence[float]]) -> float:
     standard deviation; for two runs |difference| / sqrt(2)), never below diff's default floor."""
     means = [statistics.fmean(r) for r in runs if r]
     if len(means) < 2 or statistics.fmean(means) <= 0:
-        return DEFAULT_RUN_NOISE_PCT
-    return max(DEFAULT_RUN_NOISE_PCT, 100.0 * statistics.stdev(means) / statistics.fmean(means))
+        return NOISE_FLOOR_PCT
+    return max(NOISE_FLOOR_PCT, 100.0 * statistics.stdev(means) / statistics.fmean(means))
 
 
 def _run_candidate(candidate: Candidate, trials: _Trials, baseline: _Trial, base: list[float], noise: float) -> None:
@@ -378,7 +381,7 @@ def _pct(change: float) -> str:
 
 
 def measure(candidate: Candidate, base: Sequence[float], samples: Sequence[float],
-            noise_pct: float = DEFAULT_RUN_NOISE_PCT) -> None:
+            noise_pct: float = NOISE_FLOOR_PCT) -> None:
     """Speed-up of `samples` over `base` with its 95 % interval, by diff's noise model (`noise_pct`: the
     run-to-run floor)."""
     interval = relative_change_interval(base, samples, run_noise_pct=noise_pct)
