@@ -20,6 +20,7 @@ from torchscope.analysis.straggler import lateness, per_step_phases, straggler
 from torchscope.arrays import median
 from torchscope.report.distributed import CollectiveSummary, Distributed, RankDistributed, RankStat
 from torchscope.report.model import RankSummary, StepRow
+from torchscope.text import path_text
 
 
 def rank_summaries(spans: list[tuple[SpanKey, list[StepRow]]]) -> list[RankSummary]:
@@ -41,7 +42,7 @@ def _summary(rank: int, worker: str, spans: list[tuple[SpanKey, list[StepRow]]])
     return RankSummary(
         rank=rank,
         worker=worker,
-        files=[key.file for key, _ in spans],
+        files=[path_text(key.file) for key, _ in spans],  # JSON-safe: a path may hold undecodable bytes
         steps=len(steps),
         mean_step_us=float(durations.mean()),
         median_step_us=float(median(durations)),

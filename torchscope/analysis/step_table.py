@@ -14,6 +14,7 @@ from torchscope.analysis.distributed import rank_summaries
 from torchscope.analysis.registry import Analysis, Part
 from torchscope.analysis.span import SpanInput
 from torchscope.report.model import CategoryTime, SpanSummary, StepRow
+from torchscope.text import path_text
 
 
 class StepTable(msgspec.Struct, kw_only=True):
@@ -80,7 +81,7 @@ def _span_summary(part: Part[StepTable]) -> SpanSummary:
     categories = DEVICE_CATEGORIES if part.key.has_device else PHASE_CATEGORIES
     return SpanSummary(
         rank=part.key.rank,
-        file=Path(part.key.file).name,
+        file=path_text(Path(part.key.file).name),  # JSON-safe: a file name may hold undecodable bytes
         steps=[s.step for s in rows],
         mean_step_us=_mean([s.duration_us for s in rows]),
         breakdown=mean_breakdown(rows, categories, _mean([s.duration_us for s in rows]), phases=False),

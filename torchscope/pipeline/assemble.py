@@ -10,6 +10,7 @@ from torchscope.analysis.registry import Analysis, Part, SpanKey
 from torchscope.pipeline.rank_extracts import RankExtracts
 from torchscope.report.measurements import Measurements
 from torchscope.report.model import Report, RunInfo
+from torchscope.text import path_text
 
 _DONE_STATUSES = (None, "complete", "stopped")
 
@@ -49,7 +50,7 @@ def assemble(
         torchscope_version=__version__,
         run=RunInfo(
             paths=paths,
-            trace_files=[_relative_to_input(meta.file, paths) for meta in metas],
+            trace_files=[path_text(_relative_to_input(meta.file, paths)) for meta in metas],
             ranks=sorted({r.rank for r in ranks}),
             device_kind=next((k for k in ("cuda", "rocm") if k in kinds), "cpu"),
             step_source=metas[0].step_source if metas else "profiler_step",
@@ -57,7 +58,7 @@ def assemble(
             partial=any(meta.warnings for meta in metas) or any(s not in _DONE_STATUSES for s in manifest_statuses),
         ),
         measurements=Measurements(**sections),
-        warnings=[f"{Path(meta.file).name}: {w}" for meta in metas for w in meta.warnings],
+        warnings=[f"{path_text(Path(meta.file).name)}: {w}" for meta in metas for w in meta.warnings],
         extra=extra,
         **fields,
     )
