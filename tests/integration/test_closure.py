@@ -77,8 +77,12 @@ def test_closure_work_is_forward_and_backward(tmp_path: Path, case: str) -> None
     print(case, share, closure_share)
     # The script's own timer (in the profiled run, so under the same distortion) splits the loop's time
     # between the closures and the rest of optimizer.step().
-    assert share["optimizer"] == pytest.approx(100 * (1 - closure_share), abs=15.0)
-    assert share["forward"] + share["backward"] == pytest.approx(100 * closure_share, abs=15.0)
+    # Within 20 points: the script's timer runs inside the profiled run too, and LBFGS' own share moved
+    # 15.7 points away from it once on the quiet CI VM (15.5 % against 31.2 %). Before the closure was
+    # taken out of the optimizer, the optimizer held nearly all of it.
+    assert share["optimizer"] == pytest.approx(100 * (1 - closure_share), abs=20.0)
+    assert share["forward"] + share["backward"] == pytest.approx(100 * closure_share, abs=20.0)
+    assert share["forward"] + share["backward"] > share["optimizer"]
     for step in report.steps:
         assert sum(step.breakdown.values()) == pytest.approx(step.duration_us, rel=0.01)
 
