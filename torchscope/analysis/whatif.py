@@ -18,7 +18,15 @@ Replaying with the cause shrunk gives a new span time; the saving is the replaye
 only the synchronisations are visited one by one (a few per step).
 
 CPU traces: the main thread is the critical path (intra-op pools and loader workers only run while it
-waits), so a cause's saving is its main-thread time, less what the fix keeps.
+waits), so a cause's saving is its main-thread time, less what the fix keeps. Two causes keep the part
+of their time the fix cannot remove, read from the trace rather than assumed:
+
+* `optimizer_step`: foreach on a CPU removes the Python loop over parameters but not the per-tensor
+  operators (CPU `_foreach_*` kernels run one operator per tensor: only CUDA has multi-tensor kernels),
+  so the saving is the step's time covered by no operator (Python), less what foreach keeps of it;
+* `dispatch` (vectorise / torch.compile / larger batch): every operator's fixed cost and the Python
+  between operators go, the arithmetic stays: forward/backward main-thread time less the leaf
+  operators' time (low: every leaf kept; high: only leaves of at least `TINY_OP_US`, the real work).
 """
 
 from __future__ import annotations
@@ -29,7 +37,7 @@ from typing import Callable
 import numpy as np
 
 from torchscope.analysis import intervals
-from torchscope.analysis.host import main_thread_mask, sync_mask
+from torchscope.analysis.host import TINY_OP_US, main_thread_mask, sync_mask
 from torchscope.analysis.markers import HOST_RANGES, closure_mask, name_mask, phase_masks
 from torchscope.analysis.nesting import launcher_of_device_events
 from torchscope.analysis.span import SpanInput
@@ -42,10 +50,13 @@ KEPT: dict[str, tuple[float, float]] = {
     "data_loading": (0.25, 0.02),  # workers: the loop still takes the batch off a queue and collates
     "optimizer_step": (0.25, 0.05),  # foreach/fused: a few ops per update term instead of one per parameter
     "zero_grad": (0.2, 0.0),  # set_to_none: a loop over parameters remains
-    "outside_steps": (0.5, 0.0),  # every N steps (half kept) .. off the step path
+    "outside_steps": (0.1, 0.0),  # every N >= 10 steps (1/N kept) .. asynchronous, off the step path
     "launch": (0.6, 0.2),  # torch.compile / CUDA graphs: fewer, fused launches
     "sync": (0.25, 0.0),  # the sync moved out of the per-step path (one in four steps kept .. none)
 }
+# CPU: share of the Python time inside Optimizer.step a foreach optimizer keeps (torch/optim's
+# _multi_tensor_* still build per-parameter lists in Python, e.g. Adam's bias corrections) .. none.
+KEPT_CPU_OPTIMIZER_PYTHON = (0.25, 0.0)
 QUEUED_GAP_US = 2.0  # a device op starting this soon after its predecessor was waiting in the queue
 SYNC_FIXED_US = 5.0  # a synchronisation call's own cost when nothing is left to wait for
 
@@ -241,16 +252,51 @@ def _gpu_savings(span: SpanInput, model: StepModel) -> Savings:
     )
 
 
+def _top_ops(span: SpanInput) -> np.ndarray:
+    """Main-thread operators inside no other operator (a step range or label may enclose them)."""
+    tree, times = span.tree, span.times
+    parent_op = times.launching_op[np.maximum(tree.parent, 0)]
+    return times.op_mask & main_thread_mask(span.events) & ((tree.parent < 0) | (parent_op < 0))
+
+
+def _leaf_ops(span: SpanInput) -> np.ndarray:
+    """Main-thread operators that call no other operator: where the arithmetic runs."""
+    events, tree, times = span.events, span.tree, span.times
+    ops = times.op_mask & main_thread_mask(events)
+    has_child = np.zeros(len(events), dtype=bool)
+    has_child[tree.parent[ops & (tree.parent >= 0)]] = True
+    return ops & ~has_child
+
+
+def _covered(span: SpanInput, mask: np.ndarray, within: intervals.IntervalSet) -> float:
+    """Time of `within` covered by `mask`'s events."""
+    start = span.events.ts_us[mask]
+    return intervals.total_length(intervals.intersect(intervals.union(start, start + span.events.dur_us[mask]), within))
+
+
 def _cpu_savings(span: SpanInput) -> Savings:
     n = len(span.steps)
     low: dict[str, float] = {}
     high: dict[str, float] = {}
+    t0 = float(span.steps.start_us[0])
     for cause, removed in cause_sets(span).items():
         if cause == "launch":
-            continue  # CPU runs: host_overhead.dispatch/python measure their own time
+            continue  # GPU only; CPU forward/backward are costed as `dispatch` below
         length = intervals.total_length(removed) / n
-        if length > 0:
+        if cause == "optimizer_step" and length > 0:  # foreach keeps the per-tensor operators
+            absolute = (removed[0] + t0, removed[1] + t0)
+            python = length - _covered(span, _top_ops(span), absolute) / n
+            kept_low, kept_high = KEPT_CPU_OPTIMIZER_PYTHON
+            low[cause], high[cause] = python * (1.0 - kept_low), python * (1.0 - kept_high)
+        elif length > 0:
             low[cause], high[cause] = length * (1.0 - KEPT[cause][0]), length * (1.0 - KEPT[cause][1])
+    compute = span.compute_set
+    compute_us = intervals.total_length(compute)
+    if compute_us > 0:
+        leaves = _leaf_ops(span)
+        long_leaves = leaves & (span.events.dur_us >= TINY_OP_US)
+        low["dispatch"] = max(compute_us - _covered(span, leaves, compute), 0.0) / n
+        high["dispatch"] = max(compute_us - _covered(span, long_leaves, compute), 0.0) / n
     measured = float(span.steps.duration_us.sum()) / n
     return Savings(
         model="host_critical_path", saved_us_per_step_low=low, saved_us_per_step_high=high,

@@ -21,6 +21,7 @@ WAITING_CPU_PER_WALL = 0.5  # the process ran on a CPU less than half the window
 WAITING_FETCH_CPU = 0.35  # the fetches used a CPU under 35 % of their time: they wait, they do not compute
 BUSY_OTHERS = 0.25  # above this share of our CPUs used by others, a low CPU/wall may be descheduling
 MIN_GAIN = 0.05  # a thread-for-worker trade is advised only when the model predicts >= 5 % of the step
+RECEIVE_KEPT = 0.25  # pessimistic share of loading left on the main process with workers (analysis/whatif.KEPT)
 
 PIN_MEMORY = Fix(
     kind="dataloader_kwarg",
@@ -152,6 +153,8 @@ def data_loading_exposed(ctx: Context) -> Optional[Verdict]:
     single = loader.single_process_fetches > 0 or settings.get("num_workers") == 0
     machine = _machine(ctx, settings, single)
     advice = advise(machine, exposed_us, step_us)
+    if not ctx.has_device and advice.predicted_step_us is not None and step_us > 0:
+        share, share_range = _advised_saving(advice, exposed_us, step_us)
     culprits = _getitem_culprits(ctx)
     title = (
         f"Data loading blocks the step for {ms(exposed_us)} with num_workers=0"
@@ -198,6 +201,18 @@ def data_loading_exposed(ctx: Context) -> Optional[Verdict]:
         fix_targets=tuple(targets),
         share_range=share_range,
     )
+
+
+def _advised_saving(advice: Advice, data_us: float, step_us: float) -> tuple[float, tuple[float, float]]:
+    """CPU runs: what the advised workers save, from the step the advice predicts (the main thread is
+    the critical path; the advice knows the cores workers get, whether loading waits, and what a thread
+    given up costs compute). High: the advised steady state; low: the main process also keeps
+    `RECEIVE_KEPT` of the loading (it still takes each batch off the queue and rebuilds its tensors)."""
+    predicted = advice.predicted_step_us or step_us
+    compute_us = max(step_us - data_us, 0.0)
+    high = max(step_us - predicted, 0.0) / step_us
+    low = max(step_us - max(predicted, compute_us + RECEIVE_KEPT * data_us), 0.0) / step_us
+    return (low + high) / 2.0, (min(low, high), high)
 
 
 def _main_loader(ctx: Context) -> dict[str, Any]:

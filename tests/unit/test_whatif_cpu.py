@@ -1,0 +1,125 @@
+"""The what-if model's CPU mechanisms on synthetic traces with hand-computed answers: foreach keeps the
+per-tensor operators of the optimizer step, vectorising keeps the leaf operators' arithmetic, a
+checkpoint moved to every N steps keeps 1/N, and DataLoader workers save what the cores they get allow."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import torchscope
+from helpers.trace_builder import TraceBuilder
+from torchscope.analysis import whatif
+from torchscope.diagnose.rules_input import RECEIVE_KEPT, Machine, _advised_saving, advise
+from torchscope.report.model import Report
+from torchscope.rundir.labels import PHASE_LABELS
+
+STEP_US = 10_000.0
+STEPS = 4
+
+
+def _report(builder: TraceBuilder, tmp_path: Path) -> Report:
+    return torchscope.analyze(builder.write(tmp_path / "trace.pt.trace.json"), jobs=1, use_cache=False)
+
+
+def _finding(report: Report, finding_id: str):  # type: ignore[no-untyped-def]
+    return next(f for f in report.findings if f.id == finding_id)
+
+
+def test_foreach_on_a_cpu_saves_the_python_between_the_optimizer_ops_not_the_ops(tmp_path: Path) -> None:
+    # Optimizer.step: 4 ms, of which 40 per-parameter ops of 50 us cover 2 ms; the other 2 ms is Python.
+    b = TraceBuilder()
+    for i in range(STEPS):
+        t0 = i * STEP_US
+        b.step(i, t0, STEP_US)
+        b.annotation("Optimizer.step#Adam.step", t0 + 5000, 4000)
+        for k in range(40):
+            b.op("aten::add_", t0 + 5000 + k * 100, 50)
+    report = _report(b, tmp_path)
+    savings = report.measurements.savings
+    assert savings.model == "host_critical_path"
+    python_us = 2000.0
+    kept_low, kept_high = whatif.KEPT_CPU_OPTIMIZER_PYTHON
+    assert savings.saved_us_per_step_low["optimizer_step"] == pytest.approx((1 - kept_low) * python_us, rel=1e-3)
+    assert savings.saved_us_per_step_high["optimizer_step"] == pytest.approx((1 - kept_high) * python_us, rel=1e-3)
+    optimizer = _finding(report, "optimizer.step")
+    assert optimizer.time_share_low == pytest.approx(0.15, abs=1e-3)  # 1.5 of 10 ms
+    assert optimizer.time_share_high == pytest.approx(0.20, abs=1e-3)  # not the 4 ms step: 40 %
+
+
+def _tiny_op_forward(b: TraceBuilder, t0: float) -> None:
+    """A 6 ms forward: 250 `aten::linear` of 16 us every 20 us (4 us of Python between them), each around
+    a 10 us `aten::addmm` leaf, then one 1 ms `aten::mm` leaf (real arithmetic)."""
+    b.annotation(PHASE_LABELS["forward"], t0, 6000)
+    for k in range(250):
+        b.op("aten::linear", t0 + k * 20, 16)
+        b.op("aten::addmm", t0 + k * 20 + 3, 10)
+    b.op("aten::mm", t0 + 5000, 1000)
+
+
+def test_vectorising_tiny_ops_saves_all_but_the_leaf_operators_arithmetic(tmp_path: Path) -> None:
+    b = TraceBuilder()
+    for i in range(STEPS):
+        b.step(i, i * STEP_US, STEP_US)
+        _tiny_op_forward(b, i * STEP_US)
+    report = _report(b, tmp_path)
+    savings = report.measurements.savings
+    # Low: every leaf kept (250 x 10 us + 1 ms): 6 - 3.5 ms; high: only the 1 ms leaf kept: 6 - 1 ms.
+    assert savings.saved_us_per_step_low["dispatch"] == pytest.approx(2500.0, rel=1e-3)
+    assert savings.saved_us_per_step_high["dispatch"] == pytest.approx(5000.0, rel=1e-3)
+    dispatch = _finding(report, "host_overhead.dispatch")
+    assert (dispatch.time_share_low, dispatch.time_share_high) == pytest.approx((0.25, 0.50), abs=1e-3)
+    assert dispatch.time_share == pytest.approx(0.375, abs=1e-3)
+
+
+def test_a_checkpoint_every_n_steps_keeps_at_most_a_tenth_of_it(tmp_path: Path) -> None:
+    # 9 ms of a checkpoint's copy after a 1 ms forward, outside every phase.
+    b = TraceBuilder()
+    for i in range(STEPS):
+        t0 = i * STEP_US
+        b.step(i, t0, STEP_US)
+        b.annotation(PHASE_LABELS["forward"], t0, 1000)
+        b.op("aten::mm", t0 + 10, 980)
+        b.op("aten::copy_", t0 + 1000, 9000)
+    report = _report(b, tmp_path)
+    savings = report.measurements.savings
+    assert whatif.KEPT["outside_steps"] == (0.1, 0.0)  # every 10 steps .. asynchronous
+    assert savings.saved_us_per_step_low["outside_steps"] == pytest.approx(0.9 * 9000.0, rel=1e-3)
+    assert savings.saved_us_per_step_high["outside_steps"] == pytest.approx(9000.0, rel=1e-3)
+    outside = _finding(report, "outside_steps.work")
+    assert (outside.time_share_low, outside.time_share_high) == pytest.approx((0.81, 0.90), abs=1e-3)
+
+
+def test_workers_with_spare_cores_save_the_loading_they_take_off_the_main_process() -> None:
+    # 4 cores, compute on 2 threads: 2 spare cores. Loading 30 ms of a 40 ms step: 2 workers (3 would keep
+    # up, 6 with the margin, 2 fit); each batch takes a worker 30 ms, so the step is max(10, 30 / 2) = 15 ms.
+    machine = Machine(cores_per_rank=4, threads=2, workers=0, device=False, waiting=False)
+    advice = advise(machine, 30_000.0, 40_000.0)
+    assert (advice.workers, advice.predicted_step_us) == (2, pytest.approx(15_000.0))
+    share, (low, high) = _advised_saving(advice, 30_000.0, 40_000.0)
+    assert high == pytest.approx(25 / 40)
+    # Low: the main process also keeps RECEIVE_KEPT of the loading: max(15, 10 + 7.5) = 17.5 ms.
+    assert low == pytest.approx((40 - (10 + RECEIVE_KEPT * 30)) / 40)
+    assert share == pytest.approx((low + high) / 2)
+
+
+def test_a_worker_that_takes_compute_s_core_saves_only_what_compute_can_give_up() -> None:
+    # 2 cores, both running intra-op threads: one worker with one thread fewer. Compute 10 ms -> 20 ms on
+    # one thread, loading 30 ms in the worker: the step is max(30, 20) = 30 ms, a 10 ms saving, not 30.
+    machine = Machine(cores_per_rank=2, threads=2, workers=0, device=False, waiting=False)
+    advice = advise(machine, 30_000.0, 40_000.0)
+    assert (advice.workers, advice.threads, advice.predicted_step_us) == (1, 1, pytest.approx(30_000.0))
+    share, (low, high) = _advised_saving(advice, 30_000.0, 40_000.0)
+    assert (share, low, high) == pytest.approx((0.25, 0.25, 0.25))
+
+
+def test_loading_that_waits_overlaps_in_workers_without_cores() -> None:
+    # time.sleep-like loading, 48 ms of a 60 ms step on 2 busy cores: 8 workers (the cap); the step is
+    # max(12, 48 / 8) = 12 ms.
+    machine = Machine(cores_per_rank=2, threads=2, workers=0, device=False, waiting=True)
+    advice = advise(machine, 48_000.0, 60_000.0)
+    assert (advice.workers, advice.predicted_step_us) == (8, pytest.approx(12_000.0))
+    _, (low, high) = _advised_saving(advice, 48_000.0, 60_000.0)
+    assert high == pytest.approx(48 / 60)
+    assert low == pytest.approx((60 - (12 + RECEIVE_KEPT * 48)) / 60)
