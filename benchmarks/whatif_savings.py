@@ -3,8 +3,8 @@
     .venv/bin/python benchmarks/whatif_savings.py [--runs 3] [--active 5]
 
 For each planted script: capture it as written and with its fix applied for real
-(`TORCHSCOPE_EXAMPLE_FIXED=1`: num_workers=2, foreach=True, a batched forward, a checkpoint every 100
-steps), `--runs` times each, alternating. The prediction is the planted finding's saving
+(`TORCHSCOPE_EXAMPLE_FIXED=1`: the DataLoader workers and intra-op threads the finding advised on this
+machine, foreach=True, a batched forward, a checkpoint every 100 steps), `--runs` times each, alternating. The prediction is the planted finding's saving
 (`time_share`, low..high) times the unfixed run's mean step; the measured saving is the difference of
 the median mean steps. Prints a markdown table (docs/rules.md holds one). Not a test: it takes minutes
 and its answer depends on how busy the machine is.
@@ -42,6 +42,7 @@ class Case:
     finding: Finding
     step_us: float
     fixed_step_us: float
+    applied: str = ""  # the machine-dependent fix values the fixed runs used
 
     @property
     def measured_us(self) -> float:
@@ -51,8 +52,16 @@ class Case:
         return (share or 0.0) * self.step_us
 
 
-def capture(script: str, fixed: bool, active: int, out: Path) -> Report:
-    env = {**os.environ, "TORCHSCOPE_EXAMPLE_FIXED": "1" if fixed else "0"}
+def advised(report: Report, script: str) -> dict[str, str]:
+    """The planted finding's machine-dependent fix values (workers, intra-op threads) as the environment
+    variables the example reads, so the fixed run applies what this machine was advised."""
+    finding = next(f for f in report.findings if f.id == PLANTED[script])
+    names = {"num_workers": "TORCHSCOPE_EXAMPLE_NUM_WORKERS", "torch.set_num_threads": "TORCHSCOPE_EXAMPLE_NUM_THREADS"}
+    return {names[f.target]: str(f.value) for f in finding.fixes if f.target in names and isinstance(f.value, int)}
+
+
+def capture(script: str, fixed: bool, active: int, out: Path, extra: dict[str, str] | None = None) -> Report:
+    env = {**os.environ, "TORCHSCOPE_EXAMPLE_FIXED": "1" if fixed else "0", **(extra or {})}
     command = [sys.executable, "-m", "torchscope", "run", "--out", str(out), "--no-report",
                "--wait", "1", "--warmup", "1", "--active", str(active), str(REPO / "examples" / "bottlenecks" / script)]
     subprocess.run(command, check=True, capture_output=True, env=env, timeout=600)
@@ -64,10 +73,11 @@ def measure(script: str, runs: int, active: int, root: Path) -> Case:
     fixed: list[Report] = []
     for i in range(runs):  # alternate, so a change in machine load hits both sides alike
         plain.append(capture(script, False, active, root / f"{script}-plain-{i}"))
-        fixed.append(capture(script, True, active, root / f"{script}-fixed-{i}"))
+        fixed.append(capture(script, True, active, root / f"{script}-fixed-{i}", advised(plain[-1], script)))
     middle = sorted(plain, key=lambda r: r.mean_step_us)[len(plain) // 2]
     finding = next(f for f in middle.findings if f.id == PLANTED[script])
-    return Case(script, finding, middle.mean_step_us, statistics.median(r.mean_step_us for r in fixed))
+    applied = " ".join(sorted({f"{k.removeprefix('TORCHSCOPE_EXAMPLE_').lower()}={v}" for r in plain for k, v in advised(r, script).items()}))
+    return Case(script, finding, middle.mean_step_us, statistics.median(r.mean_step_us for r in fixed), applied)
 
 
 def table(cases: list[Case]) -> str:
@@ -79,7 +89,7 @@ def table(cases: list[Case]) -> str:
         predicted = c.predicted_us(c.finding.time_share)
         error = (predicted - c.measured_us) / c.measured_us if c.measured_us else float("nan")
         rows.append(
-            f"| `{c.script}` | `{c.finding.id}` | {c.step_us / 1e3:.1f} | {c.fixed_step_us / 1e3:.1f} | "
+            f"| `{c.script}` | `{c.finding.id}`{' (' + c.applied + ')' if c.applied else ''} | {c.step_us / 1e3:.1f} | {c.fixed_step_us / 1e3:.1f} | "
             f"{predicted / 1e3:.1f} | {c.predicted_us(c.finding.time_share_low) / 1e3:.1f}-"
             f"{c.predicted_us(c.finding.time_share_high) / 1e3:.1f} | {c.measured_us / 1e3:.1f} | {100 * error:+.0f} % |"
         )
