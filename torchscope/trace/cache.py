@@ -28,10 +28,12 @@ from torchscope.rundir.layout import CACHE_DIR
 from torchscope.text import path_text
 from torchscope.trace import entry, fastscan, schema, validate
 from torchscope.trace.read import max_trace_bytes
+from torchscope.trace.sparse import SparseColumn
 from torchscope.trace.tables import (
     ALL_COLUMNS,
     DERIVED_COLUMNS,
     NUMERIC_COLUMNS,
+    SPARSE_COLUMNS,
     STRING_COLUMNS,
     EventTable,
     TraceFile,
@@ -39,7 +41,7 @@ from torchscope.trace.tables import (
 
 log = logging.getLogger(__name__)
 
-CACHE_FORMAT = 3  # 2: fewer, narrower columns; 3: canonical string ids (sorted text)
+CACHE_FORMAT = 4  # 2: fewer, narrower columns; 3: canonical string ids (sorted text); 4: sparse columns
 _DTYPES = {
     **{c: np.dtype(t) for c, t in NUMERIC_COLUMNS.items()},
     **{c: np.dtype(np.int32) for c in STRING_COLUMNS},
@@ -143,10 +145,18 @@ def _read_entry(handle: BinaryIO, path: Path) -> TraceFile:
         blob = bytes(data["__strings__"])
         offsets = data["__offsets__"]
         strings = [blob[offsets[i] : offsets[i + 1]].decode("utf-8", "surrogatepass") for i in range(offsets.size - 1)]
-        columns = {name: np.array(data[name]) for name in ALL_COLUMNS}
+        columns: dict[str, Any] = {name: np.array(data[name]) for name in ALL_COLUMNS if name not in SPARSE_COLUMNS}
+        sparse = {name: (np.array(data[f"{name}.rows"]), np.array(data[f"{name}.values"]), data[f"{name}.default"]) for name in SPARSE_COLUMNS}
     lengths = {c.size for c in columns.values()}
     if len(lengths) != 1 or any(c.ndim != 1 or c.dtype != _DTYPES[name] for name, c in columns.items()):
         raise ValueError("inconsistent columns")
+    size = lengths.pop()
+    for name, (rows, values, default) in sparse.items():
+        if rows.dtype != np.int64 or values.dtype != _DTYPES[name] or rows.shape != values.shape or rows.ndim != 1 or default.shape != ():
+            raise ValueError("inconsistent sparse column")
+        if rows.size and (rows[0] < 0 or rows[-1] >= size or not (rows[1:] > rows[:-1]).all()):
+            raise ValueError("sparse rows out of order or range")
+        columns[name] = SparseColumn(size, rows, values, default.astype(values.dtype))
     if any(int(c.max(initial=0)) >= len(strings) or int(c.min(initial=0)) < 0 for c in _string_columns(columns)):
         raise ValueError("string ids out of range")
     if not isinstance(meta.get("header"), dict) or not isinstance(meta.get("warnings", []), list):
@@ -169,8 +179,9 @@ def _check_members(handle: BinaryIO) -> None:
     handle.seek(start)
 
 
-def _string_columns(columns: dict[str, np.ndarray]) -> list[np.ndarray]:
-    return [columns[c] for c in STRING_COLUMNS]
+def _string_columns(columns: dict[str, Any]) -> list[np.ndarray]:
+    """The ids each string column holds (a sparse one: its values and its default)."""
+    return [np.append(c.values, c.default) if isinstance(c, SparseColumn) else c for c in (columns[c] for c in STRING_COLUMNS)]
 
 
 def store(path: Path, key: str, trace: TraceFile) -> Path | None:
@@ -183,8 +194,11 @@ def store(path: Path, key: str, trace: TraceFile) -> Path | None:
         "__meta__": np.frombuffer(_json().dumps(meta, default=str).encode(), dtype=np.uint8),
         "__strings__": np.frombuffer(b"".join(encoded), dtype=np.uint8),
         "__offsets__": offsets,
-        **trace.events.columns,
+        **{name: c for name, c in trace.events.columns.items() if not isinstance(c, SparseColumn)},
     }
+    for name, column in trace.events.columns.items():
+        if isinstance(column, SparseColumn):
+            arrays.update({f"{name}.rows": column.rows, f"{name}.values": column.values, f"{name}.default": np.asarray(column.default)})
     for location in writable_locations(path):
         try:
             entry.write_entry(location, key, lambda handle: np.savez(handle, **arrays))

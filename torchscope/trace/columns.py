@@ -2,7 +2,8 @@
 
 Columns are allocated once from an estimate of the event count and written batch by batch; strings are
 interned as they are seen; kinds are derived once per (category, phase) combination. Columns that only
-some event kinds carry (kernel, memory, runtime args) are filled only for those kinds (`ARG_GROUPS`).
+some event kinds carry (kernel, memory, runtime args) are filled only for those kinds (`ARG_GROUPS`);
+those that only a few events carry (`SPARSE_COLUMNS`) keep only the rows that hold a value.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from torchscope.arrays import distinct
 from torchscope.trace import schema
 from torchscope.trace.fastscan import ScannedBatch
 from torchscope.trace.kinds import Kind, kind_mask, kind_of_category, kind_of_phase
-from torchscope.trace.tables import NUMERIC_COLUMNS, STRING_COLUMNS, EventTable, StringInterner
+from torchscope.trace.sparse import SparseColumn
+from torchscope.trace.tables import NUMERIC_COLUMNS, SPARSE_COLUMNS, STRING_COLUMNS, EventTable, StringInterner
 
 _BASE_STRING_SOURCES = ("ph", "cat", "name", "pid", "tid")
 _RAW_TEXT_COLUMNS = frozenset(c for c, (_, kind, _) in schema.ARG_FIELDS.items() if kind is msgspec.Raw)
@@ -34,7 +36,8 @@ class ColumnBuilder:
         self.interner = StringInterner()
         self.kinds = _KindCache(self.interner)
         self.size_hint = size_hint
-        self.columns: dict[str, np.ndarray] | None = None
+        self.columns: dict[str, np.ndarray] | None = None  # the dense columns
+        self.sparse = _SparseParts(self.interner)
         self.prefilled = False  # whether the rows not written yet hold each column's default
         self.filled = 0
         self.dropped = 0
@@ -43,7 +46,7 @@ class ColumnBuilder:
         """Append decoded events (`consumed_bytes`: text read so far, for the size estimate)."""
         self.dropped += dropped
         columns = self._reserve(self.filled + len(events), consumed_bytes)
-        _fill_columns(events, self.interner, self.kinds, columns, self.filled)
+        _fill_columns(events, self.interner, self.kinds, columns, self.sparse, self.filled)
         self.filled += len(events)
 
     def add_scanned(self, batch: ScannedBatch, consumed_bytes: int) -> None:
@@ -68,7 +71,9 @@ class ColumnBuilder:
             kinds = _COLUMN_KINDS.get(name)
             if name == "external_id_lower":
                 continue
-            if kinds is None:
+            if name in SPARSE_COLUMNS:
+                self.sparse.add_batch(name, column, carrying(kinds or ()), self.filled)
+            elif kinds is None:
                 columns[name][rows] = column
             elif (where := carrying(kinds)) is not None:
                 np.copyto(columns[name][rows], column, where=where)
@@ -96,7 +101,11 @@ class ColumnBuilder:
         mapping = np.fromiter(map(self.interner.__getitem__, keys), np.int32, len(keys))
         rows = slice(self.filled, self.filled + count)
         for name, values in part.items():
-            columns[name][rows] = mapping[values] if name in STRING_COLUMNS else values
+            if isinstance(values, SparseColumn):
+                carried = mapping[values.values] if name in STRING_COLUMNS else values.values
+                self.sparse.add(name, values.rows + self.filled, carried, filtered=True)
+            else:
+                columns[name][rows] = mapping[values] if name in STRING_COLUMNS else values
         self.filled += count
 
     def _reserve(self, needed: int, consumed_bytes: int, defaults: bool = True) -> dict[str, np.ndarray]:
@@ -114,19 +123,19 @@ class ColumnBuilder:
             self.prefilled = True
         return self.columns
 
-    def parts(self) -> tuple[dict[str, np.ndarray], list[Any], int]:
+    def parts(self) -> tuple[dict[str, Any], list[Any], int]:
         """The filled columns, the interned values in id order and the dropped count, to `append`
         elsewhere (the interner gives ids in insertion order)."""
         columns = self._trimmed()
         return columns, list(self.interner), self.dropped
 
-    def _trimmed(self) -> dict[str, np.ndarray]:
-        """The columns cut to the filled rows, in place (frees the unused tail)."""
+    def _trimmed(self) -> dict[str, Any]:
+        """The columns cut to the filled rows, in place (frees the unused tail), and the sparse ones."""
         columns = self.columns if self.columns is not None else _allocate(0)
         if self.filled < len(columns["ts_us"]):
             for values in columns.values():
                 values.resize(self.filled, refcheck=False)
-        return columns
+        return {**columns, **self.sparse.columns(self.filled)}
 
     def _estimate(self, events: int, consumed_bytes: int) -> int:
         if not self.size_hint or not consumed_bytes:
@@ -143,7 +152,7 @@ class ColumnBuilder:
 _KEY_TYPE_RANK = {str: 0, int: 1, bytes: 2}
 
 
-def canonical_strings(columns: dict[str, np.ndarray], interner: StringInterner) -> list[str]:
+def canonical_strings(columns: dict[str, Any], interner: StringInterner) -> list[str]:
     """Renumber the string columns in place so that ids follow the sorted text, keeping only strings
     some event refers to; return the new string table (id 0 stays the empty string).
 
@@ -157,7 +166,12 @@ def canonical_strings(columns: dict[str, np.ndarray], interner: StringInterner) 
     used = np.zeros(len(strings), dtype=bool)
     used[0] = True
     for name in STRING_COLUMNS:
-        used[columns[name]] = True
+        column = columns[name]
+        if isinstance(column, SparseColumn):
+            used[column.values] = True
+            used[column.default] |= column.rows.size < column.size
+        else:
+            used[column] = True
 
     def order_key(i: int) -> tuple[bool, str, int, bytes]:
         key = keys[i]
@@ -168,7 +182,12 @@ def canonical_strings(columns: dict[str, np.ndarray], interner: StringInterner) 
     new_id = np.zeros(len(strings), dtype=np.int32)
     new_id[order] = np.arange(len(order), dtype=np.int32)
     for name in STRING_COLUMNS:
-        np.take(new_id, columns[name], out=columns[name])
+        column = columns[name]
+        if isinstance(column, SparseColumn):
+            np.take(new_id, column.values, out=column.values)
+            column.default = column.dtype.type(new_id[column.default])
+        else:
+            np.take(new_id, column, out=column)
     return [strings[i] for i in order]
 
 
@@ -183,7 +202,63 @@ _COLUMN_KINDS: dict[str, tuple[Kind, ...]] = {"flow_id": (Kind.FLOW,)}
 for _group in schema.ARG_GROUPS:
     for _column in _group.columns:
         _COLUMN_KINDS[_column] = (*_COLUMN_KINDS.get(_column, ()), *_group.kinds)
-_DTYPES: dict[str, Any] = {**NUMERIC_COLUMNS, **{name: np.int32 for name in STRING_COLUMNS}, "kind": np.int8}
+_ALL_DTYPES: dict[str, Any] = {**NUMERIC_COLUMNS, **{name: np.int32 for name in STRING_COLUMNS}, "kind": np.int8}
+_DTYPES: dict[str, Any] = {name: dtype for name, dtype in _ALL_DTYPES.items() if name not in SPARSE_COLUMNS}  # dense ones
+
+
+class _SparseParts:
+    """The sparse columns as they are filled: per column, the rows (in order) that hold a value other
+    than an absent one, and those values. Absent: the column's table default, and for string columns
+    also the id of the declared default's key (`b""` for a raw-text arg), which reads as the same text."""
+
+    def __init__(self, interner: StringInterner) -> None:
+        self.rows: dict[str, list[np.ndarray]] = {name: [] for name in SPARSE_COLUMNS}
+        self.values: dict[str, list[np.ndarray]] = {name: [] for name in SPARSE_COLUMNS}
+        self.absent: dict[str, tuple[int, ...]] = {}
+        for name in SPARSE_COLUMNS:
+            _, kind, default = schema.ARG_FIELDS[name]
+            if name in STRING_COLUMNS:
+                key = bytes(default) if kind is msgspec.Raw else default
+                self.absent[name] = tuple(sorted({_DEFAULTS[name], interner[key]}))
+            else:
+                assert np.issubdtype(_ALL_DTYPES[name], np.integer), "a float default (NaN) never compares equal"
+                self.absent[name] = (_DEFAULTS[name],)
+
+    def add_batch(self, name: str, values: np.ndarray, carrying: np.ndarray | None, offset: int) -> None:
+        """A scanned batch's values of every event (`carrying`: the events of the column's kinds)."""
+        if carrying is None:
+            return
+        keep = carrying.copy()
+        for absent in self.absent[name]:
+            keep &= values != absent
+        index = np.flatnonzero(keep)
+        if index.size:
+            self.add(name, index + offset, values[index], filtered=True)
+
+    def add(self, name: str, rows: np.ndarray, values: np.ndarray, filtered: bool = False) -> None:
+        """Values at rows (after every row already added); `filtered`: none of them is absent."""
+        if not filtered:
+            keep = np.ones(values.size, dtype=bool)
+            for absent in self.absent[name]:
+                keep &= values != absent
+            rows, values = rows[keep], values[keep]
+        if rows.size:
+            self.rows[name].append(rows.astype(np.int64, copy=False))
+            self.values[name].append(values.astype(_ALL_DTYPES[name], copy=False))
+
+    def columns(self, size: int) -> dict[str, SparseColumn]:
+        out = {}
+        for name in SPARSE_COLUMNS:
+            dtype = _ALL_DTYPES[name]
+            rows = np.concatenate(self.rows[name]) if self.rows[name] else np.zeros(0, np.int64)
+            values = np.concatenate(self.values[name]) if self.values[name] else np.zeros(0, dtype)
+            if rows.size > 1 and not (rows[1:] > rows[:-1]).all():  # a column read for two arg groups
+                order = np.argsort(rows, kind="stable")
+                rows, values = rows[order], values[order]
+                last = np.append(rows[1:] != rows[:-1], True)  # the later write wins, as in a dense column
+                rows, values = rows[last], values[last]
+            out[name] = SparseColumn(size, rows, values, _DEFAULTS[name])
+        return out
 
 
 def _allocate(n: int, defaults: bool = True) -> dict[str, np.ndarray]:
@@ -257,7 +332,7 @@ def _extended(table: np.ndarray, size: int) -> np.ndarray:
 
 def _fill_columns(
     events: list[schema.Event], interner: StringInterner, kind_cache: _KindCache,
-    columns: dict[str, np.ndarray], offset: int,
+    columns: dict[str, np.ndarray], sparse: _SparseParts, offset: int,
 ) -> None:
     """Write one batch of decoded events into rows [offset, offset + len(events)) of the columns."""
     n = len(events)
@@ -292,6 +367,8 @@ def _fill_columns(
             values: Iterable[Any] = map(attrgetter(column), args)
             if column == "external_id_lower":
                 external_lower[index] = np.fromiter(values, np.int64, index.size)
+            elif column in SPARSE_COLUMNS:
+                sparse.add(column, target, _values_array(column, values, lookup, index.size))
             elif column in _RAW_TEXT_COLUMNS:
                 columns[column][target] = np.fromiter(map(lookup, map(bytes, values)), np.int32, index.size)
             elif column in NUMERIC_COLUMNS:
@@ -299,6 +376,14 @@ def _fill_columns(
             else:
                 columns[column][target] = np.fromiter(map(lookup, values), np.int32, index.size)
     np.maximum(columns["external_id"][rows], external_lower, out=columns["external_id"][rows])
+
+
+def _values_array(column: str, values: Iterable[Any], lookup: Callable[[Any], int], n: int) -> np.ndarray:
+    if column in _RAW_TEXT_COLUMNS:
+        return np.fromiter(map(lookup, map(bytes, values)), np.int32, n)
+    if column in NUMERIC_COLUMNS:
+        return np.fromiter(values, NUMERIC_COLUMNS[column], n)
+    return np.fromiter(map(lookup, values), np.int32, n)
 
 
 def itemgetter_list(items: list[Any], index: np.ndarray) -> list[Any]:

@@ -26,6 +26,7 @@ from torchscope.errors import TraceFormatError
 from torchscope.text import path_text
 from torchscope.trace import ranges, schema, validate
 from torchscope.trace.columns import ColumnBuilder
+from torchscope.trace.sparse import select_rows
 from torchscope.trace.kinds import Kind
 from torchscope.trace.read import GZIP_MAGIC, estimated_text_bytes, iter_trace_chunks, read_trace_bytes
 from torchscope.trace.decode import Batch, DecodedBatch, batch_decoder, decode_array, decode_header, decode_leniently
@@ -261,7 +262,7 @@ def _clean_times(table: EventTable, warnings: list[str], path: Path | str) -> No
     if bad_ts.any():
         warnings.append(f"ignored {int(bad_ts.sum())} event(s) without a valid timestamp")
         keep = ~bad_ts
-        table.columns = {k: v[keep] for k, v in table.columns.items()}
+        table.columns = {k: select_rows(v, keep) for k, v in table.columns.items()}
         ts, dur = table.columns["ts_us"], table.columns["dur_us"]
     missing = np.isnan(dur)
     dur[missing] = 0.0

@@ -57,6 +57,11 @@ STRING_COLUMNS: tuple[str, ...] = (
     "comm_dtype",
 )
 DERIVED_COLUMNS: dict[str, Any] = {"kind": np.int8}
+# Columns that only a few events carry (the collectives' args: a few events a step) are kept as
+# `sparse.SparseColumn`s (the rows that carry a value, and the values), not one value per event.
+# (`concrete_inputs` stays dense: PyTorch 2.x writes `Concrete Inputs` on every op when shapes are
+# recorded, and a sparse row costs 12 bytes where a dense one costs 4.)
+SPARSE_COLUMNS: frozenset[str] = frozenset(("comm_name", "pg_name", "comm_dtype", "group_size", "in_nelems", "out_nelems", "seq"))
 ALL_COLUMNS: tuple[str, ...] = (*NUMERIC_COLUMNS, *STRING_COLUMNS, *DERIVED_COLUMNS)
 
 
@@ -83,9 +88,10 @@ def _to_text(value: Any) -> str:
 
 @dataclass
 class EventTable:
-    """All events of one trace file as columns of equal length."""
+    """All events of one trace file as columns of equal length (numpy arrays; those of SPARSE_COLUMNS
+    are `sparse.SparseColumn`s, which index like them)."""
 
-    columns: dict[str, np.ndarray]
+    columns: dict[str, Any]
     strings: list[str]
 
     def __len__(self) -> int:
