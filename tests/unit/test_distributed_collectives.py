@@ -11,8 +11,9 @@ import pytest
 from test_rules_support import finding, findings, report
 
 from torchscope.analysis.collective_match import collective_table
-from torchscope.analysis.collectives import RankCollectives, collective_name, is_user_frame
+from torchscope.analysis.collectives import RankCollectives, collective_name
 from torchscope.analysis.distributed import summarise
+from torchscope.analysis.frames import is_user_frame
 from torchscope.analysis.straggler import median_of_others
 from torchscope.pipeline.analyze import analyze
 from torchscope.report.distributed import Distributed, RankDistributed, Straggler

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from torchscope.analysis.frames import is_user_frame, readable, readable_totals
+from torchscope.analysis.frames import is_library_code, is_user_frame, readable, readable_totals
 
 
 @pytest.mark.parametrize(
@@ -45,9 +45,39 @@ def test_names_that_read_the_same_are_added() -> None:
         ("torchscope/capture/phases.py(302): backward", False),  # PYTHONPATH checkout: relative
         ("torchscope/integrations/lightning.py(80): on_train_batch_end", False),
         ("/usr/lib/python3.11/threading.py(982): run", False),
+        ("/usr/lib/python3.11/trace.py(461): runfunc", False),
+        ("C:\\Python311\\Lib\\site-packages\\torch\\nn\\modules\\module.py(1736): _call_impl", False),
+        ("<frozen runpy>(198): _run_module_as_main", False),
+        ("<string>(1): <module>", False),
+        # PyTorch's tracer cuts the sys.path entry off: the standard library and the user's script folder both
+        # come bare, so a file named like a standard module is the standard library's when that defines the function
+        ("contextlib.py(132): __enter__", False),
+        ("json/decoder.py(332): decode", False),
+        ("trace.py(3): train_step", True),  # the user's trace.py next to their entry point
+        ("trace.py(6): <module>", True),
+        ("profile.py(12): run_epoch", True),
+        ("math.py(2): step", True),  # `math` is a C module: no Python frame can be its
+        ("test.py(5): main", True),
         ("<built-in method linear of PyCapsule object at 0x7f>", False),
         ("nn.Module: Linear_0", False),
     ],
 )
 def test_user_frames_leave_out_libraries_torch_and_torchscopes_hooks(name: str, user: bool) -> None:
     assert is_user_frame(name) is user
+
+
+def test_absolute_frames_under_this_interpreters_install_folders_are_library_code(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A layout the patterns miss (Fedora's lib64, Windows `Lib`) is still library code when captured here."""
+    from torchscope.analysis import frames
+
+    assert frames._install_dirs()  # the real ones: this interpreter's stdlib and site-packages
+    monkeypatch.setattr(frames, "_install_dirs", lambda: ("/usr/lib64/python3.11/", "C:/Python311/Lib/"))
+    assert not is_user_frame("/usr/lib64/python3.11/trace.py(461): runfunc")
+    assert not is_user_frame("C:\\Python311\\Lib\\trace.py(461): runfunc")
+    assert is_user_frame("/home/me/project/trace.py(3): train_step")
+
+
+def test_call_stack_paths_without_a_function_go_by_the_module_name() -> None:
+    assert is_library_code("contextlib.py")
+    assert not is_library_code("model.py")
+    assert not is_library_code("aten::mm")

@@ -19,7 +19,6 @@ The extract is compact: flat arrays of instances, no events.
 from __future__ import annotations
 
 import re
-import sys
 from typing import Optional
 
 import msgspec
@@ -277,19 +276,3 @@ def _phase_culprits(span: SpanInput) -> dict[str, dict[str, float]]:
 
 def _is_measurement_frame(name: str) -> bool:
     return "/torchscope/" in name or name.startswith("torchscope/") or "torch/profiler/" in name or "torch/autograd/profiler" in name
-
-
-_LIBRARY_PARTS = ("torch/", "site-packages/", "dist-packages/", "/lib/python", "torchscope/", "<frozen ")
-_STDLIB = frozenset(getattr(sys, "stdlib_module_names", ()))
-
-
-def is_user_frame(name: str) -> bool:
-    """A Python frame of the user's code (not torch, a library, the standard library or a built-in)."""
-    match = re.match(r"^(?P<file>[^()]*?)\((?P<line>\d+)\): ", name)
-    if match is None:
-        return False
-    file = match["file"].replace("\\", "/")
-    if any(part in file for part in _LIBRARY_PARTS):
-        return False
-    module = file.rsplit("/", 1)[-1].removesuffix(".py")
-    return module not in _STDLIB

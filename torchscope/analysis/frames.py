@@ -9,20 +9,31 @@ merge), no directories."""
 
 from __future__ import annotations
 
+import functools
+import os
 import re
+import sys
+import sysconfig
 
 _BUILTIN_METHOD = re.compile(r"^<built-in method (?P<name>[\w.]+) of (?P<owner>[\w.]+) object at 0x[0-9a-fA-F]+>$")
 _BUILTIN_FUNCTION = re.compile(r"^<built-in function (?P<name>[\w.]+)>$")
 _FRAME = re.compile(r"^(?P<file>[^()]*?)\((?P<line>\d+)\): (?P<func>.+)$")
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 # Code that is not the user's: libraries, the interpreter's own modules, torch, and torchscope's capture
-# hooks (which wrap backward, DataLoader.__next__ and optimizer.step). Paths come absolute (installed or
-# editable packages) or relative to a sys.path entry (`torch/nn/modules/module.py`), hence `(^|/)`.
-# torchscope's bundled examples stay user code: they are what the demo diagnoses.
+# hooks (which wrap backward, DataLoader.__next__ and optimizer.step). Paths come absolute (older PyTorch,
+# files off sys.path) or relative to a sys.path entry (`torch/nn/modules/module.py`: PyTorch's tracer cuts
+# the longest sys.path prefix off, see torch/profiler/python_tracer.py), hence `(^|/)`. `<frozen runpy>`,
+# `<string>`, built-ins and C++ `??` are never the user's. torchscope's bundled examples stay user code:
+# they are what the demo diagnoses.
 _NOT_USER_CODE = re.compile(
     r"(site-packages|dist-packages|/lib/python\d|(^|/)torch/|(^|/)torchscope/(capture|integrations)/|^<|<built-in"
     r"|/runpy\.py|/threading\.py|^\?\?$)"
 )
+_ABSOLUTE = re.compile(r"^(/|[A-Za-z]:/)")
+_DEF = re.compile(r"^[ \t]*(?:async[ \t]+)?(?:def|class)[ \t]+(\w+)", re.MULTILINE)
+# Code names every sizeable module has; `<module>` is left out: a bare `<module>` frame is the user's script.
+_GENERIC_CODE_NAMES = frozenset({"<lambda>", "<genexpr>", "<listcomp>", "<dictcomp>", "<setcomp>"})
+_STDLIB_NAMES = frozenset(getattr(sys, "stdlib_module_names", ()))
 # Owners whose methods users call as functions of a module (torch.stack, not type.stack).
 _OWNER_PREFIX = {"type": "torch.", "PyCapsule": "", "module": "", "builtin_function_or_method": ""}
 _TENSOR_OWNERS = ("Tensor", "TensorBase", "_TensorBase")
@@ -30,14 +41,59 @@ _TENSOR_OWNERS = ("Tensor", "TensorBase", "_TensorBase")
 
 def is_library_code(name: str) -> bool:
     """Whether a frame name (`path/file.py(42): func`), a `Call stack` entry or a file path is not the
-    user's own code."""
-    return _NOT_USER_CODE.search(name) is not None
+    user's own code: a library, torch, torchscope's hooks or the standard library."""
+    name = name.strip()
+    if _NOT_USER_CODE.search(name) is not None:
+        return True
+    match = _FRAME.match(name)
+    file = (match["file"] if match else name).replace("\\", "/")
+    if _ABSOLUTE.match(file):
+        return file.startswith(_install_dirs())
+    return _is_stdlib_relative(file, match["func"] if match else None)
 
 
 def is_user_frame(name: str) -> bool:
     """A Python-function event of the user's own code: `path/train.py(42): train_step` outside libraries,
-    torch and torchscope's hooks."""
+    torch, the standard library and torchscope's hooks."""
     return _FRAME.match(name) is not None and not is_library_code(name)
+
+
+@functools.cache
+def _install_dirs() -> tuple[str, ...]:
+    """This interpreter's standard-library and site-packages folders, `/`-separated with a trailing `/`:
+    absolute frames of a trace captured here that the layout patterns miss (`lib64`, Windows `Lib`)."""
+    paths = sysconfig.get_paths()
+    dirs = {paths[key] for key in ("stdlib", "platstdlib", "purelib", "platlib") if paths.get(key)}
+    return tuple(sorted(os.path.abspath(d).replace("\\", "/").rstrip("/") + "/" for d in dirs))
+
+
+def _is_stdlib_relative(file: str, func: str | None) -> bool:
+    """Whether a relative frame file is the standard library's. PyTorch's tracer writes both a standard
+    module (`contextlib.py`, `json/decoder.py`: relative to the stdlib's sys.path entry) and a script next
+    to the user's entry point (`trace.py`: relative to the script's folder) with no folder, so a file named
+    like a standard module is the standard library's only when this interpreter's copy of that module
+    defines the frame's function (a user's `trace.py(3): train_step` stays theirs). With no function (a
+    bare path), or no source to read, the module name decides."""
+    top = file.split("/", 1)[0].removesuffix(".py")
+    if top not in _STDLIB_NAMES:
+        return False
+    if func is None:
+        return True
+    defined = _stdlib_functions(file)
+    return defined is None or func in defined or func in _GENERIC_CODE_NAMES
+
+
+@functools.cache
+def _stdlib_functions(file: str) -> frozenset[str] | None:
+    """Names of the functions and classes defined in the standard library's `file` (relative): empty when
+    this interpreter's standard library has no such source (a C module such as `math`: a frame in a
+    `math.py` is the user's), None when it ships no sources at all (then the module name decides)."""
+    stdlib = sysconfig.get_paths()["stdlib"]
+    try:
+        with open(os.path.join(stdlib, *file.split("/")), encoding="utf-8", errors="replace") as source:
+            return frozenset(_DEF.findall(source.read()))
+    except OSError:
+        return frozenset() if os.path.isfile(os.path.join(stdlib, "os.py")) else None
 
 
 def readable(name: str) -> str:

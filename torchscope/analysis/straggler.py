@@ -18,8 +18,8 @@ import re
 import numpy as np
 
 from torchscope.analysis.collective_match import CollectiveTable
-from torchscope.analysis.collectives import RankCollectives, is_user_frame
-from torchscope.analysis.frames import readable
+from torchscope.analysis.collectives import RankCollectives
+from torchscope.analysis.frames import is_user_frame, readable
 from torchscope.report.distributed import LatePhase, StepLateness, Straggler
 
 PHASE_NAMES: dict[str, LatePhase] = {
