@@ -48,14 +48,21 @@ def test_the_combination_keeps_one_of_two_alternatives_and_compounds_the_predict
 
 
 def test_a_speedup_is_reported_with_its_interval_only_beyond_noise() -> None:
-    base = [100.0, 102.0, 98.0, 101.0, 99.0]
+    base = [[100.0, 102.0, 98.0], [101.0, 99.0, 100.0], [97.0, 99.5, 101.0]]
     halved = Candidate(fix="x", description="", fixes=[])
-    measure(halved, base, [50.0, 51.0, 49.0, 50.5, 49.5])
+    measure(halved, base, [[50.0, 51.0, 49.0, 50.5, 49.5]])
     assert halved.status == "faster" and halved.significant
     assert halved.ci_low is not None and halved.ci_high is not None and halved.ci_low < 2.0 < halved.ci_high
+    assert "over run means" in halved.detail and "df=2" in halved.detail
     same = Candidate(fix="y", description="", fixes=[])
-    measure(same, base, [101.0, 99.0, 100.5, 98.5, 102.0])
+    measure(same, base, [[101.0, 99.0, 100.5, 98.5, 102.0]])
     assert same.status == "no significant change" and not same.significant
+
+
+def test_one_baseline_and_one_trial_fall_back_to_the_steps_with_the_floor() -> None:
+    halved = Candidate(fix="x", description="", fixes=[])
+    measure(halved, [[100.0, 102.0, 98.0, 101.0]], [[50.0, 51.0, 49.0]])
+    assert halved.status == "faster" and "Welch" in halved.detail and "floor 2 %" in halved.detail
 
 
 def test_the_noise_floor_is_the_baselines_spread_never_below_diffs_default() -> None:

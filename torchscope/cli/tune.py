@@ -26,8 +26,10 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--warmup", type=int, default=2, help="steps before measuring (default 2)")
     parser.add_argument("--budget", type=float, default=600.0, metavar="S",
                         help="stop trying after S seconds in all (default 600)")
-    parser.add_argument("--baselines", type=int, default=2, metavar="N",
-                        help="baseline trials; their spread is the run-to-run noise estimate (default 2)")
+    parser.add_argument("--baselines", type=int, default=3, metavar="N",
+                        help="baseline trials; their spread is the run-to-run noise estimate (default 3)")
+    parser.add_argument("--confidence", type=float, default=0.95, metavar="P",
+                        help="confidence of each speed-up's interval; faster or slower only beyond it (default 0.95)")
     parser.add_argument("--repeats", type=int, default=2, metavar="N",
                         help="trials of one candidate at most: another while the answer is within noise (default 2)")
     parser.add_argument("--loss-tolerance", type=float, default=0.1, metavar="F",
@@ -67,13 +69,14 @@ def execute(args: argparse.Namespace) -> int:
     if args.active < 3 or args.warmup < 0:
         raise UsageError("--active must be at least 3 (fewer steps cannot tell a change from noise), --warmup at least 0")
     if not args.loss_tolerance >= 0 or not args.budget > 0 or args.baselines < 1 or args.nproc_per_node < 0 \
-            or args.repeats < 1:
+            or args.repeats < 1 or not 0.5 <= args.confidence < 1:
         raise UsageError("--loss-tolerance must be at least 0, --budget above 0, --baselines and --repeats at "
-                         "least 1, --nproc-per-node at least 0")
+                         "least 1, --nproc-per-node at least 0, --confidence in [0.5, 1)")
     if args.only and not args.extra:
         raise UsageError("--only needs at least one --try candidate")
     options = TuneOptions(warmup=args.warmup, active=args.active, budget_s=args.budget, in_place=args.in_place,
                           loss_tolerance=args.loss_tolerance, baselines=args.baselines, repeats=args.repeats,
+                          confidence=args.confidence,
                           nproc_per_node=args.nproc_per_node, extra=tuple(parse_try(t) for t in args.extra), only=args.only,
                           keep=args.keep.resolve() if args.keep else None)
     result = tune(command, options, progress=lambda line: print(f"torchscope tune: {line}", file=sys.stderr, flush=True))

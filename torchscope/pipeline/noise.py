@@ -8,6 +8,9 @@ conditions, so between-run variation the steps do not show (a warmer CPU, anothe
 them. It is added as a floor: each run's mean is taken to vary by `run_noise_pct` of itself from run to
 run (4 % by default, measured on repeated identical runs: docs/ci.md), in quadrature with the steps'
 own error. The regression gate also requires a change beyond a threshold (5 % by default).
+
+Where each side is several runs (tune's baselines and repeated trials), the run itself is the unit:
+`run_level_interval` compares the runs' means with a spread measured from them.
 """
 
 from __future__ import annotations
@@ -85,3 +88,44 @@ def student_t_quantile(p: float, df: float) -> float:
     g3 = (3 * z**7 + 19 * z**5 + 17 * z**3 - 15 * z) / 384
     g4 = (79 * z**9 + 776 * z**7 + 1482 * z**5 - 1920 * z**3 - 945 * z) / 92160
     return z + g1 / nu + g2 / nu**2 + g3 / nu**3 + g4 / nu**4
+
+
+def run_level_interval(
+    base_runs: Sequence[Sequence[float]],
+    new_runs: Sequence[Sequence[float]],
+    confidence: float = 0.95,
+    run_noise_pct: float = DEFAULT_RUN_NOISE_PCT,
+) -> Interval:
+    """The change of the mean step time when each side is several runs (processes) of per-step samples.
+
+    Steps of one run share that run's conditions (where its memory landed, what else ran then), so on a
+    shared machine runs of the same code differ far more than their steps do (15 % against 3 % measured
+    on a 2-core VM: docs/tune.md). The unit of replication is then the run: each side's mean is the mean
+    of its runs' means, and the run-to-run spread is pooled from every side that has two runs or more,
+    never below `run_noise_pct` of the base mean. The interval is Student's t at the pooled degrees of
+    freedom, so a spread measured from 2-3 runs widens the interval as much as its uncertainty deserves
+    (treating it as known called changes of 13-26 % on a null candidate significant). Where no side has
+    two runs there is no spread to measure: the per-step interval with the floor (`relative_change_interval`).
+    """
+    base = [list(r) for r in base_runs if len(r)]
+    new = [list(r) for r in new_runs if len(r)]
+    df = sum(len(side) - 1 for side in (base, new) if len(side) >= 2)
+    if df == 0 or not base or not new:
+        return relative_change_interval([s for r in base for s in r], [s for r in new for s in r], confidence, run_noise_pct)
+    base_means = [statistics.fmean(r) for r in base]
+    new_means = [statistics.fmean(r) for r in new]
+    base_mean, new_mean = statistics.fmean(base_means), statistics.fmean(new_means)
+    if base_mean <= 0:
+        return Interval(0.0, None, None, "no base step time")
+    change = 100.0 * (new_mean - base_mean) / base_mean
+    squares = sum((m - statistics.fmean(side)) ** 2 for side in (base_means, new_means) if len(side) >= 2 for m in side)
+    spread = max(math.sqrt(squares / df), run_noise_pct / 100.0 * base_mean)
+    half = student_t_quantile(0.5 + confidence / 2, df) * spread * math.sqrt(1 / len(base) + 1 / len(new))
+    scale = 100.0 / base_mean
+    return Interval(
+        change,
+        change - half * scale,
+        change + half * scale,
+        f"Student's t interval over run means, {confidence:.0%}, df={df}, {len(base)} and {len(new)} runs, "
+        f"run-to-run spread {100.0 * spread / base_mean:.1f} % (at least {run_noise_pct:g} %)",
+    )

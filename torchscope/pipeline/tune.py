@@ -45,7 +45,7 @@ from torchscope.capture.trial import TrialRecord
 from torchscope.errors import InputError, UsageError
 from torchscope.pipeline.analyze import analyze
 from torchscope.pipeline.diff import step_samples
-from torchscope.pipeline.noise import relative_change_interval
+from torchscope.pipeline.noise import run_level_interval
 from torchscope.pipeline.tune_snippets import code_change
 from torchscope.report.model import Fix, FixValue, Report
 from torchscope.report.tune import Candidate, TuneResult
@@ -72,7 +72,8 @@ class TuneOptions:
     early_stop: float = 3.0  # a trial running this many times the baseline trial's wall time is clearly slower
     compile_allowance_s: float = 300.0  # added to a torch.compile trial's early-stop limit: compiling is not slowness
     repeats: int = 2  # trials of a candidate at most: another while the first is within noise
-    baselines: int = 2  # baseline trials: their spread is the run-to-run noise estimate
+    baselines: int = 3  # baseline trials: their spread is the run-to-run noise estimate (2 degrees of freedom)
+    confidence: float = 0.95  # of the speed-up's interval: a candidate is faster or slower only beyond it
     nproc_per_node: int = 0  # >0: each trial is a torchrun launch of that many ranks (--standalone)
     extra: tuple[tuple[Fix, ...], ...] = ()  # candidates the user asked for (`--try`), besides the diagnosis's
     only: bool = False  # run the `extra` candidates alone; the diagnosis's others are listed, skipped (`--only`)
@@ -164,8 +165,9 @@ def tune(command: Sequence[str], options: TuneOptions = TuneOptions(),
                 raise InputError(f"the baseline run failed ({outcome})")
             runs.append(outcome)
         baseline = runs[0]
-        base = [sample for run in runs for sample in step_samples(run.report)]
-        noise = run_noise_pct([step_samples(run.report) for run in runs])
+        base_runs = [step_samples(run.report) for run in runs]
+        base = [sample for samples in base_runs for sample in samples]
+        noise = run_noise_pct(base_runs)
         candidates = candidates_from(baseline.report)
         candidates += requested(options.extra, candidates)
         asked = {_key(fixes) for fixes in options.extra}
@@ -181,13 +183,13 @@ def tune(command: Sequence[str], options: TuneOptions = TuneOptions(),
                     candidate.detail = "not run: it needs a CUDA device, and the baseline ran without one"
                     continue
                 progress(f"trial {number}/{len(candidates)}: {candidate.fix}")
-                _run_candidate(candidate, trials, baseline, base, noise)
+                _run_candidate(candidate, trials, baseline, base_runs)
             winners = [c for c in candidates if c.status == "faster"]
             if len(winners) > 1:
                 combination = combine(winners)
                 if trials.left_s() > 0:
                     progress(f"combination: {combination.fix}")
-                    _run_candidate(combination, trials, baseline, base, noise)
+                    _run_candidate(combination, trials, baseline, base_runs)
                 else:
                     combination.detail = "not run: the time budget was spent"
         except KeyboardInterrupt:
@@ -204,7 +206,7 @@ def tune(command: Sequence[str], options: TuneOptions = TuneOptions(),
         notes.append("interrupted (Ctrl-C): the trials not run are marked skipped")
     return TuneResult(
         command=command, baseline_step_us=statistics.fmean(base) if base else 0.0, baseline_steps=len(base),
-        noise_pct=noise,
+        noise_pct=noise, confidence=options.confidence,
         candidates=candidates, combination=combination, best=best.fix if best else None, trials=trials.count,
         elapsed_s=time.monotonic() - started, verdict=verdict, interrupted=interrupted, notes=notes,
     )
@@ -326,10 +328,11 @@ def run_noise_pct(runs: Sequence[Sequence[float]]) -> float:
     return max(NOISE_FLOOR_PCT, 100.0 * statistics.stdev(means) / statistics.fmean(means))
 
 
-def _run_candidate(candidate: Candidate, trials: _Trials, baseline: _Trial, base: list[float], noise: float) -> None:
-    """One trial of the candidate; while the answer is within noise, up to `repeats` trials in all, their
-    steps pooled (more samples narrow the interval; a clear answer needs no repeat)."""
-    samples: list[float] = []
+def _run_candidate(candidate: Candidate, trials: _Trials, baseline: _Trial, base_runs: list[list[float]]) -> None:
+    """One trial of the candidate; while the answer is within noise, up to `repeats` trials in all (each
+    one more run: a narrower interval and the candidate's own run-to-run spread; a clear answer needs no
+    repeat)."""
+    runs: list[list[float]] = []
     first: Optional[_Trial] = None
     for _ in range(max(trials.options.repeats, 1)):
         if first is not None and (candidate.status != "no significant change" or trials.left_s() <= 0):
@@ -343,9 +346,9 @@ def _run_candidate(candidate: Candidate, trials: _Trials, baseline: _Trial, base
                 _no_measurement(candidate, trial, budget < limit, baseline.wall_s, trials.options.early_stop)
             break
         first = first or trial
-        samples += step_samples(trial.report)
+        runs.append(step_samples(trial.report))
         candidate.trial_s = (candidate.trial_s or 0.0) + trial.wall_s
-        measure(candidate, base, samples, noise)
+        measure(candidate, base_runs, runs, confidence=trials.options.confidence)
     if first is None:
         return
     candidate.applied_at = sorted({s for f in candidate.fixes for s in first.record.sites.get(label(f), [])})
@@ -380,11 +383,12 @@ def _pct(change: float) -> str:
     return f"{100 * change:+.1f} %" if math.isfinite(change) else "to NaN/inf"
 
 
-def measure(candidate: Candidate, base: Sequence[float], samples: Sequence[float],
-            noise_pct: float = NOISE_FLOOR_PCT) -> None:
-    """Speed-up of `samples` over `base` with its 95 % interval, by diff's noise model (`noise_pct`: the
-    run-to-run floor)."""
-    interval = relative_change_interval(base, samples, run_noise_pct=noise_pct)
+def measure(candidate: Candidate, base_runs: Sequence[Sequence[float]], runs: Sequence[Sequence[float]],
+            confidence: float = 0.95) -> None:
+    """Speed-up of the candidate's runs (each a list of per-step times) over the baseline's, with its
+    interval: runs are the unit (pipeline/noise.run_level_interval), at least NOISE_FLOOR_PCT apart."""
+    interval = run_level_interval(base_runs, runs, confidence, run_noise_pct=NOISE_FLOOR_PCT)
+    samples = [s for run in runs for s in run]
     candidate.step_us = statistics.fmean(samples) if samples else None
     candidate.speedup = 1.0 / (1.0 + interval.change_pct / 100.0) if interval.change_pct > -100 else None
     if interval.low_pct is not None and interval.high_pct is not None:

@@ -36,7 +36,7 @@ def render_tune_html(result: TuneResult) -> str:
         f"{result.trials} trial(s) in {result.elapsed_s:.0f} s</div>",
         *(f"<p class='muted'>note: {_text(n)}</p>" for n in result.notes),
         "<h2>Candidates</h2><table><tr><th>fix</th><th>status</th><th>speed-up</th><th>saving</th><th>finding</th></tr>",
-        *(_row(c, c is result.combination) for c in rows),
+        *(_row(c, c is result.combination, result.confidence) for c in rows),
         "</table>",
     ]
     winners = [c for c in rows if c.change and c.status == "faster"]
@@ -47,11 +47,11 @@ def render_tune_html(result: TuneResult) -> str:
     return "".join(parts)
 
 
-def _row(c: Candidate, combination: bool) -> str:
+def _row(c: Candidate, combination: bool, confidence: float) -> str:
     css = {"faster": "faster", "slower": "slower", "failed": "failed", "loss changed": "loss"}.get(c.status, "muted")
     detail = f"<br><span class='muted'>{_text(c.detail)}</span>" if c.detail and c.status not in ("faster", "slower", "no significant change") else ""
     if c.compile_s is not None:
         detail += f"<br><span class='muted'>compile {c.compile_s:.1f} s (not in the step times)</span>"
     finding = "the faster candidates together" if combination else c.description
-    return (f"<tr><td>{_text(c.fix)}</td><td class='{css}'>{_text(c.status)}{detail}</td><td>{_text(speedup_text(c))}</td>"
+    return (f"<tr><td>{_text(c.fix)}</td><td class='{css}'>{_text(c.status)}{detail}</td><td>{_text(speedup_text(c, confidence))}</td>"
             f"<td>{_text(prediction_text(c))}</td><td>{_text(finding)}</td></tr>")

@@ -18,14 +18,14 @@ def render_tune_terminal(result: TuneResult) -> str:
         "",
     ]
     for candidate in result.candidates:
-        lines += _candidate(candidate)
+        lines += _candidate(candidate, result.confidence)
     if result.combination is not None:
-        lines += ["combination:", *_candidate(result.combination)]
+        lines += ["combination:", *_candidate(result.combination, result.confidence)]
     lines += [printable(f"note: {note}") for note in result.notes]
     return "\n".join(lines) + "\n"
 
 
-def speedup_text(c: Candidate) -> str:
+def speedup_text(c: Candidate, confidence: float = 0.95) -> str:
     """`1.52x (95 % CI 1.31-1.80x)`; an unbounded side of the interval shows as `inf`."""
     if c.speedup is None:
         return "n/a"
@@ -33,7 +33,7 @@ def speedup_text(c: Candidate) -> str:
         return f"{c.speedup:.2f}x"
     low = f"{c.ci_low:.2f}" if c.ci_low is not None else "0"
     high = f"{c.ci_high:.2f}" if c.ci_high is not None else "inf"
-    return f"{c.speedup:.2f}x (95 % CI {low}-{high}x)"
+    return f"{c.speedup:.2f}x ({100 * confidence:g} % CI {low}-{high}x)"
 
 
 def prediction_text(c: Candidate) -> str:
@@ -44,8 +44,8 @@ def prediction_text(c: Candidate) -> str:
     return f"saving: {predicted}, measured {100 * c.measured_saving:.0f} %"
 
 
-def _candidate(c: Candidate) -> list[str]:
-    lines = [f"  [{c.status}] {c.fix}: {speedup_text(c)}", f"      {c.description}"]
+def _candidate(c: Candidate, confidence: float) -> list[str]:
+    lines = [f"  [{c.status}] {c.fix}: {speedup_text(c, confidence)}", f"      {c.description}"]
     extra = [prediction_text(c)]
     if c.loss_change is not None:
         extra.append(f"loss {100 * c.loss_change:+.1f} %")

@@ -49,6 +49,7 @@ class TuneResult(msgspec.Struct, kw_only=True):
     baseline_step_us: float
     baseline_steps: int  # over all baseline trials
     noise_pct: float  # run-to-run noise of the mean step time, from the baseline trials' spread (floor 2 %)
+    confidence: float = 0.95  # of each candidate's ci_low/ci_high
     candidates: list[Candidate]
     combination: Optional[Candidate] = None
     best: Optional[str] = None  # `fix` of the fastest candidate or the combination; None: none beat the baseline
