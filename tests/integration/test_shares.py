@@ -73,6 +73,9 @@ if len(sys.argv) > 2:
 PHASES = ("data_loading", "forward", "backward", "optimizer")
 STEPS = 36  # the default window records steps 2-4; the capture then times 30 unprofiled steps
 FIRST_UNPROFILED = 5
+# The 3 recorded steps make ~17 MB of trace, ~60k Python calls: bounded to 4 MiB, the capture drops the
+# shortest (capture/thinning.py), and the shares below must not move for it.
+BUDGET_MB = 4
 
 
 def _own_timer(script: Path, out: Path) -> list[list[float]]:
@@ -90,7 +93,8 @@ def test_reported_shares_match_an_unprofiled_timer(tmp_path: Path) -> None:
     script.write_text(SCRIPT)
     before = _own_timer(script, tmp_path / "before.json")
     run = subprocess.run(
-        [sys.executable, "-m", "torchscope", "run", "--out", str(tmp_path / "run"), "--no-report", str(script),
+        [sys.executable, "-m", "torchscope", "run", "--out", str(tmp_path / "run"), "--no-report",
+         "--trace-budget-mb", str(BUDGET_MB), str(script),
          str(STEPS), str(tmp_path / "during.json")],
         capture_output=True, text=True, timeout=300,
     )
@@ -109,9 +113,15 @@ def test_reported_shares_match_an_unprofiled_timer(tmp_path: Path) -> None:
     corrected = overhead.corrected_percent
     recorded = {name: report.phases[name].percent for name in PHASES}
     summary = f"reference {reference}, corrected {corrected}, recorded {recorded}"
+    print(summary)
     assert abs(corrected["data_loading"] - reference["data_loading"]) <= TOLERANCE_PP, summary
     compute = sum(corrected[n] for n in ("forward", "backward", "optimizer"))
     assert abs(compute - compute_reference) <= TOLERANCE_PP, summary
+    traces = list((tmp_path / "run").glob("*.pt.trace.json"))
+    assert traces and all(t.stat().st_size <= BUDGET_MB << 20 for t in traces)
+    assert overhead.python_events_dropped > 0.5 * overhead.python_events_recorded, overhead
+    thinned = next(f for f in report.findings if f.id == "trace_quality.trace_thinned")
+    assert f"{int(overhead.python_events_dropped):,} of" in thinned.title
     finding = next(f for f in report.findings if f.id == "data_loading.exposed")
     # What the finding says a fix saves is no longer the inflated recorded share (it is the what-if saving,
     # a part of the share): never above the unprofiled share by more than the tolerance.

@@ -42,6 +42,7 @@ from torchscope.analysis.span import SpanInput
 from torchscope.arrays import median
 from torchscope.report.measurements import ProfilerOverhead
 from torchscope.report.model import Report
+from torchscope.rundir.thinning import HEADER_KEY, dropped_starts
 from torchscope.trace.kinds import Kind
 
 # What one operator event costs to record, in Python-function events: measured on this project's CPU
@@ -101,12 +102,35 @@ def extract(span: SpanInput) -> Optional[ProfilerOverhead]:
     kind = span.events.kind
     ts = span.events.ts_us
     parts = span.phase_sets
+    # A trace thinned to its size budget lost its shortest Python calls but says where they started: they
+    # were recorded, so they cost their time as the kept ones did (rundir/thinning.py).
+    python_ts = np.sort(np.concatenate([ts[kind == Kind.PYTHON_FUNCTION], dropped_starts(span.header)]))
+    thinning = span.header.get(HEADER_KEY)
+    thinned = _thinning_fields(span.name, thinning) if isinstance(thinning, dict) else {}
     return ProfilerOverhead(
-        python_events_per_step=_count_in(parts, np.sort(ts[kind == Kind.PYTHON_FUNCTION]), steps),
+        **thinned,
+        python_events_per_step=_count_in(parts, python_ts, steps),
         ops_per_step=_count_in(parts, np.sort(ts[kind == Kind.CPU_OP]), steps),
         own_us_per_step=_own_time(span, parts, steps),
         phase_median_us=_phase_medians(span),
     )
+
+
+def _thinning_fields(name: str, summary: dict[str, Any]) -> dict[str, Any]:
+    """The section's fields about a trace thinned to its budget, from its header's summary."""
+
+    def number(key: str) -> float:
+        value = summary.get(key)
+        return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0.0
+
+    return {
+        "thinned_traces": [name],
+        "python_events_recorded": number("python_events"),
+        "python_events_dropped": number("python_events_dropped"),
+        "dropped_python_us": number("dropped_us"),
+        "kept_python_longer_than_us": number("kept_longer_than_us"),
+        "trace_budget_mb": number("budget_mb"),
+    }
 
 
 def _phase_medians(span: SpanInput) -> dict[str, float]:

@@ -64,6 +64,8 @@ class Profiler:
         skip_first, wait, warmup, active, repeat: the ``torch.profiler.schedule`` (steps are counted by
             :meth:`step`). Raises :class:`~torchscope.errors.CaptureError` when invalid.
         record_shapes, profile_memory, with_stack, with_flops: passed to ``torch.profiler.profile``.
+        trace_budget_mb: largest trace file in MiB; a larger one loses its shortest Python-function events
+            and says so in its header (capture/thinning.py). 0: no bound.
         phase_labels: label forward/backward/optimizer with ``torchscope:*`` ranges (global hooks).
         name: run name used for the run folder (default: the script's name).
         auto_step: detect steps by themselves (optimizer steps, else DataLoader fetches) instead of
@@ -91,6 +93,7 @@ class Profiler:
         phase_labels: bool = _DEFAULT.phase_labels,
         stop_after_active: bool = _DEFAULT.stop_after_active,
         memory_snapshot: bool = _DEFAULT.memory_snapshot,
+        trace_budget_mb: int = _DEFAULT.trace_budget_mb,
         name: str | None = None,
         auto_step: bool = False,
         command: list[str] | None = None,
@@ -111,6 +114,7 @@ class Profiler:
             phase_labels=phase_labels,
             stop_after_active=stop_after_active,
             memory_snapshot=memory_snapshot,
+            trace_budget_mb=trace_budget_mb,
         )
         self.name = name or _default_name()
         self.auto_step = auto_step
@@ -289,7 +293,9 @@ class Profiler:
                 self._activities = ["cpu", "cuda"]
         except Exception:  # a broken CUDA install must not stop a CPU capture
             pass
-        self._writer = TraceWriter(self.run_dir, worker_name(self.dist), self._trace_problem)
+        self._writer = TraceWriter(
+            self.run_dir, worker_name(self.dist), self._trace_problem, budget_bytes=self.config.trace_budget_mb << 20
+        )
         c = self.config
         try:
             prof = torch.profiler.profile(

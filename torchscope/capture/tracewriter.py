@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from torchscope.capture.notices import describe, log
+from torchscope.capture.thinning import thin_trace
 from torchscope.rundir.layout import trace_name
 
 
@@ -24,8 +25,9 @@ class TraceWriter:
     training goes on: an exception here would surface in the user's ``prof.step()``.
     """
 
-    def __init__(self, run_dir: Path, worker: str, on_error: Callable[[str], None]) -> None:
+    def __init__(self, run_dir: Path, worker: str, on_error: Callable[[str], None], budget_bytes: int = 0) -> None:
         self.run_dir = run_dir
+        self.budget_bytes = budget_bytes  # a larger trace is thinned (capture/thinning.py); 0: no bound
         self.worker = worker
         self.files: list[str] = []  # names relative to run_dir, in the order written
         self.backend: str | None = None  # torch.distributed's, seen while tracing (for the manifest)
@@ -39,6 +41,7 @@ class TraceWriter:
             name = self._free_name()
             tmp = self.run_dir / f".{name}.partial"
             prof.export_chrome_trace(str(tmp))
+            self._bound(tmp)
             os.replace(tmp, self.run_dir / name)
             self.files.append(name)
             log.debug("wrote %s in %.2f s", name, time.perf_counter() - started)
@@ -46,6 +49,17 @@ class TraceWriter:
             if tmp is not None:
                 _remove_partials(tmp)
             self._on_error(f"could not write a trace file in {self.run_dir}: {describe(exc)}")
+
+    def _bound(self, tmp: Path) -> None:
+        """Thin the exported trace to its budget; if that fails, keep it whole and say why."""
+        try:
+            summary = thin_trace(tmp, self.budget_bytes)
+        except Exception as exc:  # a trace too big to re-read must not cost the trace itself
+            self._on_error(f"could not bound the trace to {self.budget_bytes >> 20} MiB: {describe(exc)}; kept whole")
+            return
+        if summary is not None:
+            log.debug("dropped %d of %d Python-function events to fit %d MiB",
+                      summary["python_events_dropped"], summary["python_events"], self.budget_bytes >> 20)
 
     def _free_name(self) -> str:
         # Milliseconds as in the documented layout; two cycles ending in one millisecond take the next one.

@@ -68,6 +68,9 @@ def add_capture_options(parser: argparse.ArgumentParser) -> None:
         default = getattr(defaults, name)
         group.add_argument(flag, dest=name, action="store_false" if default else "store_true", default=default,
                            help=words)
+    group.add_argument("--trace-budget-mb", dest="trace_budget_mb", type=_at_least(0), metavar="MB",
+                       default=defaults.trace_budget_mb,
+                       help="largest trace file; beyond it the shortest Python calls are dropped (%(default)s; 0: none)")
     group.add_argument("--no-report", action="store_true", help="do not analyse and print the report at the end")
     add_width_option(group)
     # Also accepted after `run` (torchscope's own -v works before it); SUPPRESS keeps the main parser's value.

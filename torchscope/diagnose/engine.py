@@ -61,6 +61,7 @@ RULES: tuple[Rule, ...] = (
     rules_quality.partial,
     rules_quality.profiler_overhead,
     rules_quality.busy_machine,
+    rules_quality.trace_thinned,
 )
 
 # Verdicts about the run as a whole, stated from what the rules above found (or did not find).

@@ -289,3 +289,48 @@ def busy_share(ctx: Context) -> Optional[float]:
     if not isinstance(others, (int, float)) or isinstance(others, bool) or others < BUSY.value:
         return None
     return float(others)
+
+
+THINNED = Threshold(0, "any Python-function event dropped at capture to keep a trace within its size budget")
+
+
+@rule(
+    "trace_quality.trace_thinned",
+    "trace_quality",
+    THINNED,
+    fixes=(
+        Fix(
+            kind="profiler_option",
+            target="trace_budget_mb",
+            value=0,
+            summary="keep every Python call (torchscope run --trace-budget-mb 0; the trace may be hundreds of MB)",
+        ),
+    ),
+)
+def trace_thinned(ctx: Context) -> Optional[Verdict]:
+    """The capture dropped the shortest Python calls of a trace over its size budget (capture/thinning.py):
+    the phases, operators and the kept call tree are whole, but call sites and costly lines shorter than the
+    threshold are missing from the stacks. Says how many were dropped."""
+    section = ctx.report.measurements.profiler_overhead
+    dropped = int(section.python_events_dropped)
+    if dropped <= THINNED.value or not section.thinned_traces:
+        return None
+    recorded = int(section.python_events_recorded)
+    threshold = section.kept_python_longer_than_us
+    return Verdict(
+        title=f"{dropped:,} of {recorded:,} Python calls ({100 * dropped / max(recorded, 1):.0f} %) shorter than "
+        f"{threshold:.1f} us were dropped to keep the trace within {section.trace_budget_mb:g} MiB",
+        share=None,
+        evidence={
+            "python_events_recorded": recorded,
+            "python_events_dropped": dropped,
+            "dropped_python_us": section.dropped_python_us,
+            "kept_python_longer_than_us": threshold,
+            "trace_budget_mb": section.trace_budget_mb,
+            "thinned_traces": section.thinned_traces[:10],
+        },
+        recommendation="The phase shares, operators and every Python frame longer than the threshold (with "
+        "its full inclusive time) are kept, and the dropped calls are still counted in the profiler-overhead "
+        "correction; only stacks and costly lines made of shorter calls are missing. To keep them all, "
+        "re-capture with --trace-budget-mb 0 (or a larger budget), or with --no-stack for timings alone.",
+    )

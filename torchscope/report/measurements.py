@@ -194,6 +194,13 @@ class ProfilerOverhead(Section):
     overhead_us_by_phase: PerStepByName = {}
     corrected_percent: PerStepByName = {}
     slowdown_by_phase: PerStepByName = {}
+    # Traces thinned to their size budget at capture (capture/thinning.py): their shortest Python calls dropped.
+    thinned_traces: Names = []
+    python_events_recorded: Count = 0.0  # in the thinned traces, kept and dropped
+    python_events_dropped: Count = 0.0
+    dropped_python_us: Count = 0.0  # the dropped calls' own total time (inside their kept callers' time)
+    kept_python_longer_than_us: Median = 0.0  # the thinned traces' duration threshold
+    trace_budget_mb: Median = 0.0
 
 
 class Getitem(Section):
