@@ -79,19 +79,25 @@ def test_slow_getitem_is_data_loading(captured) -> None:  # type: ignore[no-unty
     loader = _ranges(events, lambda n: n.startswith("enumerate(DataLoader)#"))
     exposed = sum(_covered(loader, s) for s in steps)
     expected = exposed / sum(b - a for a, b in steps)
-    # What a fix saves on CPU: the loader's main-thread time, less what a loader with workers keeps
-    # (analysis/whatif.py KEPT: 25 % .. 2 %); time_share is the middle of that range. Both are stated
-    # without the profiler's overhead when the capture measured it (issue 13): scaled by the data-loading
-    # share of the unprofiled steps over the recorded one (measurements.profiler_overhead).
+    # Stated without the profiler's overhead when the capture measured it (issue 13): scaled by the
+    # data-loading share of the unprofiled steps over the recorded one (measurements.profiler_overhead).
     overhead = report.measurements.profiler_overhead
     scale, step_us = 1.0, sum(b - a for a, b in steps) / len(steps)
     if overhead.method in ("fetch_clock", "step_clock"):
         scale = min(overhead.corrected_percent["data_loading"] / report.phases["data_loading"].percent, 1.0)
         step_us = overhead.unprofiled_step_us
-    assert top.time_share_low == pytest.approx(0.75 * expected * scale, abs=1e-3)
-    assert top.time_share_high == pytest.approx(0.98 * expected * scale, abs=1e-3)
-    assert top.time_share == pytest.approx(0.865 * expected * scale, abs=1e-3)
-    assert top.evidence["exposed_us_per_step"] == pytest.approx(expected * scale * step_us, rel=1e-3)
+    exposed_us = expected * scale * step_us
+    assert top.evidence["exposed_us_per_step"] == pytest.approx(exposed_us, rel=1e-3)
+    predicted = top.evidence["predicted_step_us"]
+    if predicted is not None:
+        # What the advised workers save (rules_input._advised_saving): the step the advice predicts, and
+        # at the low end the main process also keeps a quarter of the loading (it receives each batch).
+        high = (step_us - predicted) / step_us
+        low = (step_us - max(predicted, step_us - exposed_us + 0.25 * exposed_us)) / step_us
+    else:  # no worker advised: the loader's main-thread time less what workers keep (whatif KEPT)
+        low, high = 0.75 * expected * scale, 0.98 * expected * scale
+    assert (top.time_share_low, top.time_share_high) == pytest.approx((low, high), abs=1e-3)
+    assert top.time_share == pytest.approx((low + high) / 2, abs=1e-3)
     assert top.evidence["cpu_count"] == report.run.manifest["environment"]["cpu_count"]
     assert "num_workers=" in top.recommendation
 
@@ -114,18 +120,29 @@ def test_python_loop_in_forward_is_host_overhead(captured) -> None:  # type: ign
 
 def test_adam_foreach_false_is_optimizer(captured) -> None:  # type: ignore[no-untyped-def]
     report, events = captured["adam_foreach_false.py"]
-    top = report.findings[0]
-    assert top.category == "optimizer"
+    # Its forward/backward (150 tiny layers) is dispatch-bound too: torch.compile's saving there can rank
+    # it level with the optimizer, so the optimizer finding is one of the first two.
+    top = next(f for f in report.findings if f.category == "optimizer")
+    assert report.findings.index(top) <= 1 and top.severity in ("warning", "critical")
     assert top.evidence["implementation"] == "for_loop"
     assert top.evidence["optimizers"] == ["Adam"]
     steps = _steps(events)
     optimizer = _ranges(events, lambda n: n.startswith(("Optimizer.step#", "Optimizer.zero_grad#")) or n == "torchscope:optimizer")
     expected = sum(_covered(optimizer, s) for s in steps) / sum(b - a for a, b in steps)
-    # The saving: Optimizer.step's main-thread time less what foreach keeps (KEPT: 25 % .. 5 %).
+    # The saving on a CPU: the Python inside Optimizer.step (time covered by no operator), less what
+    # foreach keeps of it (whatif.KEPT_CPU_OPTIMIZER_PYTHON: 25 % .. 0 %); the per-tensor ops stay.
     step_only = _ranges(events, lambda n: n.startswith("Optimizer.step#"))
-    step_share = sum(_covered(step_only, s) for s in steps) / sum(b - a for a, b in steps)
-    assert (top.time_share_low, top.time_share_high) == pytest.approx((0.75 * step_share, 0.95 * step_share), abs=1e-3)
-    assert top.time_share == pytest.approx(0.85 * step_share, abs=1e-3)
+    main_tid = next(e["tid"] for e in events if e.get("ph") == "X" and e["name"].startswith("ProfilerStep#"))
+    cpu_ops = [(e["ts"], e["ts"] + e["dur"]) for e in events
+               if e.get("ph") == "X" and e.get("cat") == "cpu_op" and e["tid"] == main_tid]
+    python_us = 0.0
+    for window in steps:
+        for a, b in step_only:
+            if window[0] <= a < window[1]:
+                python_us += (min(b, window[1]) - a) - _covered(cpu_ops, (a, min(b, window[1])))
+    python_share = python_us / sum(b - a for a, b in steps)
+    assert (top.time_share_low, top.time_share_high) == pytest.approx((0.75 * python_share, python_share), abs=1e-3)
+    assert top.time_share == pytest.approx(0.875 * python_share, abs=1e-3)
     mean_step = sum(b - a for a, b in steps) / len(steps)
     assert top.evidence["optimizer_us_per_step"] == pytest.approx(expected * mean_step, rel=1e-3)
     # Per-parameter update ops inside Optimizer.step, counted here from the raw events.

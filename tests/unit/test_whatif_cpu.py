@@ -48,29 +48,47 @@ def test_foreach_on_a_cpu_saves_the_python_between_the_optimizer_ops_not_the_ops
     assert optimizer.time_share_high == pytest.approx(0.20, abs=1e-3)  # not the 4 ms step: 40 %
 
 
-def _tiny_op_forward(b: TraceBuilder, t0: float) -> None:
-    """A 6 ms forward: 250 `aten::linear` of 16 us every 20 us (4 us of Python between them), each around
-    a 10 us `aten::addmm` leaf, then one 1 ms `aten::mm` leaf (real arithmetic)."""
+def _tiny_op_forward(b: TraceBuilder, t0: float, per_sample: bool) -> None:
+    """A 6 ms forward: 250 iterations of 20 us, then one 1 ms `aten::mm` leaf (real arithmetic). Each
+    iteration: (per sample: a 2 us `aten::select` of the next row, then) a 14 us `aten::linear` around a
+    10 us `aten::addmm` leaf, and Python for the rest of the 20 us."""
     b.annotation(PHASE_LABELS["forward"], t0, 6000)
     for k in range(250):
-        b.op("aten::linear", t0 + k * 20, 16)
-        b.op("aten::addmm", t0 + k * 20 + 3, 10)
+        at = t0 + k * 20
+        if per_sample:
+            b.op("aten::select", at, 2)
+        b.op("aten::linear", at + 4, 14)
+        b.op("aten::addmm", at + 6, 10)
     b.op("aten::mm", t0 + 5000, 1000)
 
 
-def test_vectorising_tiny_ops_saves_all_but_the_leaf_operators_arithmetic(tmp_path: Path) -> None:
+def _tiny_op_steps(tmp_path: Path, per_sample: bool) -> Report:
     b = TraceBuilder()
     for i in range(STEPS):
         b.step(i, i * STEP_US, STEP_US)
-        _tiny_op_forward(b, i * STEP_US)
-    report = _report(b, tmp_path)
+        _tiny_op_forward(b, i * STEP_US, per_sample)
+    return _report(b, tmp_path)
+
+
+def test_vectorising_a_per_sample_loop_saves_all_but_the_leaf_operators_arithmetic(tmp_path: Path) -> None:
+    report = _tiny_op_steps(tmp_path, per_sample=True)
+    assert report.measurements.patterns.indexing_loop_iterations_per_step == 250
     savings = report.measurements.savings
-    # Low: every leaf kept (250 x 10 us + 1 ms): 6 - 3.5 ms; high: only the 1 ms leaf kept: 6 - 1 ms.
-    assert savings.saved_us_per_step_low["dispatch"] == pytest.approx(2500.0, rel=1e-3)
+    # Low: every leaf kept (250 x (2 + 10) us + 1 ms): 6 - 4 ms; high: only the 1 ms leaf: 6 - 1 ms.
+    assert savings.saved_us_per_step_low["dispatch"] == pytest.approx(2000.0, rel=1e-3)
     assert savings.saved_us_per_step_high["dispatch"] == pytest.approx(5000.0, rel=1e-3)
     dispatch = _finding(report, "host_overhead.dispatch")
-    assert (dispatch.time_share_low, dispatch.time_share_high) == pytest.approx((0.25, 0.50), abs=1e-3)
-    assert dispatch.time_share == pytest.approx(0.375, abs=1e-3)
+    assert (dispatch.time_share_low, dispatch.time_share_high) == pytest.approx((0.20, 0.50), abs=1e-3)
+    assert dispatch.time_share == pytest.approx(0.35, abs=1e-3)
+
+
+def test_without_a_loop_to_batch_compile_saves_the_python_and_at_most_the_tiny_ops(tmp_path: Path) -> None:
+    report = _tiny_op_steps(tmp_path, per_sample=False)
+    assert report.measurements.patterns.indexing_loop_iterations_per_step == 0
+    # Python between ops: 6 ms - 250 x 14 us - 1 ms = 1.5 ms; tiny ops: 250 x 14 us = 3.5 ms.
+    dispatch = _finding(report, "host_overhead.dispatch")
+    assert (dispatch.time_share_low, dispatch.time_share_high) == pytest.approx((0.15, 0.50), abs=1e-3)
+    assert dispatch.time_share == pytest.approx(0.325, abs=1e-3)
 
 
 def test_a_checkpoint_every_n_steps_keeps_at_most_a_tenth_of_it(tmp_path: Path) -> None:

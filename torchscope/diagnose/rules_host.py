@@ -46,9 +46,15 @@ def host_overhead_dispatch(ctx: Context) -> Optional[Verdict]:
     if ctx.has_device or dispatch.tiny_ops_per_step < TINY_OPS.value:
         return None
     measured = ctx.share(dispatch.tiny_op_us_per_step + dispatch.python_gap_us_per_step)
-    # What vectorising/compiling saves: every op's fixed cost and the Python between ops, not the
-    # leaf operators' arithmetic (analysis/whatif.py); the tiny-op figure when the model did not run.
-    share, share_range = ctx.cost("dispatch", measured)
+    if ctx.report.measurements.patterns.indexing_loop_iterations_per_step > 0:
+        # A per-element loop (torch's ForLoopIndexingPattern): batching it removes every op's fixed cost
+        # and the Python between ops, not the leaf operators' arithmetic (analysis/whatif.py "dispatch").
+        share, share_range = ctx.cost("dispatch", measured)
+    else:
+        # No loop to batch: torch.compile traces the Python between ops away (low) and fuses the tiny ops
+        # too (high), but each remaining op keeps its call.
+        gaps = ctx.share(dispatch.python_gap_us_per_step)
+        share, share_range = (gaps + measured) / 2.0, (gaps, measured)
     return Verdict(
         title=f"Forward/backward spend {ms(measured * ctx.mean_step_us)} per step on tiny ops and Python between them "
         f"({dispatch.tiny_ops_per_step:.0f} ops under 30 us per step)",
