@@ -5,8 +5,9 @@
 For each planted script: capture it as written and with its fix applied for real
 (`TORCHSCOPE_EXAMPLE_FIXED=1`: the DataLoader workers and intra-op threads the finding advised on this
 machine, foreach=True, a batched forward, a checkpoint every 100 steps), `--runs` times each, alternating. The prediction is the planted finding's saving
-(`time_share`, low..high) times the unfixed run's mean step; the measured saving is the difference of
-the median mean steps. Prints a markdown table (docs/rules.md holds one). Not a test: it takes minutes
+(`time_share`, low..high) times the unfixed run's mean step; the measured saving is the share of the
+step the fix saved, pair by pair (plain and fixed run captured back to back see about the same load), so
+both are medians over pairs times the median unfixed step. Prints a markdown table (docs/rules.md holds one). Not a test: it takes minutes
 and its answer depends on how busy the machine is.
 """
 
@@ -38,18 +39,30 @@ PLANTED = {
 
 @dataclass(frozen=True)
 class Case:
+    """One script's captures, paired: plain run i and fixed run i were captured back to back, so each
+    pair saw about the same machine load; shares of the plain step are compared pair by pair."""
+
     script: str
-    finding: Finding
-    step_us: float
-    fixed_step_us: float
+    findings: list[Finding]  # the planted finding of each plain run
+    steps_us: list[float]
+    fixed_steps_us: list[float]
     applied: str = ""  # the machine-dependent fix values the fixed runs used
 
     @property
-    def measured_us(self) -> float:
-        return self.step_us - self.fixed_step_us
+    def step_us(self) -> float:
+        return statistics.median(self.steps_us)
 
-    def predicted_us(self, share: float | None) -> float:
-        return (share or 0.0) * self.step_us
+    @property
+    def fixed_step_us(self) -> float:
+        return statistics.median(self.fixed_steps_us)
+
+    @property
+    def measured_us(self) -> float:
+        """The median over pairs of the share of the step the fix saved, times the median step."""
+        return statistics.median(1.0 - f / s for s, f in zip(self.steps_us, self.fixed_steps_us)) * self.step_us
+
+    def predicted_us(self, which: str = "time_share") -> float:
+        return statistics.median(getattr(f, which) or 0.0 for f in self.findings) * self.step_us
 
 
 def advised(report: Report, script: str) -> dict[str, str]:
@@ -74,10 +87,9 @@ def measure(script: str, runs: int, active: int, root: Path) -> Case:
     for i in range(runs):  # alternate, so a change in machine load hits both sides alike
         plain.append(capture(script, False, active, root / f"{script}-plain-{i}"))
         fixed.append(capture(script, True, active, root / f"{script}-fixed-{i}", advised(plain[-1], script)))
-    middle = sorted(plain, key=lambda r: r.mean_step_us)[len(plain) // 2]
-    finding = next(f for f in middle.findings if f.id == PLANTED[script])
+    findings = [next(f for f in r.findings if f.id == PLANTED[script]) for r in plain]
     applied = " ".join(sorted({f"{k.removeprefix('TORCHSCOPE_EXAMPLE_').lower()}={v}" for r in plain for k, v in advised(r, script).items()}))
-    return Case(script, finding, middle.mean_step_us, statistics.median(r.mean_step_us for r in fixed), applied)
+    return Case(script, findings, [r.mean_step_us for r in plain], [r.mean_step_us for r in fixed], applied)
 
 
 def table(cases: list[Case]) -> str:
@@ -86,12 +98,12 @@ def table(cases: list[Case]) -> str:
         "|---|---|---|---|---|---|---|---|",
     ]
     for c in cases:
-        predicted = c.predicted_us(c.finding.time_share)
+        predicted = c.predicted_us()
         error = (predicted - c.measured_us) / c.measured_us if c.measured_us else float("nan")
         rows.append(
-            f"| `{c.script}` | `{c.finding.id}`{' (' + c.applied + ')' if c.applied else ''} | {c.step_us / 1e3:.1f} | {c.fixed_step_us / 1e3:.1f} | "
-            f"{predicted / 1e3:.1f} | {c.predicted_us(c.finding.time_share_low) / 1e3:.1f}-"
-            f"{c.predicted_us(c.finding.time_share_high) / 1e3:.1f} | {c.measured_us / 1e3:.1f} | {100 * error:+.0f} % |"
+            f"| `{c.script}` | `{PLANTED[c.script]}`{' (' + c.applied + ')' if c.applied else ''} | {c.step_us / 1e3:.1f} | {c.fixed_step_us / 1e3:.1f} | "
+            f"{predicted / 1e3:.1f} | {c.predicted_us('time_share_low') / 1e3:.1f}-"
+            f"{c.predicted_us('time_share_high') / 1e3:.1f} | {c.measured_us / 1e3:.1f} | {100 * error:+.0f} % |"
         )
     return "\n".join(rows)
 
@@ -106,6 +118,9 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as folder:
         cases = [measure(script, args.runs, args.active, Path(folder)) for script in args.only]
     print(table(cases))
+    for c in cases:  # the pairs behind each row: predicted vs measured share of the unfixed step
+        pairs = ", ".join(f"{f.time_share or 0.0:.2f} vs {1.0 - b / a:.2f}" for f, a, b in zip(c.findings, c.steps_us, c.fixed_steps_us))
+        print(f"  {c.script}: predicted vs measured share per pair: {pairs}")
     print(f"\n{args.runs} captures per variant, {args.active} profiled steps each; load average {load:.2f} before, "
           f"{os.getloadavg()[0]:.2f} after; {os.cpu_count()} CPUs.")
     return 0
