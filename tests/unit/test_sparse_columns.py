@@ -20,6 +20,8 @@ _COMM_ARGS = {"Collective name": "allreduce", "Process Group Name": "0", "Group 
               "Out msg nelems": 1024, "dtype": "Float", "Seq": 0}
 _KEYS = {"comm_name": "Collective name", "pg_name": "Process Group Name", "group_size": "Group size",
          "in_nelems": "In msg nelems", "out_nelems": "Out msg nelems", "comm_dtype": "dtype", "seq": "Seq"}
+_MEMORY_KEYS = {"mem_bytes": "Bytes", "total_allocated": "Total Allocated", "total_reserved": "Total Reserved",
+                "device_type": "Device Type", "device_id": "Device Id", "addr": "Addr"}
 
 
 def test_indexing_matches_the_dense_column() -> None:
@@ -59,9 +61,15 @@ def _trace(path: Path) -> Path:
             events.append({"ph": "X", "cat": "cpu_op", "name": "record_param_comms", "pid": 1, "tid": 1, "ts": ts, "dur": 5, "args": args})
             events.append({"ph": "X", "cat": "kernel", "name": "ncclKernel_AllReduce", "pid": 0, "tid": 7, "ts": ts + 2, "dur": 9,
                            "args": {**args, "stream": 7, "correlation": i}})
-        elif i % 50 == 8:  # a runtime event is not of the collectives' kinds
+        elif i % 10 == 3:  # memory events, some without an address (PyTorch < 1.10), some on the host
+            args = {"Device Type": 1 - i % 20 // 10, "Device Id": -1 if i % 20 >= 10 else 0, "Bytes": 512 * i,
+                    "Total Allocated": 1000 + i, "Total Reserved": 4096, "Addr": 7000 + i}
+            if i % 30 == 3:
+                del args["Addr"]
+            events.append({"ph": "i", "s": "t", "cat": "cpu_instant_event", "name": "[memory]", "pid": 1, "tid": 1, "ts": ts, "args": args})
+        elif i % 50 == 8:  # a runtime event is not of the collectives' kinds (nor of the memory ones)
             events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": ts, "dur": 3,
-                           "args": {**_COMM_ARGS, "correlation": i}})
+                           "args": {**_COMM_ARGS, "Bytes": 4, "Addr": 1, "correlation": i}})
         else:
             events.append({"ph": "X", "cat": "cpu_op", "name": "aten::add", "pid": 1, "tid": 1, "ts": ts, "dur": 5,
                            "args": {"External id": i, "Input Dims": [[4], [4]]}})
@@ -73,19 +81,22 @@ def _expected(table: EventTable, path: Path) -> dict[str, list[object]]:
     """Each sparse column as the events give it: the arg where a collective's kind carries it."""
     events = json.loads(path.read_text())["traceEvents"]
     by_ts = {e["ts"]: e for e in events}
-    out: dict[str, list[object]] = {name: [] for name in _KEYS}
+    out: dict[str, list[object]] = {name: [] for name in (*_KEYS, *_MEMORY_KEYS)}
     for ts in table.ts_us.tolist():
         event = by_ts[ts]
         args = event.get("args", {}) if event["cat"] in ("cpu_op", "kernel") else {}
         for name, key in _KEYS.items():
             default = "" if name in ("comm_name", "pg_name", "comm_dtype") else -1
             out[name].append(args.get(key, default))
+        args = event.get("args", {}) if event["name"] == "[memory]" else {}
+        for name, key in _MEMORY_KEYS.items():
+            out[name].append(args.get(key, 0 if name == "mem_bytes" else -1))
     return out
 
 
 def _columns(table: EventTable) -> dict[str, list[object]]:
     strings = ("comm_name", "pg_name", "comm_dtype")
-    return {name: table.text(table.columns[name][:]) if name in strings else table.columns[name][:].tolist() for name in _KEYS}
+    return {name: table.text(table.columns[name][:]) if name in strings else table.columns[name][:].tolist() for name in (*_KEYS, *_MEMORY_KEYS)}
 
 
 def _same(a: EventTable, b: EventTable) -> None:
@@ -101,9 +112,11 @@ def _same(a: EventTable, b: EventTable) -> None:
 def test_every_path_gives_the_same_sparse_table(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = _trace(tmp_path / "comm.pt.trace.json")
     table = parse_trace(path).events
-    assert set(SPARSE_COLUMNS) == set(_KEYS) and all(isinstance(table.columns[n], SparseColumn) for n in SPARSE_COLUMNS)
+    assert set(SPARSE_COLUMNS) == {*_KEYS, *_MEMORY_KEYS} and all(isinstance(table.columns[n], SparseColumn) for n in SPARSE_COLUMNS)
     assert table.columns["seq"].rows.size == 16  # 8 collectives, on their op and their kernel: nothing else
     assert table.columns["comm_dtype"].rows.size == 8  # half of them without a dtype
+    assert table.columns["mem_bytes"].rows.size == 40 and table.columns["addr"].rows.size == 26  # 14 without
+    assert table.columns["total_allocated"].rows is table.columns["mem_bytes"].rows  # one row array
     assert _columns(table) == _expected(table, path)
 
     monkeypatch.setenv(fastscan.DISABLE_ENV, "1")
@@ -122,7 +135,9 @@ def test_every_path_gives_the_same_sparse_table(tmp_path: Path, monkeypatch: pyt
     for batch in list(EventStream(iter([data]), batch_decoder(second), 4096).batches())[len(batches) // 2 :]:
         second.add_batch(batch, 0)
     joined.append(*second.parts(), len(data))
-    _same(joined.finish([])[0], table)
+    parts = joined.finish([])[0]
+    np.nan_to_num(parts.dur_us, copy=False)  # instants have no `dur`: parse_trace makes it 0 after the join
+    _same(parts, table)
 
     # the table cache
     key = cache.cache_key(path)

@@ -28,7 +28,7 @@ from torchscope.rundir.layout import CACHE_DIR
 from torchscope.text import path_text
 from torchscope.trace import entry, fastscan, schema, validate
 from torchscope.trace.read import max_trace_bytes
-from torchscope.trace.sparse import SparseColumn
+from torchscope.trace.sparse import SparseColumn, share_rows
 from torchscope.trace.tables import (
     ALL_COLUMNS,
     DERIVED_COLUMNS,
@@ -157,6 +157,7 @@ def _read_entry(handle: BinaryIO, path: Path) -> TraceFile:
         if rows.size and (rows[0] < 0 or rows[-1] >= size or not (rows[1:] > rows[:-1]).all()):
             raise ValueError("sparse rows out of order or range")
         columns[name] = SparseColumn(size, rows, values, default.astype(values.dtype))
+    share_rows(c for c in columns.values() if isinstance(c, SparseColumn))
     if any(int(c.max(initial=0)) >= len(strings) or int(c.min(initial=0)) < 0 for c in _string_columns(columns)):
         raise ValueError("string ids out of range")
     if not isinstance(meta.get("header"), dict) or not isinstance(meta.get("warnings", []), list):

@@ -18,7 +18,7 @@ from torchscope.arrays import distinct
 from torchscope.trace import schema
 from torchscope.trace.fastscan import ScannedBatch
 from torchscope.trace.kinds import Kind, kind_mask, kind_of_category, kind_of_phase
-from torchscope.trace.sparse import SparseColumn
+from torchscope.trace.sparse import SparseColumn, share_rows
 from torchscope.trace.tables import NUMERIC_COLUMNS, SPARSE_COLUMNS, STRING_COLUMNS, EventTable, StringInterner
 
 _BASE_STRING_SOURCES = ("ph", "cat", "name", "pid", "tid")
@@ -247,8 +247,8 @@ class _SparseParts:
             self.values[name].append(values.astype(_ALL_DTYPES[name], copy=False))
 
     def columns(self, size: int) -> dict[str, SparseColumn]:
-        out = {}
-        for name in SPARSE_COLUMNS:
+        out: dict[str, SparseColumn] = {}
+        for name in sorted(SPARSE_COLUMNS):
             dtype = _ALL_DTYPES[name]
             rows = np.concatenate(self.rows[name]) if self.rows[name] else np.zeros(0, np.int64)
             values = np.concatenate(self.values[name]) if self.values[name] else np.zeros(0, dtype)
@@ -258,6 +258,7 @@ class _SparseParts:
                 last = np.append(rows[1:] != rows[:-1], True)  # the later write wins, as in a dense column
                 rows, values = rows[last], values[last]
             out[name] = SparseColumn(size, rows, values, _DEFAULTS[name])
+        share_rows(out.values())
         return out
 
 

@@ -10,7 +10,7 @@ ufuncs and operators (`column >= 0`) and `np.asarray(column)` see the dense colu
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Iterable
 
 import numpy as np
 from numpy.lib.mixins import NDArrayOperatorsMixin
@@ -138,3 +138,15 @@ def dense_of(column: Any) -> np.ndarray:
 def select_rows(column: Any, keep: np.ndarray) -> Any:
     """`column[keep]` for a boolean `keep`, keeping a sparse column sparse."""
     return column.select(keep) if isinstance(column, SparseColumn) else column[keep]
+
+
+def share_rows(columns: Iterable[SparseColumn]) -> None:
+    """Let columns that carry values on the same rows (the args of one kind of event) hold one row array."""
+    kept: list[np.ndarray] = []
+    for column in columns:
+        for rows in kept:
+            if rows.size == column.rows.size and np.array_equal(rows, column.rows):
+                column.rows = rows
+                break
+        else:
+            kept.append(column.rows)

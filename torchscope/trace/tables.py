@@ -57,11 +57,16 @@ STRING_COLUMNS: tuple[str, ...] = (
     "comm_dtype",
 )
 DERIVED_COLUMNS: dict[str, Any] = {"kind": np.int8}
-# Columns that only a few events carry (the collectives' args: a few events a step) are kept as
-# `sparse.SparseColumn`s (the rows that carry a value, and the values), not one value per event.
-# (`concrete_inputs` stays dense: PyTorch 2.x writes `Concrete Inputs` on every op when shapes are
-# recorded, and a sparse row costs 12 bytes where a dense one costs 4.)
-SPARSE_COLUMNS: frozenset[str] = frozenset(("comm_name", "pg_name", "comm_dtype", "group_size", "in_nelems", "out_nelems", "seq"))
+# Columns that only some events carry are kept as `sparse.SparseColumn`s (the rows that carry a value,
+# and the values), not one value per event: the collectives' args (a few events a step) and the
+# `[memory]` events' (40 bytes an event for all six; the columns share one row array, so they cost less
+# than dense ones unless over 80 % of the events are `[memory]` events). `concrete_inputs` stays dense:
+# PyTorch 2.x writes `Concrete Inputs` on every op when shapes are recorded, and a sparse row costs 12
+# bytes where a dense one costs 4.
+SPARSE_COLUMNS: frozenset[str] = frozenset((
+    "comm_name", "pg_name", "comm_dtype", "group_size", "in_nelems", "out_nelems", "seq",
+    "mem_bytes", "total_allocated", "total_reserved", "device_type", "device_id", "addr",
+))
 ALL_COLUMNS: tuple[str, ...] = (*NUMERIC_COLUMNS, *STRING_COLUMNS, *DERIVED_COLUMNS)
 
 
