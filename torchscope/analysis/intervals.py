@@ -42,11 +42,18 @@ def _covered_before(intervals: IntervalSet, points: np.ndarray) -> np.ndarray:
     starts, ends = intervals
     if starts.size == 0:
         return np.zeros(np.shape(points))
-    cumulative = np.concatenate(([0.0], np.cumsum(ends - starts)))
-    i = np.searchsorted(starts, points, side="right")  # intervals starting at or before p
-    covered = cumulative[np.maximum(i - 1, 0)]
-    partial = np.clip(points - starts[np.maximum(i - 1, 0)], 0.0, (ends - starts)[np.maximum(i - 1, 0)])
-    return np.where(i > 0, covered + partial, 0.0)
+    lengths = ends - starts
+    cumulative = np.empty(starts.size)  # covered length before each interval
+    cumulative[0] = 0.0
+    np.cumsum(lengths[:-1], out=cumulative[1:])
+    last = np.searchsorted(starts, points, side="right") - 1  # the last interval starting at or before p
+    before = last < 0
+    np.maximum(last, 0, out=last)
+    # p is at or past that interval's start, so the part of it before p is min(p - start, length).
+    covered = np.minimum(points - starts[last], lengths[last])
+    covered += cumulative[last]
+    covered[before] = 0.0
+    return covered
 
 
 def covered_before(intervals: IntervalSet, points: np.ndarray) -> np.ndarray:

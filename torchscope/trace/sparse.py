@@ -104,6 +104,10 @@ class SparseColumn(NDArrayOperatorsMixin):
             index = np.flatnonzero(index)
         if not np.issubdtype(index.dtype, np.integer):
             raise IndexError("only integers, slices and integer or boolean arrays are valid indices")
+        if index.size * 4 * max(int(self.rows.size).bit_length(), 1) > self.size:
+            # Many rows asked for: a binary search each (random access into `rows`) costs more than
+            # expanding the column once (a sequential pass) and indexing that.
+            return self.dense()[index]
         wanted = np.where(index < 0, index + self.size, index)
         if wanted.size and (wanted.min() < 0 or wanted.max() >= self.size):
             raise IndexError(f"index out of bounds for size {self.size}")
