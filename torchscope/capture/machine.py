@@ -23,6 +23,8 @@ import weakref
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from torchscope.capture.patching import Patch
+
 _BUSY_FIELDS = (0, 1, 2, 5, 6, 7)  # user nice system irq softirq steal (iowait and idle are not busy)
 MAX_LOADERS = 8  # distinct DataLoaders recorded (train/val/test; a loop that makes one per epoch repeats)
 
@@ -213,35 +215,37 @@ class LoaderRegistry:
         self.loaders: list[dict[str, Any]] = []
         self._seen: dict[int, tuple[Any, dict[str, Any]]] = {}  # id -> (weak reference, entry)
         self._lock = threading.Lock()
-        self._original: Optional[Callable[..., Any]] = None
-        self._owner: Any = None
+        self._patch: Optional[Patch] = None
 
     def install(self) -> None:
         """Wrap ``torch.utils.data.DataLoader.__iter__`` (a no-op when torch's DataLoader is missing)."""
-        if self._original is not None:
+        if self._patch is not None:
             return
         try:
             from torch.utils.data import DataLoader
         except Exception:
             return
-        original = DataLoader.__dict__.get("__iter__")
-        if original is None:
+        if DataLoader.__dict__.get("__iter__") is None:
             return
+        self._patch = Patch(DataLoader, "__iter__", self._wrap)
+        self._patch.install()
+
+    def _wrap(self, original: Callable[..., Any]) -> Callable[..., Any]:
         registry = self
 
         def __iter__(loader: Any) -> Any:
-            registry.note(loader)
+            if registry._patch is not None:  # uninstalled but held by a later patch: pass through
+                registry.note(loader)
             return original(loader)
 
         __iter__.__wrapped__ = original  # type: ignore[attr-defined]
-        self._owner, self._original = DataLoader, original
-        DataLoader.__iter__ = __iter__  # type: ignore[method-assign]
+        return __iter__
 
     def uninstall(self) -> None:
-        """Put the original ``__iter__`` back."""
-        if self._original is not None and self._owner is not None:
-            self._owner.__iter__ = self._original
-        self._original = self._owner = None
+        """Take the ``__iter__`` wrapper off."""
+        if self._patch is not None:
+            self._patch.uninstall()
+        self._patch = None
 
     def note(self, loader: Any) -> None:
         """Record ``loader`` (its settings when first seen; ``iterations`` counts each ``iter()``)."""

@@ -27,6 +27,7 @@ import time
 from typing import Any, Callable, Literal, Optional
 
 from torchscope.capture.machine import CpuSampler
+from torchscope.capture.patching import Patch
 from torchscope.rundir.config import CaptureConfig
 
 State = Literal["none", "warmup", "record"]
@@ -56,21 +57,22 @@ class FetchTimer:
         self._total = 0.0
         self._cpu = 0.0  # this process's CPU time during the fetches: does loading compute or wait?
         self._local = threading.local()
-        self._owner: Any = None
-        self._original: Optional[Callable[..., Any]] = None
-        self._wrapper: Optional[Callable[..., Any]] = None
+        self._patch: Optional[Patch] = None
         self.active = False
 
     def install(self) -> None:
         """Wrap the fetch (a no-op without torch's DataLoader)."""
-        if self._original is not None:
+        if self._patch is not None:
             return
         try:
             from torch.utils.data import dataloader
         except Exception:
             return
-        owner = dataloader._BaseDataLoaderIter
-        original = owner.__next__
+        self._patch = Patch(dataloader._BaseDataLoaderIter, "__next__", self._wrap)
+        self._patch.install()
+        self.active = True
+
+    def _wrap(self, original: Callable[..., Any]) -> Callable[..., Any]:
         timer = self
 
         @functools.wraps(original)
@@ -86,16 +88,14 @@ class FetchTimer:
                 timer._cpu += time.process_time() - cpu
                 timer._local.inside = False
 
-        self._owner, self._original, self._wrapper = owner, original, __next__
-        setattr(owner, "__next__", __next__)
-        self.active = True
+        return __next__
 
     def uninstall(self) -> None:
-        """Stop timing; put the original back unless another patch wraps ours (ours then passes through)."""
+        """Stop timing and take the wrapper off (it passes through if another patch holds it)."""
         self.active = False
-        if self._owner is not None and self._owner.__dict__.get("__next__") is self._wrapper:
-            setattr(self._owner, "__next__", self._original)
-        self._owner = self._original = self._wrapper = None
+        if self._patch is not None:
+            self._patch.uninstall()
+        self._patch = None
 
     def take(self) -> tuple[float, float]:
         """(wall, process CPU) time of the fetches since the last call, in us."""
