@@ -184,15 +184,20 @@ def outermost_ancestor_of(tree: HostTree, mask: np.ndarray, events_of_interest: 
 
 def launcher_of_device_events(events: EventTable, device: np.ndarray) -> np.ndarray:
     """The host runtime call (event index) that launched each device event, by correlation id."""
-    runtime = np.flatnonzero(kind_mask(events.kind, (Kind.RUNTIME, Kind.DRIVER)) & (events.correlation >= 0))
+    corr, runtime = events.memo("launchers_by_correlation", lambda: _launchers_by_correlation(events))
     launcher = np.full(device.size, -1, dtype=np.int64)
     if runtime.size == 0 or device.size == 0:
         return launcher
-    corr = events.correlation[runtime]
-    order = np.argsort(corr, kind="stable")
-    corr, runtime = corr[order], runtime[order]
     wanted = events.correlation[device]
     pos = np.minimum(np.searchsorted(corr, wanted), corr.size - 1)
     found = (corr[pos] == wanted) & (wanted >= 0)
     launcher[found] = runtime[pos[found]]
     return launcher
+
+
+def _launchers_by_correlation(events: EventTable) -> tuple[np.ndarray, np.ndarray]:
+    """The runtime and driver calls with a correlation id, by id (once per table: several analyses ask)."""
+    runtime = np.flatnonzero(kind_mask(events.kind, (Kind.RUNTIME, Kind.DRIVER)) & (events.correlation >= 0))
+    corr = events.correlation[runtime]
+    order = np.argsort(corr, kind="stable")
+    return corr[order], runtime[order]

@@ -7,6 +7,7 @@ stored once in `strings` and referenced by int32 ids; id 0 is always the empty s
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from types import FunctionType
 from typing import Any
 
 import numpy as np
@@ -122,9 +123,26 @@ class EventTable:
         names = self.name if rows is None else self.name[rows]
         in_use = self.memo("name_ids", lambda: np.flatnonzero(np.bincount(self.name))) if rows is None else distinct(names)
         strings = self.strings
-        lookup = np.zeros(len(strings), dtype=bool)
+        known = self._known_names(predicate)
+        if known is None:
+            lookup = np.zeros(len(strings), dtype=bool)
+        else:  # a named function: its answers are kept per string, asked again only for new ones
+            lookup, evaluated = known
+            in_use = in_use[~evaluated[in_use]]
+            evaluated[in_use] = True
         lookup[in_use] = np.fromiter((bool(predicate(strings[i])) for i in in_use.tolist()), bool, in_use.size)
         return np.take(lookup, names)
+
+    def _known_names(self, predicate: Any) -> tuple[np.ndarray, np.ndarray] | None:
+        """(answer, evaluated) per string for a module-level function without a closure, which is taken to
+        answer the same for the same name (the same predicates, e.g. `is_user_frame`, come back from several
+        analyses); None for a lambda or a closure (a new object each call, nothing to share)."""
+        if not isinstance(predicate, FunctionType) or predicate.__closure__ is not None or predicate.__name__ == "<lambda>":
+            return None
+        known: dict[Any, tuple[np.ndarray, np.ndarray]] = self.memo("name_predicates", dict)
+        if predicate not in known or known[predicate][0].size != len(self.strings):
+            known[predicate] = (np.zeros(len(self.strings), dtype=bool), np.zeros(len(self.strings), dtype=bool))
+        return known[predicate]
 
     def memo(self, key: str, compute: Any) -> Any:
         """A derived value computed once per table (several analyses ask for the same masks)."""

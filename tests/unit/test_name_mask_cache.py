@@ -1,0 +1,49 @@
+"""EventTable.name_mask keeps a named predicate's answers per string: same masks, each name asked once."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from torchscope.trace.tables import EventTable
+
+_ASKED: list[str] = []
+
+
+def _is_add(name: str) -> bool:
+    _ASKED.append(name)
+    return name.startswith("aten::add")
+
+
+def _table() -> EventTable:
+    strings = ["", "aten::add", "aten::mul", "aten::add_", "ProfilerStep#1", "unused shape"]
+    name = np.array([1, 2, 3, 1, 4, 2, 3, 1], dtype=np.int32)
+    return EventTable({"ts_us": np.arange(name.size, dtype=np.float64), "name": name}, strings)
+
+
+def test_named_predicates_are_asked_once_per_name_and_give_the_same_masks() -> None:
+    table = _table()
+    expected = np.array([True, False, True, True, False, False, True, True])
+    _ASKED.clear()
+    rows = np.array([1, 2, 5])
+    assert table.name_mask(_is_add, rows).tolist() == [False, True, False]
+    assert sorted(_ASKED) == ["aten::add_", "aten::mul"]  # only the names of those rows
+    assert table.name_mask(_is_add).tolist() == expected.tolist()
+    assert sorted(_ASKED) == ["ProfilerStep#1", "aten::add", "aten::add_", "aten::mul"]  # the new ones only
+    mask = table.name_mask(_is_add)
+    mask[:] = False  # a caller may change its mask in place: the next one is fresh
+    assert table.name_mask(_is_add).tolist() == expected.tolist()
+    assert len(_ASKED) == 4 and "unused shape" not in _ASKED
+
+
+def test_lambdas_and_closures_are_asked_every_time() -> None:
+    table = _table()
+    calls: list[str] = []
+
+    def closure(name: str) -> bool:
+        calls.append(name)
+        return name == "aten::mul"
+
+    for _ in range(2):
+        assert table.name_mask(closure).tolist() == [False, True, False, False, False, True, False, False]
+    assert len(calls) == 8  # 4 distinct names, twice
+    assert table.name_mask(lambda s: s == "ProfilerStep#1").sum() == 1
