@@ -22,6 +22,7 @@ from torchscope.analysis.timeline import align_ranks
 from torchscope.diagnose.engine import diagnose
 from torchscope.errors import InputError, TorchscopeError
 from torchscope.files import write_atomic
+from torchscope.pipeline import step_spread
 from torchscope.pipeline.assemble import assemble
 from torchscope.pipeline.manifests import run_manifest
 from torchscope.pipeline.progress import ByteProgress, Progress, no_progress
@@ -97,6 +98,7 @@ def analyze_run(
             report.warnings = found.warnings + report.warnings
             report.run.partial = True
         overhead.correct(report)  # needs the manifest's step clock: after assembly, before the rules
+        step_spread.fill(report)  # every rank's steps and the step clock: run-level too
         if "timeline" in sidecars:  # ranks' clocks aligned by the offsets the distributed analysis measured
             sidecars["timeline"] = align_ranks(sidecars["timeline"], {r.rank: r.clock_offset_us for r in report.distributed.ranks}, report.run.manifest.get("hosts"))
         report.metrics = metrics_of(report)

@@ -86,6 +86,7 @@ def _header(report: Report) -> Text:
     if report.run.step_source == "whole_trace":
         text.append(" (no ProfilerStep markers: whole trace as one window)", style="yellow")
     text.append(f"\nstep time: mean {duration(mean)}, min {duration(min(durations, default=0))}, max {duration(max(durations, default=0))} (spread {duration(spread)})")
+    text.append(_step_confidence(report))
     if report.device.present and report.device.utilization is not None:
         name = f" {_safe(report.device.name, cell=True)}" if report.device.name else ""
         device = report.device
@@ -93,6 +94,19 @@ def _header(report: Report) -> Text:
         text.append(f"  est. SM efficiency {_percent(device.sm_efficiency, 100)}")
         text.append(f"  est. occupancy {_percent(device.achieved_occupancy_pct)}")
     return text
+
+
+def _step_confidence(report: Report) -> str:
+    """The step time's variation and its mean's 95 % interval (measurements.step_time), recorded steps and
+    the capture's unprofiled ones; empty when there is nothing to say."""
+    st = report.measurements.step_time
+    parts = []
+    if st.ci_half_percent > 0:
+        parts.append(f"mean within ±{st.ci_half_percent:.0f}% (95% CI, {st.steps:.0f} steps, cv {st.cv_percent:.0f}%)")
+    if st.unprofiled_steps >= 2:
+        parts.append(f"unprofiled {duration(st.unprofiled_mean_us)} ±{st.unprofiled_ci_half_percent:.0f}% "
+                     f"({st.unprofiled_steps:.0f} steps, cv {st.unprofiled_cv_percent:.0f}%)")
+    return ("\n  " + "; ".join(parts)) if parts else ""
 
 
 def _percent(value: float | None, scale: float = 1.0) -> str:

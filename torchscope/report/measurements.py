@@ -213,6 +213,26 @@ class Getitem(Section):
     calls_us_per_step: PerStepByName = {}
 
 
+class StepTime(Section):
+    """How much the step time varies, and how sure its mean is (pipeline/step_spread.py, run-level): over
+    the recorded steps (every rank's), and over the capture's unprofiled steps when the manifest has them.
+    `ci_*`: Student's t interval of the mean at `confidence`; `*_half_percent`: its half-width over the mean."""
+
+    steps: Count = 0.0
+    mean_us: Median = 0.0
+    median_us: Median = 0.0
+    stdev_us: Median = 0.0
+    cv_percent: Median = 0.0  # stdev over mean
+    confidence: Median = 0.0
+    ci_low_us: Median = 0.0
+    ci_high_us: Median = 0.0
+    ci_half_percent: Median = 0.0
+    unprofiled_steps: Count = 0.0
+    unprofiled_mean_us: Median = 0.0
+    unprofiled_cv_percent: Median = 0.0
+    unprofiled_ci_half_percent: Median = 0.0
+
+
 class Measurements(msgspec.Struct, kw_only=True):
     """Every measurement section of a run (each at its defaults when no span had it)."""
 
@@ -230,6 +250,7 @@ class Measurements(msgspec.Struct, kw_only=True):
     memory: Memory = msgspec.field(default_factory=Memory)
     profiler_overhead: ProfilerOverhead = msgspec.field(default_factory=ProfilerOverhead)
     getitem: Getitem = msgspec.field(default_factory=Getitem)
+    step_time: StepTime = msgspec.field(default_factory=StepTime)
 
 
 SECTION_TYPES: dict[str, type[Section]] = {f.name: f.type for f in msgspec.structs.fields(Measurements)}
