@@ -27,6 +27,7 @@ import numpy as np
 
 from torchscope.analysis import intervals
 from torchscope.analysis.markers import phase_masks
+from torchscope.analysis.source_lines import source_roots
 from torchscope.analysis.memory_blocks import DeviceMemory, device_memory, enclosing_host_event, owners, pair_blocks, user_call_site
 from torchscope.analysis.memory_steps import by_site, growth, step_traffic, surviving_sites
 from torchscope.analysis.reduce import merge_sections
@@ -79,7 +80,7 @@ def _attribute(span: SpanInput, mem: np.ndarray) -> _Attribution:
     starts = events.ts_us[np.maximum(distinct_enclosing, 0)]
     found = owners(events, tree, distinct_enclosing, starts)
     distinct_op = found.op
-    distinct_sites, site_names = user_call_site(events, found)
+    distinct_sites, site_names = user_call_site(events, found, source_roots(span.file))
     op = np.full(mem.size, -1, dtype=np.int64)
     op[alloc] = distinct_op[back]
     site_codes = np.zeros(mem.size, dtype=np.int64)

@@ -22,6 +22,7 @@ import numpy as np
 from torchscope.analysis.frames import is_library_code, is_user_frame, readable
 from torchscope.analysis.nesting import HostTree
 from torchscope.analysis.nesting import _tree_order as tree_order
+from torchscope.analysis.source_lines import frame_at_call
 from torchscope.arrays import distinct
 from torchscope.trace.kinds import Kind
 from torchscope.trace.tables import EventTable
@@ -200,11 +201,13 @@ def _kinds(events: EventTable) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return is_op, user, module
 
 
-def user_call_site(events: EventTable, found: Owners) -> tuple[np.ndarray, list[str]]:
+def user_call_site(events: EventTable, found: Owners, roots: tuple[str, ...] = ()) -> tuple[np.ndarray, list[str]]:
     """The user's frame and the call it made, as (code per event, readable name per code, code 0 = ""):
     `train_step (train.py:42) > torch.ones`. From the Python-function events of `with_stack=True` (their
     line is the function's first line: PyTorch's tracer records calls, not lines, so the call made names
-    the statement), else from the op's `Call stack` argument (older traces, which record lines)."""
+    the statement; where the user's source is found under `roots` or at the frame's absolute path and
+    one statement of that function makes the call, its line: analysis/source_lines.py), else from the
+    op's `Call stack` argument (older traces, which record lines)."""
     frame, callee, op = found.frame, found.callee, found.op
     # A pair of string ids per event: (frame, call made) names, else (0, the op's call stack); (0, 0): nothing.
     def name(rows: np.ndarray) -> np.ndarray:
@@ -214,7 +217,7 @@ def user_call_site(events: EventTable, found: Owners) -> tuple[np.ndarray, list[
     first = np.where(frame >= 0, name(frame), 0)
     second = np.where(frame >= 0, np.where(callee >= 0, name(callee), 0), -np.where(op >= 0, stack, 0))
     keys, inverse = np.unique((first << 32) | (second + 2**31), return_inverse=True)  # string ids < 2**31
-    text = [_site_text(events.strings, int(k >> 32), int((k & 0xFFFFFFFF) - 2**31)) for k in keys.tolist()]
+    text = [_site_text(events.strings, int(k >> 32), int((k & 0xFFFFFFFF) - 2**31), roots) for k in keys.tolist()]
     names = [""] + sorted({t for t in text if t})
     index = {name: i for i, name in enumerate(names)}
     code_of = np.array([index[t] for t in text], dtype=np.int64)
@@ -229,9 +232,11 @@ def _callee_text(name: str) -> str:
     return readable(name)
 
 
-def _site_text(strings: list[str], frame: int, second: int) -> str:
+def _site_text(strings: list[str], frame: int, second: int, roots: tuple[str, ...] = ()) -> str:
+    if frame > 0 and second > 0:
+        return f"{readable(frame_at_call(strings[frame], strings[second], roots))} > {_callee_text(strings[second])}"
     if frame > 0:
-        return readable(strings[frame]) + (f" > {_callee_text(strings[second])}" if second > 0 else "")
+        return readable(strings[frame])
     for line in strings[-second].split(";") if second < 0 else ():
         if line.strip() and not is_library_code(line):
             return readable(line.strip())

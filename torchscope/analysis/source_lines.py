@@ -1,0 +1,131 @@
+"""The line of a recorded Python frame that made a call, read from the user's source where it is at hand.
+
+PyTorch's Python tracer names a frame `train.py(12): step`, 12 being the function's first line
+(`co_firstlineno`), or the running line for a frame already active when profiling started: it records
+calls, not lines. Which statement allocated the leaking tensor is then only "somewhere in `step`". Where
+the analysis runs next to the code (the usual case: `torchscope run`, then the report), the file's syntax
+tree tells which statements of that function call the recorded callee (`torch.ones`, `helper`); when
+exactly one does, that is the line. Nothing is guessed otherwise: no file (a trace read on another
+machine), a file that no longer parses or whose function no longer starts there, a callee called from
+two lines, or a callee with no name in the source (a module called as `self.fc(x)`).
+
+Relative frame paths (the tracer cuts off the `sys.path` entry: `train.py` for the script itself) are
+looked up under the run's working directory and its script's folder, from the run directory's manifest.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import os
+from pathlib import Path
+from typing import Iterator, Optional
+
+from torchscope.analysis.frames import _FRAME, readable  # _FRAME: a Python-function event's name
+from torchscope.rundir.manifest import read_manifests
+
+_MAX_SOURCE_BYTES = 4 << 20  # a Python source file beyond this is not the user's training code
+_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
+
+
+@functools.lru_cache(maxsize=256)
+def source_roots(trace_path: str) -> tuple[str, ...]:
+    """Folders that relative frame paths of the run holding `trace_path` are relative to: each rank's
+    working directory and the folder of its script (`-m module` runs: the working directory)."""
+    roots: list[str] = []
+    for manifest in read_manifests(Path(trace_path)):
+        cwd = manifest.cwd if isinstance(manifest.cwd, str) else None
+        command = manifest.command if isinstance(manifest.command, list) else []
+        if command and command[0].endswith(".py"):
+            roots.append(os.path.dirname(os.path.join(cwd or "", command[0])))
+        if cwd:
+            roots.append(cwd)
+    return tuple(dict.fromkeys(r for r in roots if r))
+
+
+def frame_at_call(frame: str, callee: str, roots: tuple[str, ...] = ()) -> str:
+    """`frame` (a Python-function event's name) with its line moved to the statement that calls
+    `callee` (the name of the event it called), where the source says which one; else `frame`."""
+    match = _FRAME.match(frame)
+    name = _callee_name(callee)
+    if match is None or name is None:
+        return frame
+    line = call_line(_locate(match["file"], roots), int(match["line"]), match["func"], name)
+    return frame if line is None else f"{match['file']}({line}): {match['func']}"
+
+
+def call_line(path: Optional[str], first_line: int, function: str, callee: str) -> Optional[int]:
+    """The one line of `function` (defined at, or running at, `path:first_line`; `<module>`: the module's
+    own code) whose statements call `callee` by that name; None when there is none or more than one, or
+    no source."""
+    tree = _parse(path) if path is not None else None
+    if tree is None:
+        return None
+    scope = tree if function == "<module>" else _function_at(tree, first_line, function)
+    if scope is None:
+        return None
+    lines = {node.lineno for node in _own_nodes(scope) if isinstance(node, ast.Call) and _called(node.func) == callee}
+    return lines.pop() if len(lines) == 1 else None
+
+
+def _callee_name(callee: str) -> Optional[str]:
+    """The name the user's code calls `callee` by: `torch.ones` -> `ones`, `helper (train.py:30)` ->
+    `helper`; None for a module (`nn.Module: Linear_0` is called through an attribute of any name)."""
+    if match := _FRAME.match(callee):
+        return match["func"] if match["func"].isidentifier() else None
+    text = readable(callee)
+    if text.startswith("nn.Module:") or not text:
+        return None
+    name = text.rsplit(".", 1)[-1]
+    return name if name.isidentifier() else None
+
+
+def _locate(file: str, roots: tuple[str, ...]) -> Optional[str]:
+    if os.path.isabs(file):
+        return file
+    return next((os.path.join(root, file) for root in roots if os.path.isfile(os.path.join(root, file))), None)
+
+
+@functools.lru_cache(maxsize=64)
+def _parse(path: str) -> Optional[ast.Module]:
+    try:
+        with open(path, "rb") as source:
+            text = source.read(_MAX_SOURCE_BYTES + 1)
+        if len(text) > _MAX_SOURCE_BYTES:
+            return None
+        return ast.parse(text, filename=path)
+    except (OSError, SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+
+
+def _function_at(tree: ast.Module, line: int, function: str) -> Optional[ast.AST]:
+    """The function of that name whose code starts at `line` (its `def`, or its first decorator:
+    `co_firstlineno` of a decorated function), else the innermost one that holds `line` (a frame that
+    was already running when profiling started is named by its running line)."""
+    named = [node for node in ast.walk(tree) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == function]
+    for node in named:
+        if line in (node.lineno, *(d.lineno for d in node.decorator_list)):
+            return node
+    holding = [node for node in named if node.lineno <= line <= (node.end_lineno or node.lineno)]
+    return min(holding, key=lambda node: (node.end_lineno or node.lineno) - node.lineno, default=None)
+
+
+def _own_nodes(scope: ast.AST) -> Iterator[ast.AST]:
+    """The nodes of `scope`'s own code: not those of functions, classes and lambdas nested in it (they are
+    frames of their own)."""
+    pending = list(ast.iter_child_nodes(scope))
+    while pending:
+        node = pending.pop()
+        yield node
+        if not isinstance(node, _SCOPES):
+            pending.extend(ast.iter_child_nodes(node))
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            pending.extend(node.decorator_list)  # decorators run in the enclosing scope
+
+
+def _called(func: ast.expr) -> Optional[str]:
+    if isinstance(func, ast.Name):
+        return func.id
+    if isinstance(func, ast.Attribute):
+        return func.attr
+    return None
