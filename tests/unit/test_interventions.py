@@ -147,3 +147,24 @@ def test_cuda_only_fixes_are_applied_in_a_trial_through_a_cuda_stand_in(monkeypa
     assert DataLoader(list(range(8))).pin_memory is False
     # A function is not a setting: the diagnosis's sync-debug diagnostic is never a trial.
     assert not applicable(Fix(kind="torch_flag", target="torch.cuda.set_sync_debug_mode", value="warn"))
+
+
+def test_every_patch_comes_off_exactly_also_on_an_exception() -> None:
+    """All the class patches at once (three of them stacked on nn.Module.__call__), then an error inside."""
+    owners = [(DataLoader, "__init__"), (torch.optim.Optimizer, "zero_grad"), (torch.nn.Module, "__call__")]
+    owners += [(cls, "__init__") for cls in vars(torch.optim).values() if isinstance(cls, type) and issubclass(cls, torch.optim.Optimizer)]
+    before = {(cls, name): cls.__dict__.get(name) for cls, name in owners}
+    fixes = [Fix(kind="dataloader_kwarg", target="num_workers", value=0),
+             Fix(kind="optimizer_kwarg", target="foreach", value=True),
+             Fix(kind="code_change", target=ZERO_GRAD_FIX, value=ZERO_GRAD_FIX),
+             Fix(kind="code_change", target="torch.autocast", value="bfloat16"),
+             Fix(kind="code_change", target="channels_last", value="channels_last"),
+             Fix(kind="code_change", target="torch.compile", value="model = torch.compile(model)")]
+    try:
+        with applied(fixes):
+            call = torch.nn.Module.__call__
+            assert call is not before[(torch.nn.Module, "__call__")] and call.__wrapped__.__wrapped__.__wrapped__ is before[(torch.nn.Module, "__call__")]
+            raise KeyError("inside the trial")
+    except KeyError:
+        pass
+    assert {(cls, name): cls.__dict__.get(name) for cls, name in owners} == before

@@ -25,7 +25,9 @@ code into patches installed before the script runs and removed after:
 * `code_change` `optimizer.zero_grad` (value `optimizer.zero_grad(set_to_none=True)`): every
   `Optimizer.zero_grad` call sets the gradients to None.
 
-Anything else is reported as not applicable (`applicable()`), never guessed. Every patch records where
+`_APPLIERS` maps each kind to its patches, in the order they go on; the wrappers of torch's classes go
+through `capture/patching.py`, so they come off exactly, in any order. Anything else is reported as not
+applicable (`applicable()`), never guessed. Every patch records where
 the user's code reached it (`sites`: file:line of the call, outside torch), so a trial can tell a fix
 that was applied from one that never met a DataLoader or optimizer, and `tune` can point at the line
 to change.
@@ -42,8 +44,9 @@ import time
 import threading
 from collections import defaultdict
 from contextlib import ExitStack, contextmanager
-from typing import Any, Callable, Iterator, Optional, Sequence
+from typing import Any, Callable, ContextManager, Iterator, Optional, Sequence
 
+from torchscope.capture.patching import Patch
 from torchscope.report.model import Fix
 
 DATALOADER_KEYWORDS = ("num_workers", "pin_memory", "persistent_workers", "prefetch_factor")
@@ -139,31 +142,40 @@ def applied(fixes: Sequence[Fix]) -> Iterator[None]:
     import torch
 
     with ExitStack() as stack:
-        loader_kwargs = {f.target: f.value for f in fixes if f.kind == "dataloader_kwarg"}
-        if loader_kwargs:
-            stack.enter_context(_patched_init(torch.utils.data.DataLoader, _loader_override(loader_kwargs), "dataloader_kwarg"))
-        optimizer_kwargs = {f.target: f.value for f in fixes if f.kind == "optimizer_kwarg"}
-        if optimizer_kwargs:
-            for cls in _optimizer_classes(torch):
-                accepted = {k: v for k, v in optimizer_kwargs.items() if k in inspect.signature(cls).parameters}
-                if accepted:
-                    stack.enter_context(_patched_init(cls, _optimizer_override(accepted), "optimizer_kwarg"))
-        zero_grad = next((f for f in fixes if _is_zero_grad(f)), None)
-        if zero_grad is not None:
-            stack.enter_context(_zero_grad_to_none(torch, label(zero_grad)))
-        autocast = next((f for f in fixes if is_autocast(f)), None)
-        if autocast is not None:
-            stack.enter_context(_autocast_forward(torch, autocast))
-        layout = next((f for f in fixes if f.kind == "code_change" and f.target == CHANNELS_LAST_TARGET), None)
-        if layout is not None:
-            stack.enter_context(_channels_last(torch, label(layout)))
-        compiled = next((f for f in fixes if is_compile(f)), None)
-        if compiled is not None:  # installed last: outermost, so the other patches run inside the compiled call
-            stack.enter_context(_compiled_forward(torch, label(compiled)))
-        for fix in fixes:
-            if fix.kind == "torch_flag":
-                stack.enter_context(_torch_flag(torch, fix))
+        for selects, patches in _APPLIERS:
+            chosen = [fix for fix in fixes if selects(fix)]
+            if chosen:
+                for patch in patches(torch, chosen):
+                    stack.enter_context(patch)
         yield
+
+
+def _loader_patches(torch: Any, fixes: list[Fix]) -> list[ContextManager[Any]]:
+    return [_patched_init(torch.utils.data.DataLoader, _loader_override({f.target: f.value for f in fixes}), "dataloader_kwarg")]
+
+
+def _optimizer_patches(torch: Any, fixes: list[Fix]) -> list[ContextManager[Any]]:
+    """Each `torch.optim` optimizer that takes one of the keywords, forced those it takes."""
+    forced = {f.target: f.value for f in fixes}
+    patches: list[ContextManager[Any]] = []
+    for cls in _optimizer_classes(torch):
+        accepted = {k: v for k, v in forced.items() if k in inspect.signature(cls).parameters}
+        if accepted:
+            patches.append(_patched_init(cls, _optimizer_override(accepted), "optimizer_kwarg"))
+    return patches
+
+
+def _first(make: Callable[[Any, Fix], ContextManager[Any]]) -> Callable[[Any, list[Fix]], list[ContextManager[Any]]]:
+    """A code change applied once, by its first fix."""
+    return lambda torch, fixes: [make(torch, fixes[0])]
+
+
+def _each(make: Callable[[Any, Fix], ContextManager[Any]]) -> Callable[[Any, list[Fix]], list[ContextManager[Any]]]:
+    return lambda torch, fixes: [make(torch, fix) for fix in fixes]
+
+
+def _code_change(target: str) -> Callable[[Fix], bool]:
+    return lambda fix: fix.kind == "code_change" and fix.target == target
 
 
 def _optimizer_override(forced: dict[str, Any]) -> Callable[[dict[str, Any]], dict[str, Any]]:
@@ -194,30 +206,23 @@ def _loader_override(forced: dict[str, Any]) -> Callable[[dict[str, Any]], dict[
     return override
 
 
-@contextmanager
-def _patched_init(cls: type, override: Callable[[dict[str, Any]], dict[str, Any]], kind: str) -> Iterator[None]:
+def _patched_init(cls: type, override: Callable[[dict[str, Any]], dict[str, Any]], kind: str) -> Patch:
     """Calls of `cls(...)` (keywords only: the fixes are keywords) see `override(kwargs)`; each keyword
     the override set or changed is recorded in `sites` under `kind:keyword`."""
-    own = "__init__" in cls.__dict__
-    original = getattr(cls, "__init__")
 
-    @functools.wraps(original)
-    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
-        changed = override(kwargs)
-        site = _caller_site(cls)
-        for keyword, value in changed.items():
-            if keyword not in kwargs or kwargs[keyword] is not value:
-                sites[f"{kind}:{keyword}"].add(site)
-        original(self, *args, **changed)
+    def make(original: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(original)
+        def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+            changed = override(kwargs)
+            site = _caller_site(cls)
+            for keyword, value in changed.items():
+                if keyword not in kwargs or kwargs[keyword] is not value:
+                    sites[f"{kind}:{keyword}"].add(site)
+            original(self, *args, **changed)
 
-    setattr(cls, "__init__", __init__)
-    try:
-        yield
-    finally:
-        if own:
-            setattr(cls, "__init__", original)
-        else:
-            delattr(cls, "__init__")  # it was inherited: leave the class as it was
+        return __init__
+
+    return Patch(cls, "__init__", make)
 
 
 _TORCHSCOPE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
@@ -245,123 +250,104 @@ def _optimizer_classes(torch: Any) -> list[type]:
     return [c for c in vars(torch.optim).values() if isinstance(c, type) and issubclass(c, base) and c is not base]
 
 
-@contextmanager
-def _zero_grad_to_none(torch: Any, key: str) -> Iterator[None]:
-    original = torch.optim.Optimizer.zero_grad
-
-    @functools.wraps(original)
-    def zero_grad(self: Any, set_to_none: bool = True) -> None:
-        if not set_to_none:
-            sites[key].add(_caller_site())
-        original(self, set_to_none=True)
-
-    torch.optim.Optimizer.zero_grad = zero_grad
-    try:
-        yield
-    finally:
-        torch.optim.Optimizer.zero_grad = original
-
-
-@contextmanager
-def _autocast_forward(torch: Any, fix: Fix) -> Iterator[None]:
-    """The outermost module call of each thread runs under torch.autocast (modules it calls are inside)."""
-    original = torch.nn.Module.__call__
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    dtype = getattr(torch, autocast_dtype(fix))
-    state = threading.local()
+def _zero_grad_to_none(torch: Any, fix: Fix) -> Patch:
     key = label(fix)
 
-    @functools.wraps(original)
-    def __call__(self: Any, *args: Any, **kwargs: Any) -> Any:
-        if getattr(state, "inside", False) or torch.utils.data.get_worker_info() is not None:
-            return original(self, *args, **kwargs)  # inside the model, or a transform in a DataLoader worker
-        state.inside = True
-        try:
-            sites[key].add(_caller_site())
-            with torch.autocast(device, dtype=dtype):
-                return original(self, *args, **kwargs)
-        finally:
-            state.inside = False
+    def make(original: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(original)
+        def zero_grad(self: Any, set_to_none: bool = True) -> None:
+            if not set_to_none:
+                sites[key].add(_caller_site())
+            original(self, set_to_none=True)
 
-    torch.nn.Module.__call__ = __call__
-    try:
-        yield
-    finally:
-        torch.nn.Module.__call__ = original
+        return zero_grad
+
+    return Patch(torch.optim.Optimizer, "zero_grad", make)
 
 
-@contextmanager
-def _channels_last(torch: Any, key: str) -> Iterator[None]:
-    """Outermost module calls: the module converted to channels_last once, 4-D tensor arguments too."""
-    original = torch.nn.Module.__call__
-    converted: set[int] = set()
+def _outermost_calls(torch: Any, handle: Callable[[Callable[..., Any], Any, tuple[Any, ...], dict[str, Any]], Any],
+                     aside_while_compiling: bool = False) -> Patch:
+    """`nn.Module.__call__` wrapped: the outermost module call of each thread (the model, where the user's
+    code calls it) goes to `handle(original, module, args, kwargs)`; calls inside it, and transforms in a
+    DataLoader worker, run as they were."""
     state = threading.local()
+
+    def make(original: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(original)
+        def __call__(self: Any, *args: Any, **kwargs: Any) -> Any:
+            # While dynamo traces the model it traces this wrapper too: step aside first (no thread-local
+            # lookups in the traced code).
+            if aside_while_compiling and torch.compiler.is_compiling():
+                return original(self, *args, **kwargs)
+            if getattr(state, "inside", False) or torch.utils.data.get_worker_info() is not None:
+                return original(self, *args, **kwargs)
+            state.inside = True
+            try:
+                return handle(original, self, args, kwargs)
+            finally:
+                state.inside = False
+
+        return __call__
+
+    return Patch(torch.nn.Module, "__call__", make)
+
+
+def _autocast_forward(torch: Any, fix: Fix) -> Patch:
+    """The outermost module call of each thread runs under torch.autocast (modules it calls are inside)."""
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    dtype = getattr(torch, autocast_dtype(fix))
+    key = label(fix)
+
+    def handle(original: Callable[..., Any], module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        sites[key].add(_caller_site())
+        with torch.autocast(device, dtype=dtype):
+            return original(module, *args, **kwargs)
+
+    return _outermost_calls(torch, handle)
+
+
+def _channels_last(torch: Any, fix: Fix) -> Patch:
+    """Outermost module calls: the module converted to channels_last once, 4-D tensor arguments too."""
+    converted: set[int] = set()
+    key = label(fix)
 
     def layout(value: Any) -> Any:
         if isinstance(value, torch.Tensor) and value.dim() == 4:
             return value.contiguous(memory_format=torch.channels_last)
         return value
 
-    @functools.wraps(original)
-    def __call__(self: Any, *args: Any, **kwargs: Any) -> Any:
-        if getattr(state, "inside", False) or torch.utils.data.get_worker_info() is not None:
-            return original(self, *args, **kwargs)
-        state.inside = True
-        try:
-            if id(self) not in converted:
-                converted.add(id(self))
-                if any(p.dim() == 4 for p in self.parameters()):  # a convolutional model: something to convert
-                    self.to(memory_format=torch.channels_last)
-                    sites[key].add(_caller_site())
-            return original(self, *[layout(a) for a in args], **{k: layout(v) for k, v in kwargs.items()})
-        finally:
-            state.inside = False
+    def handle(original: Callable[..., Any], module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        if id(module) not in converted:
+            converted.add(id(module))
+            if any(p.dim() == 4 for p in module.parameters()):  # a convolutional model: something to convert
+                module.to(memory_format=torch.channels_last)
+                sites[key].add(_caller_site())
+        return original(module, *[layout(a) for a in args], **{k: layout(v) for k, v in kwargs.items()})
 
-    torch.nn.Module.__call__ = __call__
-    try:
-        yield
-    finally:
-        torch.nn.Module.__call__ = original
+    return _outermost_calls(torch, handle)
 
 
-@contextmanager
-def _compiled_forward(torch: Any, key: str) -> Iterator[None]:
+def _compiled_forward(torch: Any, fix: Fix) -> Patch:
     """Outermost module calls go through `torch.compile(module)`, made once per module; each call timed."""
-    original = torch.nn.Module.__call__
     compiled: dict[int, Any] = {}
-    state = threading.local()
+    key = label(fix)
 
-    @functools.wraps(original)
-    def __call__(self: Any, *args: Any, **kwargs: Any) -> Any:
-        # While dynamo traces the model it traces this wrapper too: step aside first (no thread-local
-        # lookups in the traced code).
-        if torch.compiler.is_compiling():
-            return original(self, *args, **kwargs)
-        if getattr(state, "inside", False) or torch.utils.data.get_worker_info() is not None:
-            return original(self, *args, **kwargs)
-        state.inside = True
+    def handle(original: Callable[..., Any], module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        if id(module) not in compiled:
+            # The model (parameters to train), not a parameterless loss module called beside it.
+            compiled[id(module)] = _compile(torch, module) if any(True for _ in module.parameters()) else None
+            if compiled[id(module)] is not None:
+                sites[key].add(_caller_site())
+        if compiled[id(module)] is None:
+            return original(module, *args, **kwargs)
+        began = time.perf_counter()
         try:
-            if id(self) not in compiled:
-                # The model (parameters to train), not a parameterless loss module called beside it.
-                compiled[id(self)] = _compile(torch, self) if any(True for _ in self.parameters()) else None
-                if compiled[id(self)] is not None:
-                    sites[key].add(_caller_site())
-            if compiled[id(self)] is None:
-                return original(self, *args, **kwargs)
-            began = time.perf_counter()
-            try:
-                return compiled[id(self)](*args, **kwargs)
-            finally:
-                if len(forward_s) < 10_000:  # a long script must not grow it without bound
-                    forward_s.append(time.perf_counter() - began)
+            return compiled[id(module)](*args, **kwargs)
         finally:
-            state.inside = False
+            if len(forward_s) < 10_000:  # a long script must not grow it without bound
+                forward_s.append(time.perf_counter() - began)
 
-    torch.nn.Module.__call__ = __call__
-    try:
-        yield
-    finally:
-        torch.nn.Module.__call__ = original
+    return _outermost_calls(torch, handle, aside_while_compiling=True)
 
 
 _FORWARD_HOOKS = ("_global_forward_pre_hooks", "_global_forward_hooks", "_global_forward_hooks_always_called",
@@ -412,3 +398,16 @@ def _torch_flag(torch: Any, fix: Fix) -> Iterator[None]:
         yield
     finally:
         setattr(owner, attribute, before)
+
+
+# Fix kind -> how `applied` installs it, in this order: torch.compile after the other module-call patches
+# (outermost, so they run inside the compiled call); flags are process-wide settings.
+_APPLIERS: tuple[tuple[Callable[[Fix], bool], Callable[[Any, list[Fix]], list[ContextManager[Any]]]], ...] = (
+    (lambda fix: fix.kind == "dataloader_kwarg", _loader_patches),
+    (lambda fix: fix.kind == "optimizer_kwarg", _optimizer_patches),
+    (_is_zero_grad, _first(_zero_grad_to_none)),
+    (is_autocast, _first(_autocast_forward)),
+    (_code_change(CHANNELS_LAST_TARGET), _first(_channels_last)),
+    (is_compile, _first(_compiled_forward)),
+    (lambda fix: fix.kind == "torch_flag", _each(_torch_flag)),
+)
