@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from torchscope.analysis.source_lines import call_line, frame_at_call, source_roots
+from torchscope.analysis.source_lines import call_line, frame_at_call, function_start, source_roots
 
 SOURCE = '''import torch
 keep = []
@@ -87,3 +87,11 @@ def test_relative_frame_paths_are_found_through_the_runs_manifest(tmp_path: Path
     assert str(code) in roots
     assert frame_at_call("train.py(5): step", ONES, roots) == "train.py(7): step"
     assert frame_at_call("train.py(5): step", ONES, ()) == "train.py(5): step"  # a bare trace: no roots
+
+
+def test_a_running_line_is_moved_to_its_functions_first_line(tmp_path: Path) -> None:
+    path = str(_write(tmp_path))
+    assert function_start(f"{path}(6): step") == f"{path}(5): step"
+    assert function_start(f"{path}(15): twice") == f"{path}(13): twice"  # the decorator's line, as co_firstlineno
+    assert function_start(f"{path}(21): <module>") == f"{path}(21): <module>"  # module code has no def
+    assert function_start("missing.py(6): step") == "missing.py(6): step"

@@ -2,7 +2,9 @@
 
 With ``with_stack`` (torchscope's default) the Python tracer records every Python call as a
 ``python_function`` event named ``path/to/file.py(42): func`` (42: the function's first line, not the
-calling line: that is what the tracer records); an op's call site is its nearest enclosing
+calling line: that is what the tracer records; a frame already running when profiling started is named
+by its running line, moved to its function's first line where the source is at hand, so one function is
+one site: analysis/source_lines.py); an op's call site is its nearest enclosing
 frame outside libraries (site-packages, torch, the standard library) and outside the profiler and
 torchscope. Per (operator, call site): calls, host self and device self time, so the sites of one
 operator add up to (at most) its row in the operator table. The operators chosen are the largest by host
@@ -20,6 +22,7 @@ import numpy as np
 from torchscope.analysis.frames import is_user_frame, readable
 from torchscope.analysis.nesting import nearest_ancestor_of
 from torchscope.analysis.registry import Analysis, Part
+from torchscope.analysis.source_lines import function_start, source_roots
 from torchscope.analysis.span import SpanInput
 from torchscope.report.model import CallSiteRow
 from torchscope.trace.kinds import Kind
@@ -48,12 +51,13 @@ def call_site_rows(span: SpanInput, top: int = TOP_OPERATORS * 2) -> list[CallSi
     ops, site = ops[site >= 0], site[site >= 0]
     key = (events.name[ops].astype(np.int64) << 32) | events.name[site].astype(np.int64)
     unique, group = np.unique(key, return_inverse=True)
+    roots = source_roots(span.file)
     calls = np.bincount(group, minlength=unique.size)
     host = np.bincount(group, times.host_self_us[ops], unique.size)
     device = np.bincount(group, times.device_self_us[ops], unique.size)
     return [
-        CallSiteRow(operator=events.strings[k >> 32], site=readable(events.strings[k & 0xFFFFFFFF]), calls=int(calls[g]),
-                    host_self_us=float(host[g]), device_self_us=float(device[g]))
+        CallSiteRow(operator=events.strings[k >> 32], site=readable(function_start(events.strings[k & 0xFFFFFFFF], roots)),
+                    calls=int(calls[g]), host_self_us=float(host[g]), device_self_us=float(device[g]))
         for g, k in enumerate(unique.tolist())
     ]
 

@@ -54,6 +54,18 @@ def frame_at_call(frame: str, callee: str, roots: tuple[str, ...] = ()) -> str:
     return frame if line is None else f"{match['file']}({line}): {match['func']}"
 
 
+def function_start(frame: str, roots: tuple[str, ...] = ()) -> str:
+    """`frame` named by its function's first line where it was named by its running line (a frame active
+    when profiling started), so that one function reads as one site; else `frame`."""
+    match = _FRAME.match(frame)
+    tree = _parse(path) if match is not None and (path := _locate(match["file"], roots)) is not None else None
+    scope = _function_at(tree, int(match["line"]), match["func"]) if tree is not None and match is not None else None
+    if match is None or scope is None or not isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return frame
+    first = min((scope.lineno, *(d.lineno for d in scope.decorator_list)))
+    return f"{match['file']}({first}): {match['func']}"
+
+
 def call_line(path: Optional[str], first_line: int, function: str, callee: str) -> Optional[int]:
     """The one line of `function` (defined at, or running at, `path:first_line`; `<module>`: the module's
     own code) whose statements call `callee` by that name; None when there is none or more than one, or
