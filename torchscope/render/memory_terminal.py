@@ -8,18 +8,11 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from torchscope.render.units import size
 from torchscope.report.model import MemorySummary
 from torchscope.text import printable
 
 ALIVE_ROWS = 3
-
-
-def size(nbytes: float) -> str:
-    """Bytes as people read them: `4.0 MiB`, `1.2 GiB`, `512 B`."""
-    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if abs(nbytes) >= scale:
-            return f"{nbytes / scale:,.1f} {unit}"
-    return f"{nbytes:,.0f} B"
 
 
 def memory_table(memory: MemorySummary) -> Group | None:

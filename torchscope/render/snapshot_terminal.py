@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from torchscope.render.memory_terminal import size
+from torchscope.render.units import size
 from torchscope.report.snapshot import SnapshotDevice, SnapshotSite, SnapshotSummary
 from torchscope.text import printable
 

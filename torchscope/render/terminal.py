@@ -18,7 +18,7 @@ from torchscope.render.memory_terminal import memory_table
 from torchscope.render.overhead_terminal import overhead_table
 from torchscope.render.modules_terminal import modules_table
 from torchscope.render.registry import RenderOptions, register
-from torchscope.render.units import duration
+from torchscope.render.units import duration, size
 from torchscope.report.model import CategoryTime, Finding, Report
 
 # Names come from the trace (user code): control characters would move the cursor or recolour the
@@ -167,9 +167,9 @@ def _evidence_value(key: str, value: Any) -> str:
         if "share" in key or "fraction" in key or key.endswith(("utilization", "efficiency", "spread", "ratio")):
             return f"{100 * float(value):.1f}%"
         if "bytes" in key:
-            return _bytes(float(value))
+            return size(float(value))
     if isinstance(value, dict) and "bytes" in key:  # {call site: bytes}
-        return "{" + ", ".join(f"{k}: {_bytes(float(v)) if _is_number(v) else _value(v)}" for k, v in list(value.items())[:5]) + "}"
+        return "{" + ", ".join(f"{k}: {size(float(v)) if _is_number(v) else _value(v)}" for k, v in list(value.items())[:5]) + "}"
     if isinstance(value, dict) and _in_us(key):
         # A plug-in's or an old report's dict may hold None or text beside the numbers.
         shown = (f"{k}: {_us(float(v)) if _is_number(v) else _value(v)}" for k, v in list(value.items())[:5])
@@ -183,13 +183,6 @@ def _in_us(key: str) -> bool:
 
 def _us(value: float) -> str:
     return f"{value:,.0f} us"
-
-
-def _bytes(value: float) -> str:
-    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if abs(value) >= size:
-            return f"{value / size:,.1f} {unit}"
-    return f"{value:,.0f} B"
 
 
 def _value(value: Any) -> str:
