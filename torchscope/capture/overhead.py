@@ -159,6 +159,10 @@ class StepClock:
         self._step += 1
         if step_state(self.config, self._step - 1) == "record" and step_state(self.config, self._step) != "record":
             self.sampler.end()  # after the profiler's step(): the window has ended (later calls are ignored)
+        if self.fetches._patch is not None:
+            # Fetches are timed only in the steps kept as unprofiled: in a recorded step the timer's clock reads
+            # (syscalls, where a busy machine deschedules) sit outside torch's fetch range, as "other" time.
+            self.fetches.active = step_state(self.config, self._step) == "none"
         self._cpu_at_start = time.process_time()  # before the wall clock: a stall in it is not the step's
         self._started_at = time.perf_counter()
 
