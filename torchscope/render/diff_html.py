@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from html import escape
 
-from torchscope.render.units import duration
+from torchscope.render.units import duration, share
 from torchscope.report.diff import CategoryChange, ReportDiff, RowChange
 
 _STYLE = """
@@ -90,11 +90,9 @@ def _findings(diff: ReportDiff) -> str:
         return ""
     body = "".join(
         f"<tr><td>{escape(f.id)}<div class='muted'>{escape(f.title)}</div></td><td>{f.status}</td>"
-        f"<td>{_share(f.base_share)}</td><td>{_share(f.new_share)}</td></tr>"
+        f"<td>{share(f.base_share)}</td><td>{share(f.new_share)}</td></tr>"
         for f in moved
     )
     return f"<h2>Findings</h2><table><tr><th>finding</th><th>status</th><th>cost base</th><th>cost new</th></tr>{body}</table>"
 
 
-def _share(share: float | None) -> str:
-    return "n/a" if share is None else f"{100 * share:.1f} %"

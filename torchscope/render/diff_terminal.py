@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from torchscope.render.units import duration
+from torchscope.render.units import duration, share
 from torchscope.report.diff import ReportDiff, RowChange
 from torchscope.text import printable
 
@@ -103,9 +103,7 @@ def _findings(diff: ReportDiff) -> Table | None:
     for column in ("finding", "status", "cost base", "cost new"):
         table.add_column(column, justify="left" if column in ("finding", "status") else "right")
     for f in moved:
-        table.add_row(_text(f.id), f.status, _share(f.base_share), _share(f.new_share))
+        table.add_row(_text(f.id), f.status, share(f.base_share), share(f.new_share))
     return table
 
 
-def _share(share: float | None) -> str:
-    return "n/a" if share is None else f"{100 * share:.1f} %"

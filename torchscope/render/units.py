@@ -14,3 +14,8 @@ def size(nbytes: float) -> str:
         if abs(nbytes) >= scale:
             return f"{nbytes / scale:,.1f} {unit}"
     return f"{nbytes:,.0f} B"
+
+
+def share(fraction: float | None) -> str:
+    """A share of the step as a percentage, `12.3 %`; "n/a" when there is none (never a made-up 0)."""
+    return "n/a" if fraction is None else f"{100 * fraction:.1f} %"
