@@ -43,19 +43,23 @@ def is_library_code(name: str) -> bool:
     """Whether a frame name (`path/file.py(42): func`), a `Call stack` entry or a file path is not the
     user's own code: a library, torch, torchscope's hooks or the standard library."""
     name = name.strip()
-    if _NOT_USER_CODE.search(name) is not None:
-        return True
-    match = _FRAME.match(name)
-    file = (match["file"] if match else name).replace("\\", "/")
-    if _ABSOLUTE.match(file):
-        return file.startswith(_install_dirs())
-    return _is_stdlib_relative(file, match["func"] if match else None)
+    return _is_library(name, _FRAME.match(name))
 
 
 def is_user_frame(name: str) -> bool:
     """A Python-function event of the user's own code: `path/train.py(42): train_step` outside libraries,
     torch, the standard library and torchscope's hooks."""
-    return _FRAME.match(name) is not None and not is_library_code(name)
+    match = _FRAME.match(name)
+    return match is not None and not _is_library(name, match)
+
+
+def _is_library(name: str, match: re.Match[str] | None) -> bool:
+    if _NOT_USER_CODE.search(name) is not None:
+        return True
+    file = (match["file"] if match else name).replace("\\", "/")
+    if _ABSOLUTE.match(file):
+        return file.startswith(_install_dirs())
+    return _is_stdlib_relative(file, match["func"] if match else None)
 
 
 @functools.cache
@@ -74,7 +78,7 @@ def _is_stdlib_relative(file: str, func: str | None) -> bool:
     like a standard module is the standard library's only when this interpreter's copy of that module
     defines the frame's function (a user's `trace.py(3): train_step` stays theirs). With no function (a
     bare path), or no source to read, the module name decides."""
-    top = file.split("/", 1)[0].removesuffix(".py")
+    top = file.partition("/")[0].removesuffix(".py")
     if top not in _STDLIB_NAMES:
         return False
     if func is None:
