@@ -86,8 +86,12 @@ def thin_trace(path: Path, budget_bytes: int) -> Optional[dict[str, Any]]:
     data = msgspec.json.encode(trace)
     summary["bytes_after"] = len(data)  # the header's own figure is the only one written before the size is known
     tmp = path.with_name(path.name + ".thin")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
+    try:
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
+    except OSError:
+        tmp.unlink(missing_ok=True)  # a disk that filled up keeps the whole trace, and no half-written copy
+        raise
     return summary
 
 
