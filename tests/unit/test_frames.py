@@ -81,3 +81,29 @@ def test_call_stack_paths_without_a_function_go_by_the_module_name() -> None:
     assert is_library_code("contextlib.py")
     assert not is_library_code("model.py")
     assert not is_library_code("aten::mm")
+
+
+def test_relative_frames_of_installed_packages_are_library_code(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    """PyTorch's tracer cuts the site-packages entry off (`transformers/models/...py`): a file this
+    interpreter's site-packages holds at that path is a library's; a user's file is not, even in a folder
+    named like an installed package, and a bare module only where the installed one defines the function."""
+    from torchscope.analysis import frames
+
+    site = tmp_path / "site-packages"
+    (site / "hfpkg" / "models").mkdir(parents=True)
+    (site / "hfpkg" / "models" / "bert.py").write_text("class Bert:\n    def forward(self): pass\n")
+    (site / "utils").mkdir()
+    (site / "sixlike.py").write_text("def get_args(): pass\n")
+    for cached in (frames._site_dirs, frames._installed_names, frames._defined_in):
+        cached.cache_clear()
+    monkeypatch.setattr(frames, "_site_dirs", lambda: (str(site),))
+    try:
+        assert not is_user_frame("hfpkg/models/bert.py(2): forward")
+        assert is_user_frame("hfpkg/models/mine.py(2): forward")  # not a file the package has
+        assert is_user_frame("utils/data.py(3): load")  # a `utils` folder there, not this file
+        assert not is_user_frame("sixlike.py(1): get_args")
+        assert is_user_frame("sixlike.py(9): my_step")  # a user's file of that name: the function is theirs
+        assert is_user_frame("train.py(3): main")
+    finally:
+        for cached in (frames._installed_names, frames._defined_in):
+            cached.cache_clear()

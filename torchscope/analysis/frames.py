@@ -59,7 +59,8 @@ def _is_library(name: str, match: re.Match[str] | None) -> bool:
     file = (match["file"] if match else name).replace("\\", "/")
     if _ABSOLUTE.match(file):
         return file.startswith(_install_dirs())
-    return _is_stdlib_relative(file, match["func"] if match else None)
+    func = match["func"] if match else None
+    return _is_stdlib_relative(file, func) or _is_installed_relative(file, func)
 
 
 @functools.cache
@@ -85,6 +86,52 @@ def _is_stdlib_relative(file: str, func: str | None) -> bool:
         return True
     defined = _stdlib_functions(file)
     return defined is None or func in defined or func in _GENERIC_CODE_NAMES
+
+
+def _is_installed_relative(file: str, func: str | None) -> bool:
+    """Whether a relative frame file is an installed package's: PyTorch's tracer cuts the site-packages
+    entry off too (`transformers/models/bert/modeling_bert.py`, `numpy/core/numeric.py`), so a file that
+    this interpreter's site-packages holds at that path is a library's (a user's `utils/data.py` stays
+    theirs even where a package put a `utils` folder there, unless it has that very file). A bare file (`six.py`) is a
+    library's only when the installed module of that name defines the frame's function: a user's
+    `utils.py(3): load` next to their script stays theirs."""
+    top, sep, _ = file.partition("/")
+    if sep:
+        return top in _installed_names() and any(os.path.isfile(os.path.join(d, *file.split("/"))) for d in _site_dirs())
+    if not file.endswith(".py") or file.removesuffix(".py") not in _installed_names():
+        return False
+    return func is None or func in _defined_in(_site_dirs(), file) or func in _GENERIC_CODE_NAMES
+
+
+@functools.cache
+def _site_dirs() -> tuple[str, ...]:
+    paths = sysconfig.get_paths()
+    return tuple(dict.fromkeys(paths[key] for key in ("purelib", "platlib") if paths.get(key)))
+
+
+@functools.cache
+def _installed_names() -> frozenset[str]:
+    """Top-level packages and modules in this interpreter's site-packages (`torch`, `numpy`, `six`)."""
+    names: set[str] = set()
+    for directory in _site_dirs():
+        try:
+            entries = os.listdir(directory)
+        except OSError:
+            continue
+        names.update(entry.removesuffix(".py") for entry in entries if entry.isidentifier() or entry.endswith(".py"))
+    return frozenset(names)
+
+
+@functools.cache
+def _defined_in(directories: tuple[str, ...], file: str) -> frozenset[str]:
+    """Functions and classes defined in `file` under the first of `directories` that has it."""
+    for directory in directories:
+        try:
+            with open(os.path.join(directory, *file.split("/")), encoding="utf-8", errors="replace") as source:
+                return frozenset(_DEF.findall(source.read()))
+        except OSError:
+            continue
+    return frozenset()
 
 
 @functools.cache
