@@ -38,7 +38,7 @@ def test_report_states_the_spread_and_interval(tmp_path: Path) -> None:
         b.op("aten::mm", t + 10, dur - 20)
         t += dur
     b.write(tmp_path / "run" / "w.pt.trace.json")
-    report = analyze([str(tmp_path / "run")], use_cache=False)
+    report = analyze([str(tmp_path / "run")], jobs=1, use_cache=False)
     st = report.measurements.step_time
     assert st.steps == 4 and st.mean_us == pytest.approx(1000.0) and st.median_us == pytest.approx(1000.0)
     half = t_quantile_975(3) * statistics.stdev([1000.0, 1200.0, 800.0, 1000.0]) / 2

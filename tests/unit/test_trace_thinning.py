@@ -68,7 +68,7 @@ def test_phases_and_overhead_counts_are_unchanged_by_thinning(tmp_path: Path) ->
     whole = _python_heavy(tmp_path / "whole" / "w.pt.trace.json")
     thin = _python_heavy(tmp_path / "thin" / "w.pt.trace.json")
     assert thin_trace(thin, thin.stat().st_size // 3) is not None
-    a, b = (analyze([str(p.parent)], use_cache=False) for p in (whole, thin))
+    a, b = (analyze([str(p.parent)], jobs=1, use_cache=False) for p in (whole, thin))
     assert {n: p.percent for n, p in a.phases.items()} == {n: p.percent for n, p in b.phases.items()}
     pa, pb = a.measurements.profiler_overhead, b.measurements.profiler_overhead
     assert pb.python_events_per_step == pytest.approx(pa.python_events_per_step)
