@@ -113,7 +113,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=3, help="captures per variant (the median is kept)")
     parser.add_argument("--active", type=int, default=5, help="profiled steps per capture")
     parser.add_argument("--only", nargs="*", default=list(PLANTED), help="scripts to run")
+    parser.add_argument("--threads", type=int, default=0,
+                        help="intra-op threads for every capture (OMP_NUM_THREADS; 0: torch's default). On a "
+                        "machine others load, 1 avoids parallel ops stalling on a descheduled thread")
     args = parser.parse_args(argv)
+    if args.threads:
+        os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = str(args.threads)
     load = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as folder:
         cases = [measure(script, args.runs, args.active, Path(folder)) for script in args.only]
@@ -121,7 +126,8 @@ def main(argv: list[str] | None = None) -> int:
     for c in cases:  # the pairs behind each row: predicted vs measured share of the unfixed step
         pairs = ", ".join(f"{f.time_share or 0.0:.2f} vs {1.0 - b / a:.2f}" for f, a, b in zip(c.findings, c.steps_us, c.fixed_steps_us))
         print(f"  {c.script}: predicted vs measured share per pair: {pairs}")
-    print(f"\n{args.runs} captures per variant, {args.active} profiled steps each; load average {load:.2f} before, "
+    threads = f"OMP_NUM_THREADS={args.threads}; " if args.threads else ""
+    print(f"\n{threads}{args.runs} captures per variant, {args.active} profiled steps each; load average {load:.2f} before, "
           f"{os.getloadavg()[0]:.2f} after; {os.cpu_count()} CPUs.")
     return 0
 
