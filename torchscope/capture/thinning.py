@@ -52,7 +52,8 @@ def thin_trace(path: Path, budget_bytes: int) -> Optional[dict[str, Any]]:
     rows = np.flatnonzero(python)
     if rows.size == 0:
         return None
-    dur = np.array([_number(events[i].get("dur")) for i in rows], dtype=np.float64)
+    # A call without a usable duration goes first (a NaN would sort above every real one).
+    dur = np.nan_to_num(np.array([_number(events[i].get("dur")) for i in rows], dtype=np.float64), nan=0.0)
     ts = np.array([_number(events[i].get("ts")) for i in rows], dtype=np.float64)
     python_bytes = _sampled_bytes(events, rows)
     other_bytes = len(msgspec.json.encode([e for e, p in zip(events, python) if not p]))
