@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from torchscope.analysis.collectives import RankCollectives
+from torchscope.arrays import median
 
 
 @dataclass(frozen=True)
@@ -128,5 +129,5 @@ def clock_offsets(n_ranks: int, rank: np.ndarray, key: np.ndarray, end_us: np.nd
     bounds = np.searchsorted(sorted_rank, np.arange(n_ranks + 1))
     for r in range(n_ranks):  # one median per rank
         if bounds[r + 1] > bounds[r]:
-            offsets[r] = float(np.median(sorted_diff[bounds[r] : bounds[r + 1]]))
+            offsets[r] = median(sorted_diff[bounds[r] : bounds[r + 1]])  # np.median imports numpy.ma
     return offsets

@@ -29,6 +29,7 @@ from torchscope.analysis.host import _encloses as encloses  # shared with outsid
 from torchscope.analysis.markers import COMM_OP_PREFIXES, comm_kernel_mask, own_marker_mask, phase_masks
 from torchscope.analysis.span import SpanInput
 from torchscope.analysis.steps import StepWindows, step_marker_mask
+from torchscope.arrays import distinct as distinct_values  # np.unique imports numpy.ma
 from torchscope.trace.kinds import DEVICE_KINDS, Kind, kind_mask
 from torchscope.trace.tables import EventTable
 
@@ -143,7 +144,7 @@ def _concurrency_weight(step: np.ndarray, start: np.ndarray, end: np.ndarray) ->
     overlap): DDP's buckets run concurrently on gloo's threads or NCCL streams, and per-step totals are
     wall time, so each instance counts for this share of its own duration."""
     weight = np.ones(step.size)
-    for number in np.unique(step).tolist():  # one pass per step (a handful per trace)
+    for number in distinct_values(step).tolist():  # one pass per step (a handful per trace)
         mine = step == number
         total = float((end[mine] - start[mine]).sum())
         if total > 0:

@@ -191,7 +191,7 @@ def _stats(rows: list[RankDistributed], worst: int = 3) -> list[RankStat]:
         out.append(RankStat(
             metric=metric,
             min=float(numbers.min()),
-            median=float(np.median(numbers)),
+            median=median(numbers),  # arrays.median: np.median imports numpy.ma
             max=float(numbers.max()),
             worst_ranks=[values[i][1] for i in order.tolist()],
         ))

@@ -22,6 +22,7 @@ from torchscope.analysis.frames import readable
 from torchscope.analysis.reduce import merge_sections
 from torchscope.analysis.registry import Analysis, Part
 from torchscope.analysis.span import SpanInput
+from torchscope.arrays import distinct
 from torchscope.report.measurements import Getitem
 from torchscope.trace.kinds import Kind
 
@@ -49,7 +50,7 @@ def extract(span: SpanInput) -> Optional[Getitem]:
     for name_id, us in zip(*_sum_by(events.name[children], events.dur_us[children])):
         key = readable(events.strings[int(name_id)])
         totals[key] = totals.get(key, 0.0) + float(us) / steps
-    names = sorted({readable(events.strings[int(i)]) for i in np.unique(events.name[outermost])})
+    names = sorted({readable(events.strings[int(i)]) for i in distinct(events.name[outermost])})
     return Getitem(
         frames=names,
         calls_per_step=float(outermost.size / steps),

@@ -137,7 +137,7 @@ def _phase_medians(span: SpanInput) -> dict[str, float]:
     """Each host phase's median time per step: one step descheduled on a busy machine moves a 3-step mean
     by a third of the stall, the median not at all."""
     breakdown = span.phase_breakdown
-    medians = np.median(breakdown.per_step_us, axis=0)
+    medians = [median(column) for column in np.asarray(breakdown.per_step_us).T]  # np.median imports numpy.ma
     return {name: float(us) for name, us in zip(breakdown.categories, medians)}
 
 
