@@ -46,3 +46,13 @@ def test_report_states_the_spread_and_interval(tmp_path: Path) -> None:
     assert st.ci_half_percent == pytest.approx(half / 10) and st.confidence == 0.95
     assert st.unprofiled_steps == 0  # a bare trace: no capture clock
     assert f"±{math.floor(half / 10 + 0.5):.0f}% (95% CI, 4 steps" in render_terminal(report, width=100)
+
+
+def test_steps_for_a_ten_percent_interval() -> None:
+    from torchscope.pipeline.step_spread import steps_for
+
+    assert steps_for(0.0, 10.0) == 0
+    for cv in (4.0, 12.0, 30.0):
+        n = steps_for(cv, 10.0)
+        assert t_quantile_975(n - 1) * cv / math.sqrt(n) <= 10.0 < t_quantile_975(n - 2) * cv / math.sqrt(n - 1)
+    assert steps_for(12.0, 10.0) == 9

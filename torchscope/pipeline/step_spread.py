@@ -18,6 +18,8 @@ from torchscope.report.measurements import StepTime
 from torchscope.report.model import Report
 
 CONFIDENCE = 0.95
+TARGET_HALF_PERCENT = 10.0  # the interval a stable verdict wants: --active N that reaches it is suggested
+MAX_STEPS = 1000
 _Z = 1.959963984540054  # the normal quantile of 0.975 (statistics.NormalDist stays unimported: test_imports)
 
 
@@ -51,6 +53,17 @@ def spread(durations: Sequence[float]) -> tuple[float, float, float, float]:
     return mean, stdev, 100.0 * stdev / mean if mean > 0 else 0.0, half
 
 
+def steps_for(cv_percent: float, half_percent: float) -> int:
+    """The fewest steps whose mean a step-time cv of ``cv_percent`` knows within ±``half_percent`` at 95 %
+    (the interval narrows as t(n-1)/sqrt(n)); 0 without a spread, at most :data:`MAX_STEPS`."""
+    if cv_percent <= 0 or half_percent <= 0:
+        return 0
+    n = 2
+    while n < MAX_STEPS and t_quantile_975(n - 1) * cv_percent / math.sqrt(n) > half_percent:
+        n += 1
+    return n
+
+
 def fill(report: Report) -> None:
     """Set ``report.measurements.step_time`` from the report's steps and its manifest's step clock."""
     section = StepTime()
@@ -66,6 +79,7 @@ def fill(report: Report) -> None:
             section.confidence = CONFIDENCE
             section.ci_low_us, section.ci_high_us = mean - half, mean + half
             section.ci_half_percent = 100.0 * half / mean if mean > 0 else 0.0
+            section.steps_for_10_percent = float(steps_for(cv, TARGET_HALF_PERCENT))
     unprofiled, _, _ = step_times(report.run.manifest)
     if unprofiled:
         mean, _, cv, half = spread(unprofiled)

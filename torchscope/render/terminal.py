@@ -96,13 +96,17 @@ def _header(report: Report) -> Text:
     return text
 
 
+WIDE_INTERVAL_PERCENT = 25.0  # above it the step line says how many recorded steps would give ±10 %
+
+
 def _step_confidence(report: Report) -> str:
     """The step time's variation and its mean's 95 % interval (measurements.step_time), recorded steps and
     the capture's unprofiled ones; empty when there is nothing to say."""
     st = report.measurements.step_time
     parts = []
     if st.ci_half_percent > 0:
-        parts.append(f"mean within ±{st.ci_half_percent:.0f}% (95% CI, {st.steps:.0f} steps, cv {st.cv_percent:.0f}%)")
+        more = f", --active {st.steps_for_10_percent:.0f} for ±10%" if st.ci_half_percent > WIDE_INTERVAL_PERCENT else ""
+        parts.append(f"mean within ±{st.ci_half_percent:.0f}% (95% CI, {st.steps:.0f} steps, cv {st.cv_percent:.0f}%{more})")
     if st.unprofiled_steps >= 2:
         parts.append(f"unprofiled {duration(st.unprofiled_mean_us)} ±{st.unprofiled_ci_half_percent:.0f}% "
                      f"({st.unprofiled_steps:.0f} steps, cv {st.unprofiled_cv_percent:.0f}%)")

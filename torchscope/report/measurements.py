@@ -227,6 +227,7 @@ class StepTime(Section):
     ci_low_us: Median = 0.0
     ci_high_us: Median = 0.0
     ci_half_percent: Median = 0.0
+    steps_for_10_percent: Median = 0.0  # recorded steps whose mean this cv would know within ±10 % (0: n/a)
     unprofiled_steps: Count = 0.0
     unprofiled_mean_us: Median = 0.0
     unprofiled_cv_percent: Median = 0.0
