@@ -17,7 +17,7 @@ from torchscope.analysis.collective_match import CollectiveTable, collective_tab
 from torchscope.analysis.collectives import RankCollectives, extract_collectives
 from torchscope.analysis.registry import Analysis, Part, SpanKey
 from torchscope.analysis.straggler import lateness, per_step_phases, straggler
-from torchscope.arrays import median
+from torchscope.arrays import distinct, median
 from torchscope.report.distributed import CollectiveSummary, Distributed, RankDistributed, RankStat
 from torchscope.report.model import RankSummary, StepRow
 from torchscope.text import path_text
@@ -159,9 +159,9 @@ def _collectives(table: CollectiveTable, top: int = 20) -> list[CollectiveSummar
     labels = np.array([f"{g}\x00{n}" for g, n in zip(table.key_group, table.key_name)], dtype=object)
     label_of_instance = labels[table.key]
     out = []
-    for label in np.unique(labels).tolist():
+    for label in distinct(labels).tolist():  # arrays.distinct: np.unique imports numpy.ma
         mine = label_of_instance == label
-        keys = np.unique(table.key[mine])
+        keys = distinct(table.key[mine])
         group, name = label.split("\x00", 1)
         out.append(CollectiveSummary(
             name=name,
