@@ -128,6 +128,10 @@ def test_reported_shares_match_an_unprofiled_timer(tmp_path: Path) -> None:
     # The script's forward timer holds the functional loss (cross_entropy is no module: torchscope's "other").
     compute = sum(corrected.get(n, 0.0) for n in ("forward", "backward", "optimizer", "other"))
     assert abs(compute - compute_reference) <= TOLERANCE_PP, summary
+    # The step time's spread and the interval of its mean, over the recorded and the unprofiled steps.
+    st = report.measurements.step_time
+    assert st.steps == 3 and st.ci_low_us < st.mean_us < st.ci_high_us and st.cv_percent > 0, st
+    assert st.unprofiled_steps == overhead.unprofiled_steps and st.unprofiled_ci_half_percent > 0, st
     traces = list((tmp_path / "run").glob("*.pt.trace.json"))
     assert traces and all(t.stat().st_size <= BUDGET_MB << 20 for t in traces)
     assert overhead.python_events_dropped > 0.5 * overhead.python_events_recorded, overhead
