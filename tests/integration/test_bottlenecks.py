@@ -130,7 +130,7 @@ def test_adam_foreach_false_is_optimizer(captured) -> None:  # type: ignore[no-u
     optimizer = _ranges(events, lambda n: n.startswith(("Optimizer.step#", "Optimizer.zero_grad#")) or n == "torchscope:optimizer")
     expected = sum(_covered(optimizer, s) for s in steps) / sum(b - a for a, b in steps)
     # The saving on a CPU: the Python inside Optimizer.step (time covered by no operator), less what
-    # foreach keeps of it (whatif.KEPT_CPU_OPTIMIZER_PYTHON: 25 % .. 0 %); the per-tensor ops stay.
+    # foreach keeps of it (whatif.KEPT_CPU_OPTIMIZER_PYTHON: 50 % .. 0 %); the per-tensor ops stay.
     step_only = _ranges(events, lambda n: n.startswith("Optimizer.step#"))
     main_tid = next(e["tid"] for e in events if e.get("ph") == "X" and e["name"].startswith("ProfilerStep#"))
     cpu_ops = [(e["ts"], e["ts"] + e["dur"]) for e in events
@@ -141,8 +141,8 @@ def test_adam_foreach_false_is_optimizer(captured) -> None:  # type: ignore[no-u
             if window[0] <= a < window[1]:
                 python_us += (min(b, window[1]) - a) - _covered(cpu_ops, (a, min(b, window[1])))
     python_share = python_us / sum(b - a for a, b in steps)
-    assert (top.time_share_low, top.time_share_high) == pytest.approx((0.75 * python_share, python_share), abs=1e-3)
-    assert top.time_share == pytest.approx(0.875 * python_share, abs=1e-3)
+    assert (top.time_share_low, top.time_share_high) == pytest.approx((0.5 * python_share, python_share), abs=1e-3)
+    assert top.time_share == pytest.approx(0.75 * python_share, abs=1e-3)
     mean_step = sum(b - a for a, b in steps) / len(steps)
     assert top.evidence["optimizer_us_per_step"] == pytest.approx(expected * mean_step, rel=1e-3)
     # Per-parameter update ops inside Optimizer.step, counted here from the raw events.

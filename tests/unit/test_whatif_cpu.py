@@ -44,7 +44,7 @@ def test_foreach_on_a_cpu_saves_the_python_between_the_optimizer_ops_not_the_ops
     assert savings.saved_us_per_step_low["optimizer_step"] == pytest.approx((1 - kept_low) * python_us, rel=1e-3)
     assert savings.saved_us_per_step_high["optimizer_step"] == pytest.approx((1 - kept_high) * python_us, rel=1e-3)
     optimizer = _finding(report, "optimizer.step")
-    assert optimizer.time_share_low == pytest.approx(0.15, abs=1e-3)  # 1.5 of 10 ms
+    assert optimizer.time_share_low == pytest.approx(0.10, abs=1e-3)  # 1 of 10 ms: Adam-like, half kept
     assert optimizer.time_share_high == pytest.approx(0.20, abs=1e-3)  # not the 4 ms step: 40 %
 
 

@@ -54,9 +54,10 @@ KEPT: dict[str, tuple[float, float]] = {
     "launch": (0.6, 0.2),  # torch.compile / CUDA graphs: fewer, fused launches
     "sync": (0.25, 0.0),  # the sync moved out of the per-step path (one in four steps kept .. none)
 }
-# CPU: share of the Python time inside Optimizer.step a foreach optimizer keeps (torch/optim's
-# _multi_tensor_* still build per-parameter lists in Python, e.g. Adam's bias corrections) .. none.
-KEPT_CPU_OPTIMIZER_PYTHON = (0.25, 0.0)
+# CPU: share of the Python time inside Optimizer.step a foreach optimizer keeps: half (Adam's
+# _multi_tensor_adam still builds per-parameter lists in Python, bias corrections and step values; measured
+# 40-54 % kept under the profiler, docs/rules.md) .. none (SGD's foreach has no per-parameter Python).
+KEPT_CPU_OPTIMIZER_PYTHON = (0.5, 0.0)
 QUEUED_GAP_US = 2.0  # a device op starting this soon after its predecessor was waiting in the queue
 SYNC_FIXED_US = 5.0  # a synchronisation call's own cost when nothing is left to wait for
 
