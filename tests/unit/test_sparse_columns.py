@@ -3,6 +3,7 @@ scanner, the msgspec path, appended byte-range parts and the table cache."""
 
 from __future__ import annotations
 
+import copy
 import json
 from pathlib import Path
 
@@ -42,6 +43,8 @@ def test_indexing_matches_the_dense_column() -> None:
     assert np.array_equal(column >= 0, dense >= 0) and np.array_equal(np.asarray(column), dense)
     assert np.array_equal(np.maximum(column, 3), np.maximum(dense, 3)) and column.tolist() == dense.tolist()
     assert np.array_equal(column.select(mask).dense(), dense[mask])
+    assert column.max() == dense.max() and column.sum() == dense.sum() and column.argmax() == dense.argmax()
+    assert copy.deepcopy(column).rows.tolist() == column.rows.tolist()  # still sparse
     with pytest.raises(IndexError):
         column[np.array([1000])]
     empty = SparseColumn(5, np.zeros(0, np.int64), np.zeros(0, np.int32), 0)

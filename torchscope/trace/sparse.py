@@ -69,6 +69,13 @@ class SparseColumn(NDArrayOperatorsMixin):
             kwargs["out"] = tuple(x.dense() if isinstance(x, SparseColumn) else x for x in kwargs["out"])
         return getattr(ufunc, method)(*dense, **kwargs)
 
+    def __getattr__(self, name: str) -> Any:
+        """Other array methods and attributes (`max()`, `sum()`, `nbytes` aside) act on the dense column,
+        for code written against plain arrays (e.g. a plug-in analysis)."""
+        if name.startswith("__") or name in SparseColumn.__slots__:
+            raise AttributeError(name)
+        return getattr(self.dense(), name)
+
     def tolist(self) -> list[Any]:
         return self.dense().tolist()
 
