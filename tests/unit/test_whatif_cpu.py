@@ -39,13 +39,13 @@ def test_foreach_on_a_cpu_saves_the_python_between_the_optimizer_ops_not_the_ops
     report = _report(b, tmp_path)
     savings = report.measurements.savings
     assert savings.model == "host_critical_path"
-    python_us = 2000.0
-    kept_low, kept_high = whatif.KEPT_CPU_OPTIMIZER_PYTHON
-    assert savings.saved_us_per_step_low["optimizer_step"] == pytest.approx((1 - kept_low) * python_us, rel=1e-3)
-    assert savings.saved_us_per_step_high["optimizer_step"] == pytest.approx((1 - kept_high) * python_us, rel=1e-3)
+    python_us = ops_us = 2000.0
+    (python_low, python_high), (ops_low, ops_high) = whatif.KEPT_CPU_OPTIMIZER_PYTHON, whatif.KEPT_CPU_OPTIMIZER_OPS
+    assert savings.saved_us_per_step_low["optimizer_step"] == pytest.approx((1 - python_low) * python_us + (1 - ops_low) * ops_us, rel=1e-3)
+    assert savings.saved_us_per_step_high["optimizer_step"] == pytest.approx((1 - python_high) * python_us + (1 - ops_high) * ops_us, rel=1e-3)
     optimizer = _finding(report, "optimizer.step")
-    assert optimizer.time_share_low == pytest.approx(0.10, abs=1e-3)  # 1 of 10 ms: Adam-like, half kept
-    assert optimizer.time_share_high == pytest.approx(0.20, abs=1e-3)  # not the 4 ms step: 40 %
+    assert optimizer.time_share_low == pytest.approx(0.10, abs=1e-3)  # half the Python, every op kept: 1 of 10 ms
+    assert optimizer.time_share_high == pytest.approx(0.30, abs=1e-3)  # all the Python, half the ops; not 40 %
 
 
 def _tiny_op_forward(b: TraceBuilder, t0: float, per_sample: bool) -> None:
