@@ -42,6 +42,7 @@ from torchscope.analysis.host import TINY_OP_US, main_thread_mask, sync_mask
 from torchscope.analysis.markers import HOST_RANGES, closure_mask, name_mask, phase_masks
 from torchscope.analysis.nesting import launcher_of_device_events
 from torchscope.analysis.span import SpanInput
+from torchscope.arrays import median
 from torchscope.report.measurements import Savings
 from torchscope.trace.kinds import DEVICE_KINDS, kind_mask
 from torchscope.trace.tables import EventTable
@@ -109,7 +110,7 @@ def _device_queue(events: EventTable, t0: float, t1: float, sync_start: np.ndarr
     prev_end[by_stream[1:][same]] = (start + dur)[by_stream[:-1][same]]
     lag = np.maximum(start - launch, 0.0)
     waited_on_launch = start - prev_end > QUEUED_GAP_US  # the queue was empty: the lag is the launch delay
-    typical = float(np.median(lag[waited_on_launch])) if waited_on_launch.any() else 0.0
+    typical = median(lag[waited_on_launch]) if waited_on_launch.any() else 0.0  # np.median imports numpy.ma
     lag = np.where(waited_on_launch, lag, np.minimum(lag, typical))
     # An op launched before sync j's start is replayed when the host reaches that sync.
     segment = np.searchsorted(sync_start, launch, side="right")
