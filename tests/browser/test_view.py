@@ -14,6 +14,7 @@ from typing import Any, Iterator
 
 import pytest
 from browser_env import TRACES, VIEWS, Page
+from helpers.signals import default_signals
 
 
 @pytest.fixture(scope="module")
@@ -96,7 +97,7 @@ def test_compare_opens_two_runs_side_by_side(page: Page, server: str) -> None:
 
 def test_the_view_command_listens_on_loopback_and_stops_on_interrupt(logdir: Path) -> None:
     proc = subprocess.Popen([sys.executable, "-m", "torchscope", "view", str(logdir), "--port", "0"],
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True, preexec_fn=default_signals)
     try:
         line = proc.stderr.readline() if proc.stderr else ""
         assert "serving" in line and "http://127.0.0.1:" in line

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers.signals import default_signals
 
 pytest.importorskip("torch")
 
@@ -180,18 +181,11 @@ def test_read_only_output_folder(workdir: Path, plain: subprocess.CompletedProce
     assert list(out.iterdir()) == []
 
 
-def _default_signals() -> None:
-    """In the child: SIGINT/SIGTERM as an interactive shell leaves them. A suite started in the background
-    (`make test &`) inherits SIGINT ignored, and Python, like torchscope, then keeps ignoring it."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-
-
 def _interrupt(workdir: Path, out: Path, signum: int) -> subprocess.CompletedProcess[str]:
     proc = subprocess.Popen(
         [sys.executable, "-m", "torchscope", "run", "--no-report", "--active", "1000", "--out", str(out), "slow.py"],
         cwd=workdir, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        preexec_fn=_default_signals,
+        preexec_fn=default_signals,
     )
     try:
         assert proc.stdout is not None

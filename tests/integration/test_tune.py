@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Optional
 
 import pytest
+from helpers.signals import default_signals
 
 from torchscope.pipeline.analyze import analyze
 
@@ -151,7 +152,8 @@ def test_checkpoints_stay_out_of_the_users_directory_and_ctrl_c_returns_what_was
     # --try: a candidate whatever the diagnosis advises on this machine, so there is a trial to interrupt.
     tune = subprocess.Popen([sys.executable, "-m", "torchscope", "tune", "--format", "json", "--baselines", "1",
                              "--try", "num_workers=2", "train.py"],
-                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=default_signals)
     assert tune.stderr is not None
     for line in tune.stderr:  # the baseline is measured once the first candidate's trial starts
         if "tune: trial 1/" in line:
