@@ -100,7 +100,7 @@ def _is_installed_relative(file: str, func: str | None) -> bool:
         return top in _installed_names() and any(os.path.isfile(os.path.join(d, *file.split("/"))) for d in _site_dirs())
     if not file.endswith(".py") or file.removesuffix(".py") not in _installed_names():
         return False
-    return func is None or func in _defined_in(_site_dirs(), file) or func in _GENERIC_CODE_NAMES
+    return func is None or func in (_defined_in(_site_dirs(), file) or ()) or func in _GENERIC_CODE_NAMES
 
 
 @functools.cache
@@ -123,15 +123,16 @@ def _installed_names() -> frozenset[str]:
 
 
 @functools.cache
-def _defined_in(directories: tuple[str, ...], file: str) -> frozenset[str]:
-    """Functions and classes defined in `file` under the first of `directories` that has it."""
+def _defined_in(directories: tuple[str, ...], file: str) -> frozenset[str] | None:
+    """Functions and classes defined in `file` (relative) under the first of `directories` that has it;
+    None when none has it."""
     for directory in directories:
         try:
             with open(os.path.join(directory, *file.split("/")), encoding="utf-8", errors="replace") as source:
                 return frozenset(_DEF.findall(source.read()))
         except OSError:
             continue
-    return frozenset()
+    return None
 
 
 @functools.cache
@@ -140,11 +141,10 @@ def _stdlib_functions(file: str) -> frozenset[str] | None:
     this interpreter's standard library has no such source (a C module such as `math`: a frame in a
     `math.py` is the user's), None when it ships no sources at all (then the module name decides)."""
     stdlib = sysconfig.get_paths()["stdlib"]
-    try:
-        with open(os.path.join(stdlib, *file.split("/")), encoding="utf-8", errors="replace") as source:
-            return frozenset(_DEF.findall(source.read()))
-    except OSError:
-        return frozenset() if os.path.isfile(os.path.join(stdlib, "os.py")) else None
+    defined = _defined_in((stdlib,), file)
+    if defined is not None:
+        return defined
+    return frozenset() if os.path.isfile(os.path.join(stdlib, "os.py")) else None
 
 
 def readable(name: str) -> str:
