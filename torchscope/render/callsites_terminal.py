@@ -7,12 +7,13 @@ from rich import box
 from rich.table import Table
 from rich.text import Text
 
+from torchscope.render.fit import fit_names
 from torchscope.render.units import duration
 from torchscope.report.model import Report
 from torchscope.text import printable
 
 
-def call_sites_table(report: Report, top: int) -> Table | None:
+def call_sites_table(report: Report, top: int, width: int = 100) -> Table | None:
     """The top operators' call sites (the operator named once, on its first site), or None without stacks."""
     if not report.call_sites:
         return None
@@ -21,7 +22,7 @@ def call_sites_table(report: Report, top: int) -> Table | None:
                   title_justify="left")
     for column in ("operator", "called from", "calls", "host self", *(("device self",) if device else ())):
         table.add_column(column, justify="left" if column in ("operator", "called from") else "right",
-                         overflow="ellipsis", no_wrap=True, max_width=36 if column == "operator" else None)
+                         overflow="ellipsis", no_wrap=True)
     previous = None
     shown = 0
     for row in report.call_sites:
@@ -33,4 +34,4 @@ def call_sites_table(report: Report, top: int) -> Table | None:
                  duration(row.host_self_us), *((duration(row.device_self_us),) if device else ())]
         table.add_row(*(Text(printable(cell)) for cell in cells))
         previous = row.operator
-    return table
+    return fit_names(table, width, {"operator": 1, "called from": 2})

@@ -13,6 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from torchscope.render.distributed_terminal import distributed_section
+from torchscope.render.fit import fit_names
 from torchscope.render.callsites_terminal import call_sites_table
 from torchscope.render.memory_terminal import memory_table
 from torchscope.render.overhead_terminal import overhead_table
@@ -57,12 +58,12 @@ def render_terminal(
         _breakdown("Training phases (host)", report.phases, report.mean_step_us) if report.run.device_kind != "cpu" else None,
         overhead_table(report),
         _operators(report, by_shape, top, console.width),
-        call_sites_table(report, top),
+        call_sites_table(report, top, console.width),
         _kernels(report, top, console.width),
         _ranges(report, top, console.width),
         modules_table(report, top),
         memory_table(report.memory),
-        _spans(report),
+        _spans(report, console.width),
         distributed_section(report.distributed) or _ranks(report),
         _warnings(report),
     ):
@@ -214,12 +215,6 @@ def _breakdown(title: str, breakdown: dict[str, CategoryTime], mean_step: float)
     return table
 
 
-def _name_width(width: int, at_100: int, share: float = 1.0) -> int:
-    """A name column's width: `at_100` up to 100 columns, plus `share` of every column beyond that on a
-    wider terminal (names and shapes are cut only when the terminal is too narrow; the JSON has them whole)."""
-    return at_100 + int(share * max(0, width - 100))
-
-
 def _operators(report: Report, by_shape: bool, top: int, width: int = 100) -> Table | None:
     rows = report.operators_by_shape if by_shape else report.operators
     if not rows:
@@ -229,13 +224,13 @@ def _operators(report: Report, by_shape: bool, top: int, width: int = 100) -> Ta
     table = Table(title=title, box=box.SIMPLE_HEAD, title_justify="left")
     columns = ("operator",) + (("input shapes",) if by_shape else ()) + ("calls", "host self", "host total")
     for column in columns + (("device self", "device total") if device else ()):
-        table.add_column(column, justify="left" if column in ("operator", "input shapes") else "right", overflow="ellipsis", no_wrap=True, max_width=_name_width(width, 48, 0.5 if by_shape else 1.0) if column == "operator" else _name_width(width, 32, 0.5) if column == "input shapes" else None)
+        table.add_column(column, justify="left" if column in ("operator", "input shapes") else "right", overflow="ellipsis", no_wrap=True)
     for row in rows[:top]:
         cells = [row.name] + ([row.input_shapes or ""] if by_shape else []) + [f"{row.calls:,}", duration(row.host_self_us), duration(row.host_total_us)]
         if device:
             cells += [duration(row.device_self_us), duration(row.device_total_us)]
         table.add_row(*map(_text, cells))  # Text: names are never read as rich markup
-    return table
+    return fit_names(table, width, {"operator": 3, "input shapes": 2})
 
 
 def _kernels(report: Report, top: int, width: int = 100) -> Table | None:
@@ -243,11 +238,11 @@ def _kernels(report: Report, top: int, width: int = 100) -> Table | None:
         return None
     table = Table(title=f"Top kernels (of {len(report.kernels)}; totals over the whole trace)", box=box.SIMPLE_HEAD, title_justify="left")
     for column in ("kernel", "calls", "total", "mean", "occupancy", "TC", "launched by"):
-        table.add_column(column, justify="left" if column in ("kernel", "launched by") else "right", overflow="ellipsis", no_wrap=True, max_width=_name_width(width, 40, 0.5) if column == "kernel" else 24)
+        table.add_column(column, justify="left" if column in ("kernel", "launched by") else "right", overflow="ellipsis", no_wrap=True)
     for row in report.kernels[:top]:
         occupancy = f"{row.mean_occupancy_pct:.0f}%" if row.mean_occupancy_pct is not None else "-"
         table.add_row(*map(_text, (row.name, f"{row.calls:,}", duration(row.total_us), duration(row.mean_us), occupancy, "yes" if row.tensor_core else "no", row.launched_by)))
-    return table
+    return fit_names(table, width, {"kernel": 2, "launched by": 1})
 
 
 def _ranges(report: Report, top: int, width: int = 100) -> Table | None:
@@ -255,24 +250,24 @@ def _ranges(report: Report, top: int, width: int = 100) -> Table | None:
         return None
     table = Table(title="record_function ranges", box=box.SIMPLE_HEAD, title_justify="left")
     for column in ("range", "calls", "total", "mean"):
-        table.add_column(column, justify="left" if column == "range" else "right", overflow="ellipsis", no_wrap=True, max_width=_name_width(width, 48) if column == "range" else None)
+        table.add_column(column, justify="left" if column == "range" else "right", overflow="ellipsis", no_wrap=True)
     for row in report.ranges[:top]:
         table.add_row(*map(_text, (row.name, f"{row.calls:,}", duration(row.total_us), duration(row.mean_us))))
-    return table
+    return fit_names(table, width, {"range": 1})
 
 
-def _spans(report: Report) -> Table | None:
+def _spans(report: Report, width: int = 100) -> Table | None:
     """Per-span breakdown when a worker wrote several files (schedule cycles)."""
     if len(report.spans) < 2 or len(report.spans) == len(report.ranks):
         return None
     categories = list(report.breakdown)
     table = Table(title="Per span (% of step)", box=box.SIMPLE_HEAD, title_justify="left")
     for column in ("rank", "file", "steps", "mean step", *categories):
-        table.add_column(column, justify="left" if column == "file" else "right", overflow="ellipsis", no_wrap=True, max_width=28 if column == "file" else None)
+        table.add_column(column, justify="left" if column == "file" else "right", overflow="ellipsis", no_wrap=True)
     for span in report.spans:
         cells = [f"{span.breakdown[c].percent:.1f}" if c in span.breakdown else "-" for c in categories]
         table.add_row(*map(_text, (str(span.rank), span.file, str(len(span.steps)), duration(span.mean_step_us), *cells)))
-    return table
+    return fit_names(table, width, {"file": 1})
 
 
 def _ranks(report: Report) -> Table | None:
