@@ -101,7 +101,9 @@ def _optimizer_outside(events: EventTable, optimizer: np.ndarray, nested: interv
     (a ``zero_grad`` in a closure) are kept whole."""
     if nested[0].size == 0:
         return _set(events, optimizer)
-    inner = optimizer & intervals.contains(nested, events.ts_us)
+    rows = np.flatnonzero(optimizer)
+    inner = np.zeros_like(optimizer)
+    inner[rows] = intervals.contains(nested, events.ts_us[rows])
     outer = intervals.subtract(_set(events, optimizer & ~inner), nested)
     return _merge(outer, _set(events, inner))
 

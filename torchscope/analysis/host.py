@@ -205,8 +205,9 @@ def optimizer_details(events: EventTable, steps: StepWindows, tree: HostTree, ti
     # A closure (optimizer.step(closure): LBFGS, Lightning) runs forward and backward inside the step range:
     # not the optimizer's ops nor its time.
     phases = phase_masks(events)
-    nested = (closure_mask(events) | phases["forward"] | phases["backward"]) & _starts_inside(events, step_range)
-    step_ops = ops & _starts_inside(events, step_range) & ~_starts_inside(events, nested)
+    in_step_range = _starts_inside(events, step_range)
+    nested = (closure_mask(events) | phases["forward"] | phases["backward"]) & in_step_range
+    step_ops = ops & in_step_range & ~_starts_inside(events, nested)
     zero_ops = ops & _starts_inside(events, zero_range)
 
     def count(where: np.ndarray, predicate: Callable[[str], bool]) -> int:
@@ -243,12 +244,16 @@ def _outside_us(events: EventTable, ranges: np.ndarray, excluded: np.ndarray) ->
 def _starts_inside(events: EventTable, ranges: np.ndarray) -> np.ndarray:
     """Events that start inside one of the `ranges` on the same thread as that range."""
     inside = np.zeros(len(events), dtype=bool)
+    if not ranges.any():
+        return inside
     thread = (events.pid.astype(np.int64) << 32) | events.tid
     for key in distinct(thread[ranges]):  # one pass per thread holding such ranges (usually one)
-        mine = ranges & (thread == key)
+        on_thread = thread == key
+        mine = ranges & on_thread
         starts = events.ts_us[mine]
         covered = intervals.union(starts, starts + events.dur_us[mine])
-        inside |= (thread == key) & intervals.contains(covered, events.ts_us)
+        rows = np.flatnonzero(on_thread)  # only this thread's events are searched
+        inside[rows] = intervals.contains(covered, events.ts_us[rows])
     return inside
 
 
