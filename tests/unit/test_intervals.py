@@ -62,3 +62,20 @@ def test_priority_partition_adds_up_and_respects_order(categories: list[list[tup
         expected = _grid(category) & ~taken
         assert intervals.total_length(part) == expected.sum()
         taken |= expected
+
+
+def test_overlap_of_each_disjoint_set_is_the_per_set_overlap_to_the_bit() -> None:
+    rng = np.random.default_rng(7)
+    for _ in range(50):
+        categories = []
+        for _ in range(int(rng.integers(1, 6))):
+            starts = rng.uniform(0, 1000, int(rng.integers(0, 40)))
+            categories.append(intervals.union(starts, starts + rng.exponential(20, starts.size)))
+        window = (np.array([rng.uniform(0, 100)]), np.array([rng.uniform(900, 1000)]))
+        parts = intervals.priority_partition(categories, window)  # mutually disjoint, some maybe empty
+        ws = rng.uniform(-50, 1050, 300)
+        we = ws + rng.exponential(60, ws.size) * (rng.random(ws.size) > 0.1)  # some empty windows
+        got = intervals.overlap_per_window_of_each(parts, ws, we)
+        assert got.shape == (len(parts), ws.size)
+        for part, row in zip(parts, got):
+            assert np.array_equal(row, intervals.overlap_per_window(part, ws, we))

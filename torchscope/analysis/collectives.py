@@ -265,11 +265,10 @@ def _phase_culprits(span: SpanInput) -> dict[str, dict[str, float]]:
     end = start + events.dur_us[rows]
     names, group = np.unique(events.name[rows], return_inverse=True)
     out: dict[str, dict[str, float]] = {}
-    for phase in PHASES:
-        phase_set = span.phase_sets.get(phase)
-        if phase_set is None or phase_set[0].size == 0:
-            continue
-        totals = np.bincount(group, intervals.overlap_per_window(phase_set, start, end), names.size)
+    phases = [phase for phase in PHASES if phase in span.phase_sets and span.phase_sets[phase][0].size]
+    overlaps = intervals.overlap_per_window_of_each([span.phase_sets[phase] for phase in phases], start, end)
+    for phase, overlap in zip(phases, overlaps):
+        totals = np.bincount(group, overlap, names.size)
         top = np.argsort(-totals)[:CULPRITS_PER_PHASE]
         out[phase] = {events.strings[int(names[i])]: float(totals[i]) for i in top if totals[i] > 0}
     return out
