@@ -14,6 +14,7 @@ from torchscope.report.measurements import (
     Optimizer,
     OutsideSteps,
     Patterns,
+    Savings,
     Synchronization,
 )
 
@@ -150,6 +151,60 @@ def test_optimizer_fix_by_device_and_implementation() -> None:
     assert optimizer_fixes("for_loop", on_gpu=True) == {"fused": ("optimizer_kwarg", True)}
     assert optimizer_fixes("foreach", on_gpu=False) == {"fused": ("optimizer_kwarg", True)}
     assert optimizer_fixes("fused", on_gpu=True) == {}
+
+
+def _cpu_optimizer(names: list[str], torch_version: str | None, implementation: str = "for_loop") -> dict[str, object]:
+    """The optimizer.step finding of a CPU run (15 % of a 10 ms step) whose what-if model priced foreach
+    at 0.5 .. 1.0 ms and fused at 1.0 .. 1.4 ms per step."""
+    measurements = Measurements(
+        optimizer=Optimizer(optimizers=names, implementation=implementation, per_param_ops_per_step=300),
+        savings=Savings(
+            model="host_critical_path",
+            saved_us_per_step_low={"optimizer_step": 500.0, "optimizer_step_fused": 1000.0},
+            saved_us_per_step_high={"optimizer_step": 1000.0, "optimizer_step_fused": 1400.0},
+        ),
+    )
+    manifest = {"torch_version": torch_version} if torch_version else None
+    f = finding(report(measurements=measurements, phases={"optimizer": 0.15}, manifest=manifest), "optimizer.step")
+    return {"fixes": [fix.target for fix in f.fixes], "share": (f.time_share_low, f.time_share, f.time_share_high), "text": f.recommendation}
+
+
+def test_cpu_optimizer_loop_gets_fused_first_where_this_torch_has_its_cpu_kernel() -> None:
+    for names in (["Adam"], ["AdamW"], ["SGD"], ["Adagrad"], ["Adam", "SGD"]):
+        got = _cpu_optimizer(names, "2.13.0+cpu")
+        assert got["fixes"] == ["fused", "foreach"], names  # preference order, both tune candidates
+        assert got["share"] == pytest.approx((0.10, 0.12, 0.14))  # the fused model's 1.0 .. 1.4 ms of 10
+        assert "fused=True" in str(got["text"]) and "foreach=True is the fallback" in str(got["text"])
+    assert _cpu_optimizer(["Adam"], "2.4.0")["fixes"] == ["fused", "foreach"]
+
+
+def test_cpu_optimizer_loop_gets_foreach_without_a_cpu_fused_kernel() -> None:
+    # Before 2.4, an optimizer class with no CPU fused kernel, or a torch version nobody recorded.
+    for names, version in ((["Adam"], "2.3.1"), (["RMSprop"], "2.13.0"), (["Adam", "NAdam"], "2.13.0"), (["Adam"], None), ([], "2.13.0")):
+        got = _cpu_optimizer(names, version)
+        assert got["fixes"] == ["foreach"], (names, version)
+        assert got["share"] == pytest.approx((0.05, 0.075, 0.10))  # the foreach model's 0.5 .. 1.0 ms of 10
+        assert "foreach=True" in str(got["text"])
+
+
+def test_cpu_foreach_optimizer_gets_fused_unless_its_torch_has_no_cpu_kernel() -> None:
+    assert _cpu_optimizer(["Adam"], "2.13.0", "foreach")["fixes"] == ["fused"]
+    assert _cpu_optimizer(["Adam"], None, "foreach")["fixes"] == ["fused"]
+    assert _cpu_optimizer(["Adam"], "2.3.0", "foreach")["fixes"] == []
+    assert _cpu_optimizer(["RMSprop"], "2.13.0", "foreach")["fixes"] == []
+
+
+def test_gpu_optimizer_fix_ignores_the_cpu_kernels() -> None:
+    """On a GPU the finding keeps fused and the replayed `optimizer_step` cost, whatever torch version."""
+    measurements = Measurements(
+        optimizer=Optimizer(optimizers=["RMSprop"], implementation="for_loop", per_param_ops_per_step=300),
+        savings=Savings(model="device_replay", saved_us_per_step_low={"optimizer_step": 200.0}, saved_us_per_step_high={"optimizer_step": 600.0}),
+    )
+    for version in ("2.13.0", "2.3.0"):
+        f = finding(report(measurements=measurements, phases={"optimizer": 0.15}, device=gpu(), manifest={"torch_version": version}), "optimizer.step")
+        assert [fix.target for fix in f.fixes] == ["fused"]
+        assert (f.time_share_low, f.time_share_high) == pytest.approx((0.02, 0.06))
+        assert "CPU kernel" not in f.recommendation
 
 
 def test_optimizer_loop_is_reported_below_ten_percent_only_with_many_per_param_ops() -> None:
