@@ -133,8 +133,8 @@ class DeviceIdle(Section):
 
 
 class Savings(Section):
-    """Step time a fix would save, per modelled cause (data_loading, optimizer_step, zero_grad,
-    outside_steps, launch, sync), as a pessimistic and an optimistic figure (analysis/whatif.py).
+    """Step time a fix would save, per modelled cause (data_loading, optimizer_step, optimizer_step_fused (CPU),
+    zero_grad, outside_steps, launch, sync), as a pessimistic and an optimistic figure (analysis/whatif.py).
 
     `model` says how: "device_replay" (GPU traces: the step replayed with the cause shrunk) or
     "host_critical_path" (CPU traces: the cause's main-thread time). `modelled_step_us` is the replayed
