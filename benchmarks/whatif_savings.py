@@ -4,7 +4,7 @@
 
 For each planted script: capture it as written and with its fix applied for real
 (`TORCHSCOPE_EXAMPLE_FIXED=1`: the DataLoader workers and intra-op threads the finding advised on this
-machine, foreach=True, a batched forward, a checkpoint every 100 steps), `--runs` times each, alternating. The prediction is the planted finding's saving
+machine, fused=True (foreach=True before PyTorch 2.4), a batched forward, a checkpoint every 100 steps), `--runs` times each, alternating. The prediction is the planted finding's saving
 (`time_share`, low..high) times the unfixed run's mean step; the measured saving is the share of the
 step the fix saved, pair by pair (plain and fixed run captured back to back see about the same load), so
 both are medians over pairs times the median unfixed step. Prints a markdown table (docs/rules.md holds one). Not a test: it takes minutes
