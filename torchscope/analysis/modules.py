@@ -50,13 +50,16 @@ def module_rows(events: EventTable, tree: HostTree, steps: StepWindows) -> list[
     mod = np.flatnonzero((events.kind == Kind.PYTHON_FUNCTION) & events.name_mask(lambda s: s.startswith(MODULE_PREFIX)))
     if mod.size == 0:
         return []
-    parent = _parent_module(tree, mod)
+    is_module = np.zeros(len(events), dtype=bool)
+    is_module[mod] = True
+    ancestor = nearest_ancestor_of(tree, is_module)  # each event's innermost module call (or itself)
+    parent = _parent_module(tree, mod, ancestor)
     depth = _depths(parent)
     path, path_parent, path_name = _paths(events.name[mod], parent, depth)
     dur = events.dur_us[mod]
     has_parent = parent >= 0
     self_us = dur - np.bincount(parent[has_parent], weights=dur[has_parent], minlength=mod.size)
-    device_us = _device_inclusive(events, tree, mod, parent, depth)
+    device_us = _device_inclusive(events, ancestor, mod, parent, depth)
     chosen = steps.index_of(events.ts_us[mod]) >= 0
     n = len(path_name)
     p = path[chosen]
@@ -76,11 +79,9 @@ def module_rows(events: EventTable, tree: HostTree, steps: StepWindows) -> list[
     return sorted(rows, key=lambda r: (-r.host_us, r.path))
 
 
-def _parent_module(tree: HostTree, mod: np.ndarray) -> np.ndarray:
-    """For each module call (position in `mod`), the position of the module call enclosing it (-1: none)."""
-    is_module = np.zeros(tree.parent.size, dtype=bool)
-    is_module[mod] = True
-    ancestor = nearest_ancestor_of(tree, is_module)  # ancestor-or-self, as an event index
+def _parent_module(tree: HostTree, mod: np.ndarray, ancestor: np.ndarray) -> np.ndarray:
+    """For each module call (position in `mod`), the position of the module call enclosing it (-1: none);
+    `ancestor`: each event's nearest module call, ancestor-or-self, as an event index."""
     up = tree.parent[mod]
     enclosing = np.where(up >= 0, ancestor[np.maximum(up, 0)], -1)
     position = np.full(tree.parent.size, -1, dtype=np.int64)
@@ -117,17 +118,16 @@ def _paths(name: np.ndarray, parent: np.ndarray, depth: np.ndarray) -> tuple[np.
     return path, path_parent, path_name
 
 
-def _device_inclusive(events: EventTable, tree: HostTree, mod: np.ndarray, parent: np.ndarray, depth: np.ndarray) -> np.ndarray:
-    """Device time of the kernels launched inside each module call, its child modules' included."""
+def _device_inclusive(events: EventTable, ancestor: np.ndarray, mod: np.ndarray, parent: np.ndarray, depth: np.ndarray) -> np.ndarray:
+    """Device time of the kernels launched inside each module call, its child modules' included
+    (`ancestor`: as for `_parent_module`)."""
     device = np.flatnonzero(kind_mask(events.kind, DEVICE_KINDS))
     own = np.zeros(mod.size)
     if device.size == 0:
         return own
     launcher = launcher_of_device_events(events, device)
     launched = launcher >= 0
-    is_module = np.zeros(len(events), dtype=bool)
-    is_module[mod] = True
-    owner_event = nearest_ancestor_of(tree, is_module)[launcher[launched]]
+    owner_event = ancestor[launcher[launched]]
     position = np.full(len(events), -1, dtype=np.int64)
     position[mod] = np.arange(mod.size)
     owner = np.where(owner_event >= 0, position[np.maximum(owner_event, 0)], -1)
