@@ -22,6 +22,7 @@ from torchscope.analysis.frames import readable
 from torchscope.analysis.reduce import merge_sections
 from torchscope.analysis.registry import Analysis, Part
 from torchscope.analysis.span import SpanInput
+from torchscope.analysis.steps import event_steps
 from torchscope.arrays import distinct
 from torchscope.report.measurements import Getitem
 from torchscope.trace.kinds import Kind
@@ -40,7 +41,7 @@ def extract(span: SpanInput) -> Optional[Getitem]:
     python = events.kind == Kind.PYTHON_FUNCTION
     if steps == 0 or not python.any():
         return None
-    frames = np.flatnonzero(python & events.name_mask(lambda s: bool(_GETITEM.match(s)) and not _NOT_DATASET.search(s)) & (span.steps.index_of(events.ts_us) >= 0))
+    frames = np.flatnonzero(python & events.name_mask(lambda s: bool(_GETITEM.match(s)) and not _NOT_DATASET.search(s)) & (event_steps(events, span.steps) >= 0))
     if frames.size == 0:
         return None
     parent = span.tree.parent

@@ -16,7 +16,7 @@ from torchscope.analysis.frames import is_library_code, readable_totals
 from torchscope.analysis.markers import HOST_RANGES, closure_mask, name_mask, own_marker_mask, phase_masks
 from torchscope.analysis.nesting import HostTree, launcher_of_device_events, nearest_ancestor_of, outermost_ancestor_of
 from torchscope.analysis.operators import OpTimes
-from torchscope.analysis.steps import StepWindows, step_name_mask
+from torchscope.analysis.steps import StepWindows, event_steps, step_name_mask
 from torchscope.arrays import distinct, median, nanmedian
 from torchscope.report.measurements import Compile, Copies, DataLoader, Dispatch, LaunchOverhead, Optimizer, OutsideSteps, Synchronization
 from torchscope.trace.kinds import Kind, kind_mask
@@ -35,11 +35,6 @@ PER_PARAM_OPTIMIZER_OPS = frozenset(
 )  # fmt: skip
 COMPILE_MARKERS = ("Torch-Compiled Region", "TorchDynamo Cache Lookup", "CompiledFunction", "compile_inner")
 _FRAME_NAME = re.compile(r"^(?P<file>.*?)\((?P<line>\d+)\): (?P<func>.*)$")
-
-
-def _event_steps(events: EventTable, steps: StepWindows) -> np.ndarray:
-    """The step holding each event's start (-1: none), computed once per table and step windows."""
-    return events.memo(f"step_index:{id(steps)}", lambda: steps.index_of(events.ts_us))
 
 
 def _read_only(mask: np.ndarray) -> np.ndarray:
@@ -100,7 +95,7 @@ def dispatch_overhead(
 def launch_overhead(events: EventTable, steps: StepWindows) -> LaunchOverhead | None:
     """Kernels shorter than the runtime call that launched them (HTA's "short kernels"); None without
     kernels in the steps."""
-    kernels = np.flatnonzero((events.kind == Kind.KERNEL) & (_event_steps(events, steps) >= 0))
+    kernels = np.flatnonzero((events.kind == Kind.KERNEL) & (event_steps(events, steps) >= 0))
     if kernels.size == 0:
         return None
     launcher = launcher_of_device_events(events, kernels)
@@ -113,7 +108,7 @@ def launch_overhead(events: EventTable, steps: StepWindows) -> LaunchOverhead | 
         median_kernel_us=float(median(events.dur_us[kernels])),
         median_launch_us=float(median(events.dur_us[launcher[ok]])) if ok.any() else 0.0,
         runtime_us_per_step=float(
-            events.dur_us[kind_mask(events.kind, (Kind.RUNTIME, Kind.DRIVER)) & (_event_steps(events, steps) >= 0)].sum() / n
+            events.dur_us[kind_mask(events.kind, (Kind.RUNTIME, Kind.DRIVER)) & (event_steps(events, steps) >= 0)].sum() / n
         ),
     )
 
@@ -153,7 +148,7 @@ def idle_explained_us_per_step(events: EventTable, steps: StepWindows, busy: int
 
 def synchronization(events: EventTable, steps: StepWindows, tree: HostTree, times: OpTimes) -> Synchronization:
     """Host-blocking device synchronisations inside steps: count, time, the ops and call sites causing them."""
-    syncs = np.flatnonzero(sync_mask(events) & (_event_steps(events, steps) >= 0))
+    syncs = np.flatnonzero(sync_mask(events) & (event_steps(events, steps) >= 0))
     n = max(len(steps), 1)
     if syncs.size == 0:
         return Synchronization()
@@ -175,7 +170,7 @@ def synchronization(events: EventTable, steps: StepWindows, tree: HostTree, time
 
 
 def host_to_device_copies(events: EventTable, steps: StepWindows) -> Copies:
-    copies = np.flatnonzero((events.kind == Kind.MEMCPY) & (_event_steps(events, steps) >= 0))
+    copies = np.flatnonzero((events.kind == Kind.MEMCPY) & (event_steps(events, steps) >= 0))
     n = max(len(steps), 1)
     names = np.array(events.text(events.name[copies]), dtype=object)
     htod = np.array(["HtoD" in s for s in names], dtype=bool)
@@ -196,7 +191,7 @@ def optimizer_details(events: EventTable, steps: StepWindows, tree: HostTree, ti
     """How the optimizer step is implemented: fused / foreach kernels or a per-parameter loop; whether
     zero_grad fills gradients with zeros instead of setting them to None."""
     n = max(len(steps), 1)
-    in_steps = _event_steps(events, steps) >= 0
+    in_steps = event_steps(events, steps) >= 0
     step_range = name_mask(events, lambda s: s.startswith("Optimizer.step#"), HOST_RANGES)
     zero_range = name_mask(events, lambda s: s.startswith("Optimizer.zero_grad#"), HOST_RANGES)
     ops = times.op_mask & ~step_range & ~zero_range
@@ -308,7 +303,7 @@ def compile_activity(events: EventTable, steps: StepWindows) -> Compile:
     """torch.compile work inside the steps: compiled regions entered and compilation time, per step."""
     n = max(len(steps), 1)
     marker = events.name_mask(lambda s: s.startswith(COMPILE_MARKERS) or "(dynamo_timed)" in s)
-    inside = marker & (_event_steps(events, steps) >= 0)
+    inside = marker & (event_steps(events, steps) >= 0)
     compile_events = events.name_mask(lambda s: "(dynamo_timed)" in s or s.startswith("compile_inner"))
     return Compile(
         compiled_regions_per_step=float(inside.sum() / n),

@@ -23,6 +23,7 @@ import numpy as np
 from torchscope.analysis.host import main_thread_mask
 from torchscope.analysis.span import SpanInput
 from torchscope.analysis.nesting import HostTree
+from torchscope.analysis.steps import event_steps
 from torchscope.report.measurements import Patterns
 from torchscope.trace.kinds import Kind
 from torchscope.trace.tables import EventTable
@@ -166,7 +167,7 @@ def patterns(span: SpanInput) -> Patterns:
     """The per-step counts of the matcher patterns measured here."""
     events, steps = span.events, span.steps
     n = max(len(steps), 1)
-    in_steps = steps.index_of(events.ts_us) >= 0
+    in_steps = event_steps(events, steps) >= 0
     ops = np.flatnonzero(span.times.op_mask & main_thread_mask(events) & in_steps)
     outermost = ops[span.times.launching_op[np.maximum(span.tree.parent[ops], 0)] < 0] if ops.size else ops
     outermost = outermost[np.argsort(events.ts_us[outermost], kind="stable")]

@@ -44,6 +44,17 @@ class StepWindows:
         return np.where(inside, step, -1)
 
 
+def event_steps(events: EventTable, steps: StepWindows) -> np.ndarray:
+    """`steps.index_of` every event's start, computed once per table and step windows (several analyses
+    ask; read-only, as it is shared)."""
+    return events.memo(f"step_index:{id(steps)}", lambda: _read_only(steps.index_of(events.ts_us)))
+
+
+def _read_only(values: np.ndarray) -> np.ndarray:
+    values.flags.writeable = False
+    return values
+
+
 def step_marker_mask(events: EventTable) -> np.ndarray:
     return events.memo("step_markers", lambda: _step_marker_mask(events))
 
