@@ -238,3 +238,13 @@ def test_only_runs_the_asked_candidates_and_lists_the_diagnosis_others_as_skippe
     assert by_fix["foreach=True"].status == "faster" and by_fix["foreach=True"].finding == "opt"  # the diagnosis's own
     assert [c.status for c in result.candidates if c.fix != "foreach=True"] == ["skipped", "skipped"]
     assert by_fix["num_workers=2"].detail == "not run: --only (the --try candidates alone)" and fake.count == 2
+
+
+def test_two_winning_alternatives_are_not_combined_into_a_trial_of_one_of_them(monkeypatch: object) -> None:
+    """foreach and fused both faster: their combination would be the faster one alone (they exclude each
+    other), already measured: no combination trial (it cost a 10-50 s trial of adam_foreach_false)."""
+    result, fake = _orchestrate(monkeypatch, {"base": _steps(100.0), "foreach": _steps(70.0), "fused": _steps(40.0)},
+                                extra=((FOREACH,), (FUSED,)), only=True)
+    by_fix = {c.fix: c for c in result.candidates}
+    assert by_fix["foreach=True"].status == "faster" and by_fix["fused=True"].status == "faster"
+    assert result.combination is None and result.best == "fused=True" and fake.count == 3

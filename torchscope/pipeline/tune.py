@@ -185,8 +185,10 @@ def tune(command: Sequence[str], options: TuneOptions = TuneOptions(),
                 progress(f"trial {number}/{len(candidates)}: {candidate.fix}")
                 _run_candidate(candidate, trials, baseline, base_runs)
             winners = [c for c in candidates if c.status == "faster"]
-            if len(winners) > 1:
-                combination = combine(winners)
+            together = combine(winners) if len(winners) > 1 else None
+            # Alternatives (foreach, fused) combine to one of them: a winner already measured, no new trial.
+            if together is not None and _key(together.fixes) not in {_key(w.fixes) for w in winners}:
+                combination = together
                 if trials.left_s() > 0:
                     progress(f"combination: {combination.fix}")
                     _run_candidate(combination, trials, baseline, base_runs)
