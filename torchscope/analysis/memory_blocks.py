@@ -122,12 +122,14 @@ def enclosing_host_event(events: EventTable, tree: HostTree, rows: np.ndarray) -
         mine = np.flatnonzero(row_key == key)
         last = lo + np.searchsorted(host_ts[lo:hi], row_ts[mine], side="right") - 1
         result[mine] = np.where(last >= lo, host[np.maximum(last, 0)], -1)
-    while True:  # up the tree until the candidate is an op that still runs at the instant
-        at = np.maximum(result, 0)
-        ended = (result >= 0) & ((events.ts_us[at] + events.dur_us[at] < row_ts) | (events.kind[at] != Kind.CPU_OP))
-        if not ended.any():
-            return result
-        result = np.where(ended, tree.parent[at], result)
+    walking = np.flatnonzero(result >= 0)
+    while walking.size:  # up the tree until the candidate is an op that still runs at the instant
+        at = result[walking]
+        ended = (events.ts_us[at] + events.dur_us[at] < row_ts[walking]) | (events.kind[at] != Kind.CPU_OP)
+        walking = walking[ended]  # the others have their answer
+        result[walking] = tree.parent[at[ended]]
+        walking = walking[result[walking] >= 0]
+    return result
 
 
 def _thread_key(events: EventTable, rows: np.ndarray) -> np.ndarray:
