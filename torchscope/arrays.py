@@ -21,6 +21,19 @@ def distinct(values: np.ndarray) -> np.ndarray:
     return ordered[keep]
 
 
+def group_ids(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """`np.unique(ids, return_inverse=True)` for non-negative integer ids (string ids of a column): the
+    distinct ids in order and each element's position among them, from a table over the ids instead of a
+    sort (np.unique's argsort is most of its time). Ids much larger than their count are sorted as before."""
+    ids = np.asarray(ids)
+    if ids.ndim != 1 or ids.dtype.kind not in "iu" or ids.size == 0 or ids.min() < 0 or ids.max() > 4 * ids.size + 4096:
+        return np.unique(ids, return_inverse=True)
+    present = np.zeros(int(ids.max()) + 1, dtype=bool)
+    present[ids] = True
+    position = np.cumsum(present) - 1
+    return np.flatnonzero(present).astype(ids.dtype, copy=False), position[ids]
+
+
 def median(values: np.ndarray) -> float:
     """`np.median` of a 1-d array (NaN when it holds a NaN, or is empty), without importing numpy.ma,
     which np.median does on first use (see `distinct`). The same arithmetic: a partition, then the middle

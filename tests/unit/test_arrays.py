@@ -9,7 +9,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from torchscope.arrays import distinct, median, nanmedian
+from torchscope.arrays import distinct, group_ids, median, nanmedian
 
 floats = st.lists(st.one_of(st.floats(-1e12, 1e12), st.just(float("nan"))), max_size=40)
 
@@ -44,3 +44,15 @@ def test_helpers_do_not_import_numpy_ma() -> None:
             "assert 'numpy.ma' not in sys.modules, 'numpy.ma was imported'\n")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
+
+
+def test_group_ids_is_np_unique_with_inverse() -> None:
+    rng = np.random.default_rng(3)
+    cases = [rng.integers(0, 50, 1000).astype(np.int32), rng.integers(0, 10**6, 300).astype(np.int64),  # sparse ids: sorted
+             np.array([7], np.int32), np.zeros(0, np.int32), np.array([-1, 3, -1, 2], np.int64),
+             (rng.integers(0, 40, 500).astype(np.int64) << 32) | 5]
+    for ids in cases:
+        unique, inverse = group_ids(ids)
+        expected_unique, expected_inverse = np.unique(ids, return_inverse=True)
+        assert unique.dtype == expected_unique.dtype and inverse.dtype == expected_inverse.dtype
+        assert np.array_equal(unique, expected_unique) and np.array_equal(inverse, expected_inverse)

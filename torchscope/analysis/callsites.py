@@ -24,6 +24,7 @@ from torchscope.analysis.nesting import nearest_ancestor_of
 from torchscope.analysis.registry import Analysis, Part
 from torchscope.analysis.source_lines import function_start, source_roots
 from torchscope.analysis.span import SpanInput
+from torchscope.arrays import group_ids
 from torchscope.report.model import CallSiteRow
 from torchscope.trace.kinds import Kind
 
@@ -43,7 +44,7 @@ def call_site_rows(span: SpanInput, top: int = TOP_OPERATORS * 2) -> list[CallSi
     if ops.size == 0 or not frames.any():
         return []
     self_us = times.host_self_us[ops] + times.device_self_us[ops]
-    names, by_name = np.unique(events.name[ops], return_inverse=True)
+    names, by_name = group_ids(events.name[ops])
     chosen = np.argsort(-np.bincount(by_name, self_us, names.size), kind="stable")[:top]
     keep = np.isin(by_name, chosen)
     ops = ops[keep]

@@ -30,6 +30,7 @@ from torchscope.analysis.markers import COMM_OP_PREFIXES, comm_kernel_mask, own_
 from torchscope.analysis.span import SpanInput
 from torchscope.analysis.steps import StepWindows, step_marker_mask
 from torchscope.arrays import distinct as distinct_values  # np.unique imports numpy.ma
+from torchscope.arrays import group_ids
 from torchscope.trace.kinds import DEVICE_KINDS, Kind, kind_mask
 from torchscope.trace.tables import EventTable
 
@@ -263,7 +264,7 @@ def _phase_culprits(span: SpanInput) -> dict[str, dict[str, float]]:
         return {}
     start = events.ts_us[rows]
     end = start + events.dur_us[rows]
-    names, group = np.unique(events.name[rows], return_inverse=True)
+    names, group = group_ids(events.name[rows])
     out: dict[str, dict[str, float]] = {}
     phases = [phase for phase in PHASES if phase in span.phase_sets and span.phase_sets[phase][0].size]
     overlaps = intervals.overlap_per_window_of_each([span.phase_sets[phase] for phase in phases], start, end)

@@ -22,7 +22,7 @@ from torchscope.analysis.frames import readable_totals
 from torchscope.analysis.nesting import HostTree, launcher_of_device_events, nearest_ancestor_of
 from torchscope.analysis.operators import OpTimes
 from torchscope.analysis.steps import StepWindows
-from torchscope.arrays import distinct, median
+from torchscope.arrays import distinct, group_ids, median
 from torchscope.report.model import DeviceSummary, KernelRow
 from torchscope.trace.kinds import DEVICE_KINDS, Kind, kind_mask
 from torchscope.trace.tables import EventTable
@@ -142,7 +142,7 @@ def _eligible_share(events: EventTable, kernels: np.ndarray, times: OpTimes, tre
 
 
 def _kernel_rows(events: EventTable, kernels: np.ndarray, tc_kernel: np.ndarray, times: OpTimes) -> list[KernelRow]:
-    names, group = np.unique(events.name[kernels], return_inverse=True)
+    names, group = group_ids(events.name[kernels])
     dur = events.dur_us[kernels]
     calls = np.bincount(group, minlength=names.size)
     total = np.bincount(group, dur, names.size)
@@ -197,7 +197,7 @@ def _host_ops_during(
     overlap = intervals.overlap_per_window(gaps, start, start + dur)
     self_share = np.divide(times.host_self_us[host], dur, out=np.zeros_like(dur), where=dur > 0)
     weight = overlap * np.clip(self_share, 0, 1)
-    names, group = np.unique(events.name[host], return_inverse=True)
+    names, group = group_ids(events.name[host])
     totals = np.bincount(group, weight, names.size) / n_steps
     top = np.argsort(-totals)[:10]
     return readable_totals({events.strings[int(names[i])]: float(totals[i]) for i in top if totals[i] > 0})

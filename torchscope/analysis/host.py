@@ -17,7 +17,7 @@ from torchscope.analysis.markers import HOST_RANGES, closure_mask, name_mask, ow
 from torchscope.analysis.nesting import HostTree, launcher_of_device_events, nearest_ancestor_of, outermost_ancestor_of
 from torchscope.analysis.operators import OpTimes
 from torchscope.analysis.steps import StepWindows, event_steps, step_name_mask
-from torchscope.arrays import distinct, median, nanmedian
+from torchscope.arrays import distinct, group_ids, median, nanmedian
 from torchscope.report.measurements import Compile, Copies, DataLoader, Dispatch, LaunchOverhead, Optimizer, OutsideSteps, Synchronization
 from torchscope.trace.kinds import Kind, kind_mask
 from torchscope.trace.tables import EventTable
@@ -274,7 +274,7 @@ def outside_phases(
         return OutsideSteps()
     start = events.ts_us[chosen]
     overlap = intervals.overlap_per_window(other, start, start + events.dur_us[chosen])
-    names, group = np.unique(events.name[chosen], return_inverse=True)
+    names, group = group_ids(events.name[chosen])
     totals = np.bincount(group, overlap, names.size) / max(len(steps), 1)
     top = np.argsort(-totals)[:10]
     return OutsideSteps(

@@ -34,7 +34,7 @@ from torchscope.analysis.reduce import merge_sections
 from torchscope.analysis.registry import Analysis, Part
 from torchscope.analysis.span import SpanInput
 from torchscope.analysis.steps import step_marker_mask
-from torchscope.arrays import distinct
+from torchscope.arrays import distinct, group_ids
 from torchscope.report.measurements import Memory
 from torchscope.report.model import MemoryPeak, MemorySummary
 from torchscope.trace.kinds import Kind
@@ -89,7 +89,7 @@ def _attribute(span: SpanInput, mem: np.ndarray) -> _Attribution:
     # write `enumerate(DataLoader)#...` as an op); never the step marker.
     inner = np.maximum(enclosing, 0)
     ranged = (enclosing >= 0) & (events.kind[inner] == Kind.CPU_OP) & ~step_marker_mask(events)[inner]
-    op_ids, op_codes = np.unique(np.where(op >= 0, events.name[np.maximum(op, 0)], np.where(ranged, events.name[inner], 0)), return_inverse=True)
+    op_ids, op_codes = group_ids(np.where(op >= 0, events.name[np.maximum(op, 0)], np.where(ranged, events.name[inner], 0)))
     op_names = [events.strings[i] for i in op_ids.tolist()]
     return _Attribution(op_codes.reshape(-1), op_names, site_codes, site_names, enclosing)
 

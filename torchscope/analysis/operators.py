@@ -16,6 +16,7 @@ from torchscope.analysis.flops import event_flops
 from torchscope.analysis.markers import own_marker_mask
 from torchscope.analysis.nesting import HostTree, accumulate_up, launcher_of_device_events, nearest_ancestor_of
 from torchscope.analysis.steps import step_name_mask
+from torchscope.arrays import group_ids
 from torchscope.report.model import OperatorRow, RangeRow
 from torchscope.trace.kinds import DEVICE_KINDS, Kind, kind_mask
 from torchscope.trace.tables import EventTable
@@ -56,7 +57,7 @@ def operator_rows(events: EventTable, times: OpTimes, by_shape: bool = False) ->
     key = events.name[ops].astype(np.int64)
     if by_shape:
         key = (key << 32) | events.input_dims[ops].astype(np.int64)
-    unique, group = np.unique(key, return_inverse=True)
+    unique, group = group_ids(key)
     sums = {
         "calls": np.bincount(group, minlength=unique.size),
         "host_self_us": np.bincount(group, times.host_self_us[ops], unique.size),
@@ -90,7 +91,7 @@ def range_rows(events: EventTable) -> list[RangeRow]:
     ranges = np.flatnonzero((events.kind == Kind.USER_ANNOTATION) & ~own)
     if ranges.size == 0:
         return []
-    unique, group = np.unique(events.name[ranges], return_inverse=True)
+    unique, group = group_ids(events.name[ranges])
     calls = np.bincount(group, minlength=unique.size)
     total = np.bincount(group, events.dur_us[ranges], unique.size)
     return [
