@@ -16,7 +16,7 @@ from torchscope.trace.kinds import Kind, kind_mask
 from torchscope.trace.tables import EventTable
 
 NESTED_KINDS = (Kind.CPU_OP, Kind.USER_ANNOTATION, Kind.PYTHON_FUNCTION, Kind.RUNTIME, Kind.DRIVER)
-MAX_TREE_DEPTH = 1024
+MAX_TREE_DEPTH = 1024  # < 2**15: `HostTree.levels` sorts depths as int16
 
 
 @dataclass(frozen=True)
@@ -40,7 +40,8 @@ class HostTree:
     def levels(self) -> list[np.ndarray]:
         """Event indices per depth (index d: the events at depth d), from one sort instead of a full
         scan per level; computed once per tree."""
-        order = np.argsort(self.depth, kind="stable").astype(self.parent.dtype, copy=False)
+        # Depths are at most MAX_TREE_DEPTH: as int16 the stable sort is a radix sort (the same order).
+        order = np.argsort(self.depth.astype(np.int16), kind="stable").astype(self.parent.dtype, copy=False)
         sorted_depth = self.depth[order]
         top = int(sorted_depth[-1]) if sorted_depth.size else -1
         bounds = np.searchsorted(sorted_depth, np.arange(top + 2))
