@@ -37,6 +37,21 @@ PLANTED = {
 }
 
 
+# finding -> the phases its cause runs in: what the fix saved there (plain minus fixed phase time, per
+# step) is printed beside the step's saving, since under load the other phases' noise can swamp the latter.
+PHASES = {
+    "data_loading.exposed": ("data_loading",),
+    "host_overhead.dispatch": ("forward", "backward"),
+    "optimizer.step": ("optimizer",),
+    "outside_steps.work": ("other",),
+}
+
+
+def phase_us(report: Report, finding_id: str) -> float:
+    """Time per step of the phases the planted cause runs in."""
+    return sum(report.phases[p].percent / 100.0 * report.mean_step_us for p in PHASES[finding_id] if p in report.phases)
+
+
 @dataclass(frozen=True)
 class Case:
     """One script's captures, paired: plain run i and fixed run i were captured back to back, so each
@@ -47,6 +62,7 @@ class Case:
     steps_us: list[float]
     fixed_steps_us: list[float]
     applied: str = ""  # the machine-dependent fix values the fixed runs used
+    phase_saved_us: tuple[float, ...] = ()  # per pair: what the fix saved in the cause's own phases
 
     @property
     def step_us(self) -> float:
@@ -89,7 +105,8 @@ def measure(script: str, runs: int, active: int, root: Path) -> Case:
         fixed.append(capture(script, True, active, root / f"{script}-fixed-{i}", advised(plain[-1], script)))
     findings = [next(f for f in r.findings if f.id == PLANTED[script]) for r in plain]
     applied = " ".join(sorted({f"{k.removeprefix('TORCHSCOPE_EXAMPLE_').lower()}={v}" for r in plain for k, v in advised(r, script).items()}))
-    return Case(script, findings, [r.mean_step_us for r in plain], [r.mean_step_us for r in fixed], applied)
+    saved = tuple(phase_us(p, PLANTED[script]) - phase_us(f, PLANTED[script]) for p, f in zip(plain, fixed))
+    return Case(script, findings, [r.mean_step_us for r in plain], [r.mean_step_us for r in fixed], applied, saved)
 
 
 def table(cases: list[Case]) -> str:
@@ -126,6 +143,9 @@ def main(argv: list[str] | None = None) -> int:
     for c in cases:  # the pairs behind each row: predicted vs measured share of the unfixed step
         pairs = ", ".join(f"{f.time_share or 0.0:.2f} vs {1.0 - b / a:.2f}" for f, a, b in zip(c.findings, c.steps_us, c.fixed_steps_us))
         print(f"  {c.script}: predicted vs measured share per pair: {pairs}")
+        phases = ", ".join(f"{f.time_share * a / 1e3 if f.time_share else 0.0:.1f} vs {saved / 1e3:.1f}"
+                           for f, a, saved in zip(c.findings, c.steps_us, c.phase_saved_us))
+        print(f"    predicted vs saved in its own phases ({'+'.join(PHASES[PLANTED[c.script]])}), ms per step: {phases}")
     threads = f"OMP_NUM_THREADS={args.threads}; " if args.threads else ""
     print(f"\n{threads}{args.runs} captures per variant, {args.active} profiled steps each; load average {load:.2f} before, "
           f"{os.getloadavg()[0]:.2f} after; {os.cpu_count()} CPUs.")
