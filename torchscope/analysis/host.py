@@ -291,8 +291,8 @@ def _encloses(tree: HostTree, mask: np.ndarray) -> np.ndarray:
     """Events that have a descendant in `mask`."""
     flag = np.zeros(mask.size, dtype=bool)
     carry = mask.copy()
-    for level in range(int(tree.depth.max(initial=0)), 0, -1):
-        at_level = np.flatnonzero((tree.depth == level) & (tree.parent >= 0) & carry)
+    for at_level in reversed(tree.levels[1:]):  # deepest first, each level's events only
+        at_level = at_level[carry[at_level] & (tree.parent[at_level] >= 0)]
         parents = tree.parent[at_level]
         flag[parents] = True
         carry[parents] = True
