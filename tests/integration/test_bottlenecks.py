@@ -132,7 +132,7 @@ def test_adam_foreach_false_is_optimizer(captured) -> None:  # type: ignore[no-u
     # The saving on a CPU, of the fix advised first: fused=True (torch >= 2.4 has Adam's CPU kernel). Of the
     # Python inside Optimizer.step (time covered by no operator) fused keeps 35 % .. 15 %
     # (whatif.KEPT_CPU_FUSED_PYTHON); of the operators' arithmetic (leaf operators of at least 30 us)
-    # 100 % .. 35 %, and of the rest of their time (dispatch) 30 % .. 10 %.
+    # 100 % .. 20 %, and of the rest of their time (dispatch) 30 % .. 10 %.
     step_only = _ranges(events, lambda n: n.startswith("Optimizer.step#"))
     main_tid = next(e["tid"] for e in events if e.get("ph") == "X" and e["name"].startswith("ProfilerStep#"))
     cpu_ops = sorted(((e["ts"], e["ts"] + e["dur"]) for e in events
@@ -152,7 +152,7 @@ def test_adam_foreach_false_is_optimizer(captured) -> None:  # type: ignore[no-u
     python, arithmetic = python_us / total, arithmetic_us / total
     dispatch = ops_us / total - arithmetic
     low = 0.65 * python + 0.7 * dispatch
-    high = 0.85 * python + 0.9 * dispatch + 0.65 * arithmetic
+    high = 0.85 * python + 0.9 * dispatch + 0.8 * arithmetic
     assert (top.time_share_low, top.time_share_high) == pytest.approx((low, high), abs=1e-3)
     assert top.time_share == pytest.approx((low + high) / 2, abs=1e-3)
     assert [f.target for f in top.fixes] == ["fused", "foreach"]

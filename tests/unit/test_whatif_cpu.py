@@ -156,9 +156,9 @@ def test_a_fused_optimizer_on_a_cpu_keeps_the_gathering_python_the_step_counters
         for k in range(2):
             b.op("aten::addcdiv_", t0 + 7000 + k * 1000, 600)
     savings = _report(b, tmp_path).measurements.savings
-    # Kept, pessimistic .. optimistic: Python 35 .. 15 %, dispatch 30 .. 10 %, arithmetic 100 .. 35 %.
-    assert (whatif.KEPT_CPU_FUSED_PYTHON, whatif.KEPT_CPU_FUSED_DISPATCH, whatif.KEPT_CPU_FUSED_ARITHMETIC) == ((0.35, 0.15), (0.3, 0.1), (1.0, 0.35))
+    # Kept, pessimistic .. optimistic: Python 35 .. 15 %, dispatch 30 .. 10 %, arithmetic 100 .. 20 %.
+    assert (whatif.KEPT_CPU_FUSED_PYTHON, whatif.KEPT_CPU_FUSED_DISPATCH, whatif.KEPT_CPU_FUSED_ARITHMETIC) == ((0.35, 0.15), (0.3, 0.1), (1.0, 0.2))
     assert savings.saved_us_per_step_low["optimizer_step_fused"] == pytest.approx(0.65 * 2000 + 0.7 * 800 + 0.0 * 1200, rel=1e-3)  # 1860
-    assert savings.saved_us_per_step_high["optimizer_step_fused"] == pytest.approx(0.85 * 2000 + 0.9 * 800 + 0.65 * 1200, rel=1e-3)  # 3200
+    assert savings.saved_us_per_step_high["optimizer_step_fused"] == pytest.approx(0.85 * 2000 + 0.9 * 800 + 0.8 * 1200, rel=1e-3)  # 3380
     # foreach, for comparison: every op .. half kept, arithmetic or not.
     assert savings.saved_us_per_step_high["optimizer_step"] == pytest.approx(2000 + 0.5 * 2000, rel=1e-3)

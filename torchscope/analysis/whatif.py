@@ -73,12 +73,12 @@ KEPT_CPU_OPTIMIZER_OPS = (1.0, 0.5)
 # shares: of the Python, the per-parameter gathering in `_init_group` (measured 22-35 % of the for-loop's
 # Python under the profiler on adam_foreach_false, docs/rules.md) .. less; of the operators' dispatch, the
 # step counter's one tiny op per parameter against the loop's 3-4 (SGD with momentum) .. 8-9 (Adam); of
-# their arithmetic, all (plain SGD: the loop already makes one pass) .. 35 % (Adam: 7 tensor reads and
-# writes instead of ~19 over its ops, and no temporaries; measured 13-21 of 91-113 ms optimizer time on
-# 8.4 M parameters, 1 thread).
+# their arithmetic, all (plain SGD: the loop already makes one pass) .. 20 % (Adam: 7 tensor reads and
+# writes instead of ~19 over its ops, and no temporaries; its optimizer time on 8.4 M parameters kept
+# 12-24 %, unprofiled and profiled, 1 and 2 threads, docs/rules.md).
 KEPT_CPU_FUSED_PYTHON = (0.35, 0.15)
 KEPT_CPU_FUSED_DISPATCH = (0.3, 0.1)
-KEPT_CPU_FUSED_ARITHMETIC = (1.0, 0.35)
+KEPT_CPU_FUSED_ARITHMETIC = (1.0, 0.2)
 QUEUED_GAP_US = 2.0  # a device op starting this soon after its predecessor was waiting in the queue
 SYNC_FIXED_US = 5.0  # a synchronisation call's own cost when nothing is left to wait for
 
