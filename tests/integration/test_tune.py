@@ -46,18 +46,18 @@ for step, (x, y) in enumerate(DataLoader(Slow(), batch_size=16)):
         break
 """
 
-# Compute-bound: a few large matmuls per step, nothing else to fix.
-HEALTHY = """
+# Compute-bound with nothing a setting can speed up on this CPU: two bias-free 1024x1024 layers (a
+# matmul each in forward, two each in backward) and an elementwise loss, no activation to fuse.
+MATMULS = """
 import torch
 torch.manual_seed(0)
-model = torch.nn.Sequential(torch.nn.Linear(512, 1024), torch.nn.ReLU(), torch.nn.Linear(1024, 512))
-optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
-data = torch.randn(256, 512)
-for _ in range(10):
+model = torch.nn.Sequential(torch.nn.Linear(1024, 1024, bias=False), torch.nn.Linear(1024, 1024, bias=False))
+optimizer = torch.optim.SGD(model.parameters(), lr=1e-4)
+data = torch.randn(128, 1024)
+for _ in range(8):
     loss = model(data).square().mean()
     optimizer.zero_grad(); loss.backward(); optimizer.step()
 """
-
 
 # A small model called beside a parameterless loss module: torch.compile is the candidate.
 COMPILED = """
@@ -113,40 +113,109 @@ def test_a_foreach_optimizer_is_applied_and_measured(tmp_path: Path) -> None:
     faster depends on the machine (on this 2-core CPU it is within noise), so the test asserts the
     measurement is made and reported, not a speed-up."""
     script = EXAMPLES / "adam_foreach_false.py"
-    # On CPU the diagnosis proposes foreach for a for-loop Adam: `--try` the same runs that candidate alone.
+    # `--try`: this candidate alone, whether or not (or in which order) the diagnosis proposes it.
     result = _tune(str(script), tmp_path, "--baselines", "1", "--repeats", "1", "--warmup", "1", "--active", "4",
                    "--keep", str(tmp_path / "trials"), "--only", "--try", "foreach=True")
-    optimizer = next(c for c in result["candidates"] if c["finding"] == "optimizer.step")
-    assert [f["target"] for f in optimizer["fixes"]] in (["foreach"], ["fused"])
+    optimizer = next(c for c in result["candidates"] if [(f["target"], f["value"]) for f in c["fixes"]] == [("foreach", True)])
     line = next(n for n, text in enumerate(script.read_text().splitlines(), 1) if "optim.Adam(" in text)
     assert optimizer["applied_at"] == [f"{script}:{line}"]
-    trial = analyze(Path(optimizer["trial_dir"]), jobs=1)
-    assert trial.measurements.optimizer.implementation in ("foreach", "fused")
-    assert trial.measurements.optimizer.foreach_ops_per_step + trial.measurements.optimizer.fused_ops_per_step > 0
+    _assert_the_trial_ran(optimizer, "foreach")
     assert optimizer["status"] in ("faster", "slower", "no significant change")
     assert optimizer["speedup"] > 0 and optimizer["ci_low"] is not None and optimizer["ci_high"] is not None
-    assert optimizer["predicted_saving"] > 0 and optimizer["measured_saving"] is not None
+    assert optimizer["measured_saving"] is not None
+    # The diagnosis's prediction where it proposed foreach (it may propose fused alone on CPU).
+    assert optimizer["finding"] is None or (optimizer["finding"] == "optimizer.step" and optimizer["predicted_saving"] > 0)
     assert optimizer["loss_change"] is not None and abs(optimizer["loss_change"]) < 1e-3  # same arithmetic
 
 
-def test_a_healthy_compute_bound_script_has_no_winner(tmp_path: Path) -> None:
-    """No false win on noise: a change that does nothing measurable here (foreach=True for SGD: on CPU
-    the same per-tensor kernels, against the matmuls) must not come out faster, with the run-to-run
-    noise measured from three baselines. Runs of this script differ by ~15 % on a shared 2-core VM (steps
-    by 3 %); when the baselines' spread was taken as known, one CI run called such a null trial 1.2x
-    faster. At 99 % confidence the whole procedure (a trial, a repeat while within noise) calls a null
-    candidate faster 0.5 % of the time (simulated: tests/unit/test_noise_runs.py has the model). The
-    diagnosis's own candidates (autocast, 3-4x slower on this CPU without bf16 units; torch.compile,
-    measured 2.2x faster here) are listed, not run: `--only`."""
-    (tmp_path / "healthy.py").write_text(HEALTHY)
-    result = _tune("healthy.py", tmp_path, "--warmup", "1", "--active", "3", "--confidence", "0.99",
-                   "--only", "--try", "foreach=True")
-    [tried] = [c for c in result["candidates"] if c["fix"] == "foreach=True"]
-    assert tried["status"] == "no significant change" and tried["applied_at"], tried
+def _assert_the_trial_ran(candidate: dict, implementation: str) -> None:
+    """The trial's own trace shows the optimizer's kernels as forced (not the per-parameter loop)."""
+    optimizer = analyze(Path(candidate["trial_dir"]), jobs=1).measurements.optimizer
+    assert optimizer.implementation == implementation, optimizer
+    assert (optimizer.fused_ops_per_step if implementation == "fused" else optimizer.foreach_ops_per_step) > 0
+
+
+def test_a_fused_optimizer_is_measured_faster_beyond_noise(tmp_path: Path) -> None:
+    """optimizer_bound gains from fused: Adam(foreach=False) over 300 small tensors (3,600 per-parameter
+    ops per step), `--only --try fused=True` (whichever of foreach and fused the diagnosis lists first).
+    The trial's trace shows the fused kernel; it must be faster beyond noise by >= 1.5x.
+
+    Measured with tune (OMP_NUM_THREADS=1, 12 runs while three other engineers ran tests, load 2-6):
+    the fused trial's steps stay at 45-60 ms (`_fused_adam_` ~1 ms) while the per-parameter baseline's
+    go from 65 ms to 300 ms with the load: speed-ups 1.67-5.47x in 10 runs, 1.07x and 1.25x in two
+    (load 3-6, within noise); unprofiled, fused roughly halves the step (the lead: Adam
+    13-27 -> 3.4-6.3 ms of a 30-51 ms step). What decides significance is how far the baselines' runs
+    spread (8-30 % here): with the example's 8 steps (5 measured), 3 baselines, beyond noise in 2 of 3
+    runs at load ~2 (95 % low ends 1.02 and 1.19); the same script with 20 steps (14 measured: a run's
+    mean then spans a load burst) in 2 of 3 at load 3-4 (low ends 1.46 and 1.46; 0.90 when one baseline
+    ran 30 % slow). Hence 20 steps and four baselines (t at 3-4 degrees of freedom); the step count is
+    the only change to the example (a copy), so its bottleneck is the same.
+
+    OMP_NUM_THREADS=1 (both sides): the CPU fused kernel runs a parallel region per parameter tensor,
+    and with two intra-op threads on two cores one of which another process holds, each region waits
+    for a descheduled thread: unprofiled fused steps then took 1-2.4 s, and tune measured fused 0.21x
+    (slower, beyond noise). That is tune telling the truth about a shared machine (docs/tune.md); a
+    test must not depend on it."""
+    example = (EXAMPLES / "adam_foreach_false.py").read_text()
+    assert example.count("range(8)") == 1
+    script = tmp_path / "adam_foreach_false.py"
+    script.write_text(example.replace("range(8)", "range(20)"))
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    result = _tune(str(script), tmp_path, "--baselines", "4", "--active", "14", "--keep", str(tmp_path / "trials"),
+                   "--only", "--try", "fused=True", env=env)
+    fused = next(c for c in result["candidates"] if [(f["target"], f["value"]) for f in c["fixes"]] == [("fused", True)])
+    line = next(n for n, text in enumerate(example.splitlines(), 1) if "optim.Adam(" in text)
+    assert fused["applied_at"] == [f"{script}:{line}"], fused
+    _assert_the_trial_ran(fused, "fused")
+    assert fused["status"] == "faster" and fused["significant"] is True, (fused, result["noise_pct"])
+    assert fused["speedup"] >= 1.5 and fused["ci_low"] > 1.0  # beyond noise: the interval's low end too
+    assert abs(fused["loss_change"]) < 1e-3 and fused["measured_saving"] > 0
+    assert result["verdict"] == f"best: fused=True ({fused['speedup']:.2f}x)" and result["best"] == "fused=True"
+    assert fused["change"] and "fused=True" in fused["change"][-1]  # the code change shown for the winner
+    assert result["baseline_steps"] == 4 * 14
+
+
+def test_a_healthy_compute_bound_script_has_no_winner_among_its_own_candidates(tmp_path: Path) -> None:
+    """No candidate of the diagnosis's own beats a compute-bound script beyond noise, and the verdict
+    (JSON and terminal) says so. The script (MATMULS) is matmuls only: on this CPU the diagnosis proposes
+    bfloat16 autocast (no bf16 units: measured 0.07x) and torch.compile (the same GEMMs: 0.57x, within
+    noise), run in 2 trials besides the 3 baselines (4 measured steps each; 80 s at load 3.5).
+
+    Why not examples/bottlenecks/healthy_convnet.py or the 3-layer MLP this test ran before
+    (Linear 512-1024-512 with a ReLU, docs/performance.md): their torch.compile
+    candidates were genuinely faster on this machine under load (convnet 1.58x beyond noise, MLP 1.65-2.2x):
+    with two intra-op threads and another process on one of the two cores, eager's many parallel regions
+    each wait for a descheduled thread, and compiled code runs fewer. So there the diagnosis was right.
+    OMP_NUM_THREADS=1 takes that contention out of both sides (this MLP with two threads: 238 ms per step
+    at load 2, with one 53 ms), and with one thread the diagnosis proposed no thread change here.
+
+    False wins: at 99 % confidence with one look per candidate (`--repeats 1`), a null candidate is
+    called faster well under 0.5 % of the time (tests/unit/test_noise_runs.py: 0.5 % with the repeat),
+    so about 1 % for the 2 candidates. The test can fail: a candidate that failed or was not applied, or
+    one that is faster by more than the interval (at the 2 % floor, ~25 %), is not allowed. Skipped on a CPU
+    with bfloat16 units, where autocast may be a genuine win (the diagnosis right, not a false one)."""
+    import msgspec
+    import torch
+
+    from torchscope.render.tune_terminal import render_tune_terminal
+    from torchscope.report.tune import TuneResult
+
+    if torch.ops.mkldnn._is_mkldnn_bf16_supported():
+        pytest.skip("this CPU has bfloat16 units: the autocast candidate can be a real win")
+    (tmp_path / "healthy.py").write_text(MATMULS)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TORCHINDUCTOR_COMPILE_THREADS": "1"}
+    result = _tune("healthy.py", tmp_path, "--warmup", "1", "--active", "3", "--confidence", "0.99", "--repeats", "1",
+                   env=env)
+    own = result["candidates"]
+    assert own and all(c["finding"] for c in own)  # the diagnosis's own: nothing asked for with --try
+    assert any(c["finding"] == "compute.bound" for c in own)
+    assert len(own) <= 3, [c["fix"] for c in own]  # the false-win risk above counts on few candidates
+    assert all(c["status"] in ("slower", "no significant change") and c["applied_at"] for c in own), own
+    assert all("over run means" in c["detail"] for c in own)  # the run-level interval, 3 baselines
     assert result["verdict"] == "no candidate beats the baseline beyond noise" and result["best"] is None
-    assert not any(c["status"] == "faster" for c in result["candidates"])
-    assert result["noise_pct"] >= 2.0 and result["baseline_steps"] == 9  # three baselines of three steps
-    assert "over run means" in tried["detail"], tried["detail"]
+    assert result["combination"] is None and result["noise_pct"] >= 2.0 and result["baseline_steps"] == 9
+    terminal = render_tune_terminal(msgspec.json.decode(json.dumps(result), type=TuneResult))
+    assert "verdict: no candidate beats the baseline beyond noise" in terminal
 
 
 def test_checkpoints_stay_out_of_the_users_directory_and_ctrl_c_returns_what_was_measured(tmp_path: Path) -> None:
