@@ -1,6 +1,8 @@
 """`torchscope tune` on real CPU training runs: each finding's fix applied without editing the code, in
 its own trial process, measured against the baseline. Trials are kept short (few steps, one baseline
-where the noise estimate is not the point) so the whole file stays well under two minutes."""
+where the noise estimate is not the point); the tests that assert a speed-up or its absence need three or
+four baselines (the run is the noise model's unit): the whole file took 5 min at load 3.5 on the shared
+2-core VM (fused 91 s, healthy 66 s, torch.compile 49 s, num_workers 46 s, the others 11-21 s)."""
 
 from __future__ import annotations
 
@@ -148,8 +150,12 @@ def test_a_fused_optimizer_is_measured_faster_beyond_noise(tmp_path: Path) -> No
     spread (8-30 % here): with the example's 8 steps (5 measured), 3 baselines, beyond noise in 2 of 3
     runs at load ~2 (95 % low ends 1.02 and 1.19); the same script with 20 steps (14 measured: a run's
     mean then spans a load burst) in 2 of 3 at load 3-4 (low ends 1.46 and 1.46; 0.90 when one baseline
-    ran 30 % slow). Hence 20 steps and four baselines (t at 3-4 degrees of freedom); the step count is
-    the only change to the example (a copy), so its bottleneck is the same.
+    ran 30 % slow). Hence 20 steps, four baselines, and up to three fused trials while within noise
+    (`--repeats 3`): the spread is pooled over runs in ms and the fused runs barely spread, so each
+    repeat narrows the interval. As a test (pytest, 4 runs): passed at load 2.5-3.3 (80-93 s), failed at
+    load 3.4-3.8 (baselines 23 % and 38 % apart, within noise): it needs the CI's load (1-2), not a
+    machine shared with three more engineers' test runs.
+    The step count is the only change to the example (a copy), so its bottleneck is the same.
 
     OMP_NUM_THREADS=1 (both sides): the CPU fused kernel runs a parallel region per parameter tensor,
     and with two intra-op threads on two cores one of which another process holds, each region waits
@@ -161,13 +167,14 @@ def test_a_fused_optimizer_is_measured_faster_beyond_noise(tmp_path: Path) -> No
     script = tmp_path / "adam_foreach_false.py"
     script.write_text(example.replace("range(8)", "range(20)"))
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    result = _tune(str(script), tmp_path, "--baselines", "4", "--active", "14", "--keep", str(tmp_path / "trials"),
-                   "--only", "--try", "fused=True", env=env)
+    result = _tune(str(script), tmp_path, "--baselines", "4", "--active", "14", "--repeats", "3",
+                   "--keep", str(tmp_path / "trials"), "--only", "--try", "fused=True", env=env)
     fused = next(c for c in result["candidates"] if [(f["target"], f["value"]) for f in c["fixes"]] == [("fused", True)])
     line = next(n for n, text in enumerate(example.splitlines(), 1) if "optim.Adam(" in text)
     assert fused["applied_at"] == [f"{script}:{line}"], fused
     _assert_the_trial_ran(fused, "fused")
-    assert fused["status"] == "faster" and fused["significant"] is True, (fused, result["noise_pct"])
+    shown = {k: fused[k] for k in ("status", "speedup", "ci_low", "ci_high", "detail")}
+    assert fused["status"] == "faster" and fused["significant"] is True, (shown, result["noise_pct"])
     assert fused["speedup"] >= 1.5 and fused["ci_low"] > 1.0  # beyond noise: the interval's low end too
     assert abs(fused["loss_change"]) < 1e-3 and fused["measured_saving"] > 0
     assert result["verdict"] == f"best: fused=True ({fused['speedup']:.2f}x)" and result["best"] == "fused=True"
