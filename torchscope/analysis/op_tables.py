@@ -6,7 +6,9 @@ from __future__ import annotations
 from typing import Any
 
 import msgspec
+import numpy as np
 
+from torchscope.analysis.flops import event_flops
 from torchscope.analysis.operators import merge_operator_rows, merge_range_rows, operator_rows, range_rows
 from torchscope.analysis.registry import Analysis, Part
 from torchscope.analysis.span import SpanInput
@@ -21,9 +23,10 @@ class OperatorTables(msgspec.Struct, kw_only=True):
 
 
 def extract_operators(span: SpanInput) -> OperatorTables:
+    flops = event_flops(span.events, np.flatnonzero(span.times.op_mask))  # once for both tables
     return OperatorTables(
-        by_name=merge_operator_rows([operator_rows(span.events, span.times)]),
-        by_shape=merge_operator_rows([operator_rows(span.events, span.times, by_shape=True)]),
+        by_name=merge_operator_rows([operator_rows(span.events, span.times, flops=flops)]),
+        by_shape=merge_operator_rows([operator_rows(span.events, span.times, by_shape=True, flops=flops)]),
     )
 
 

@@ -50,7 +50,9 @@ def op_times(events: EventTable, tree: HostTree) -> OpTimes:
     return OpTimes(op_mask, host_self, device_self, device_total, launching_op)
 
 
-def operator_rows(events: EventTable, times: OpTimes, by_shape: bool = False) -> list[OperatorRow]:
+def operator_rows(events: EventTable, times: OpTimes, by_shape: bool = False, flops: np.ndarray | None = None) -> list[OperatorRow]:
+    """Totals per operator name (or name and input shapes); `flops`: `event_flops` of the ops of
+    `times.op_mask`, when the caller has them (the two tables of a span share them)."""
     ops = np.flatnonzero(times.op_mask)
     if ops.size == 0:
         return []
@@ -65,7 +67,7 @@ def operator_rows(events: EventTable, times: OpTimes, by_shape: bool = False) ->
         "device_self_us": np.bincount(group, times.device_self_us[ops], unique.size),
         "device_total_us": np.bincount(group, times.device_total_us[ops], unique.size),
     }
-    flops = event_flops(events, ops)
+    flops = event_flops(events, ops) if flops is None else flops
     known = np.bincount(group, np.isfinite(flops), unique.size) > 0
     flops_sum = np.bincount(group, np.nan_to_num(flops, nan=0.0), unique.size)
     rows = []
