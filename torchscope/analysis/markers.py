@@ -110,8 +110,9 @@ def _phase_masks(events: EventTable) -> dict[str, np.ndarray]:
 
 
 def closure_mask(events: EventTable) -> np.ndarray:
-    """The closures run by ``optimizer.step(closure)``, as the capture labels them."""
-    return name_mask(events, lambda s: s == CLOSURE, HOST_RANGES)
+    """The closures run by ``optimizer.step(closure)``, as the capture labels them (once per table; shared,
+    so read-only)."""
+    return events.memo("closures", lambda: _read_only(name_mask(events, lambda s: s == CLOSURE, HOST_RANGES)))
 
 
 def own_marker_mask(events: EventTable) -> np.ndarray:
@@ -120,4 +121,10 @@ def own_marker_mask(events: EventTable) -> np.ndarray:
 
 
 def comm_kernel_mask(events: EventTable) -> np.ndarray:
-    return name_mask(events, is_comm_kernel_name, (Kind.KERNEL,))
+    """NCCL/RCCL kernels, by name (once per table; shared, so read-only)."""
+    return events.memo("comm_kernels", lambda: _read_only(name_mask(events, is_comm_kernel_name, (Kind.KERNEL,))))
+
+
+def _read_only(mask: np.ndarray) -> np.ndarray:
+    mask.flags.writeable = False
+    return mask
