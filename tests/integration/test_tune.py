@@ -84,24 +84,25 @@ def _tune(target: str, cwd: Path, *options: str, env: Optional[dict[str, str]] =
 
 
 def test_more_dataloader_workers_are_measured_faster_and_the_change_points_at_the_call(tmp_path: Path) -> None:
-    """num_workers=2 on the planted slow __getitem__ (time.sleep: the loading waits, so two workers need
+    """num_workers=4 on the planted slow __getitem__ (time.sleep: the loading waits, so the workers need
     no cores of their own). The diagnosis's own advice depends on how busy the cores are (it may propose
     fewer workers, or none, on a loaded 2-core machine): `--try` makes sure this candidate is measured;
     where the diagnosis proposed the same, it is one candidate; `--only`: its other candidates are listed, not run.
     Three baselines (the default): runs are the unit of the noise model, and with one baseline and the
-    trial's two runs its t has one degree of freedom (12.7 at 95 %), so even this ~1.8x gain was not
-    significant when the CI machine was loaded."""
+    trial's two runs its t has one degree of freedom (12.7 at 95 %). Four workers, not two: two measured
+    1.44-1.84x, within noise where the baselines spread 16 % (load 1.5-3.8); four measured 2.53x and 2.93x
+    (intervals from 1.79 and 2.25) at load 1.5, so the >= 1.5x the issue asks for has a margin."""
     script = EXAMPLES / "slow_getitem.py"
-    result = _tune(str(script), tmp_path, "--active", "7", "--only", "--try", "num_workers=2")  # all 10 steps
+    result = _tune(str(script), tmp_path, "--active", "7", "--only", "--try", "num_workers=4")  # all 10 steps
     data = next(c for c in result["candidates"]
-                if any(f["target"] == "num_workers" and f["value"] == 2 for f in c["fixes"]))
-    assert data["status"] == "faster" and data["significant"] is True
+                if any(f["target"] == "num_workers" and f["value"] == 4 for f in c["fixes"]))
+    assert data["status"] == "faster" and data["significant"] is True, data["detail"]
     assert data["speedup"] >= 1.5 and data["ci_low"] > 1.0  # beyond noise: the interval's low end too
     assert abs(data["loss_change"]) <= 0.1
     assert result["verdict"].startswith("best: ") and result["best"] is not None
     line = next(n for n, text in enumerate(script.read_text().splitlines(), 1) if "DataLoader(" in text)
     assert data["applied_at"] == [f"{script}:{line}"]
-    assert data["change"][0] == f"--- {script}:{line}" and "num_workers=2" in data["change"][-1]
+    assert data["change"][0] == f"--- {script}:{line}" and "num_workers=4" in data["change"][-1]
     assert data["measured_saving"] > 0
     finding = next((c for c in result["candidates"] if c["finding"] == "data_loading.exposed"), None)
     assert finding is None or finding["predicted_saving"] > 0  # the diagnosis's prediction, where it proposed one
