@@ -236,9 +236,11 @@ def candidates_from(report: Report) -> list[Candidate]:
             if not fixes or key in seen:
                 continue
             seen.add(key)
+            # The finding's cost is modelled for its first (preferred) fix: an alternative gets no prediction.
+            preferred = not finding.fixes or finding.fixes[0] in fixes
             out.append(Candidate(
                 fix=", ".join(_describe(f) for f in fixes), description=f"{finding.id}: {finding.title}", fixes=fixes,
-                finding=finding.id, predicted_saving=finding.time_share,
+                finding=finding.id, predicted_saving=finding.time_share if preferred else None,
             ))
     return out
 
