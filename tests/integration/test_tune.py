@@ -124,10 +124,18 @@ def test_a_foreach_optimizer_is_applied_and_measured(tmp_path: Path) -> None:
     assert optimizer["applied_at"] == [f"{script}:{line}"]
     _assert_the_trial_ran(optimizer, "foreach")
     assert optimizer["status"] in ("faster", "slower", "no significant change")
-    assert optimizer["speedup"] > 0 and optimizer["ci_low"] is not None and optimizer["ci_high"] is not None
+    # ci_high is null where the interval's low end reaches -100 % of the step (an unbounded speed-up):
+    # with one baseline and one trial the per-step interval can be that wide on a loaded machine.
+    assert optimizer["speedup"] > 0 and optimizer["ci_low"] is not None
+    assert optimizer["ci_high"] is None or optimizer["ci_high"] >= optimizer["speedup"] >= optimizer["ci_low"]
     assert optimizer["measured_saving"] is not None
-    # The diagnosis's prediction where it proposed foreach (it may propose fused alone on CPU).
-    assert optimizer["finding"] is None or (optimizer["finding"] == "optimizer.step" and optimizer["predicted_saving"] > 0)
+    # The diagnosis's prediction where it proposed foreach as its first fix; as the alternative to fused
+    # (a CPU torch with the fused kernel) the finding's cost is fused's, so foreach has none.
+    fused = [c for c in result["candidates"] if c["finding"] == "optimizer.step" and c is not optimizer]
+    if optimizer["finding"] is not None:
+        assert optimizer["finding"] == "optimizer.step"
+        assert optimizer["predicted_saving"] is None if fused else optimizer["predicted_saving"] > 0
+        assert all(c["predicted_saving"] > 0 for c in fused)
     assert optimizer["loss_change"] is not None and abs(optimizer["loss_change"]) < 1e-3  # same arithmetic
 
 
