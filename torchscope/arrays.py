@@ -34,6 +34,12 @@ def group_ids(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return np.flatnonzero(present).astype(ids.dtype, copy=False), position[ids]
 
 
+def read_only(values: np.ndarray) -> np.ndarray:
+    """`values`, no longer writeable: for arrays computed once per table and shared by every analysis."""
+    values.flags.writeable = False
+    return values
+
+
 def median(values: np.ndarray) -> float:
     """`np.median` of a 1-d array (NaN when it holds a NaN, or is empty), without importing numpy.ma,
     which np.median does on first use (see `distinct`). The same arithmetic: a partition, then the middle

@@ -17,7 +17,7 @@ from torchscope.analysis.markers import HOST_RANGES, closure_mask, name_mask, ow
 from torchscope.analysis.nesting import HostTree, launcher_of_device_events, nearest_ancestor_of, outermost_ancestor_of
 from torchscope.analysis.operators import OpTimes
 from torchscope.analysis.steps import StepWindows, event_steps, step_name_mask
-from torchscope.arrays import distinct, group_ids, median, nanmedian
+from torchscope.arrays import distinct, group_ids, median, nanmedian, read_only
 from torchscope.report.measurements import Compile, Copies, DataLoader, Dispatch, LaunchOverhead, Optimizer, OutsideSteps, Synchronization
 from torchscope.trace.kinds import Kind, kind_mask
 from torchscope.trace.tables import EventTable
@@ -37,15 +37,10 @@ COMPILE_MARKERS = ("Torch-Compiled Region", "TorchDynamo Cache Lookup", "Compile
 _FRAME_NAME = re.compile(r"^(?P<file>.*?)\((?P<line>\d+)\): (?P<func>.*)$")
 
 
-def _read_only(mask: np.ndarray) -> np.ndarray:
-    mask.flags.writeable = False  # shared by every analysis of the table
-    return mask
-
-
 def main_thread_mask(events: EventTable) -> np.ndarray:
     """Events on the thread that records the ProfilerStep markers (the training loop's thread).
     Computed once per table (several analyses ask); callers must not modify it."""
-    return events.memo("main_thread_mask", lambda: _read_only(_main_thread_mask(events)))
+    return events.memo("main_thread_mask", lambda: read_only(_main_thread_mask(events)))
 
 
 def _main_thread_mask(events: EventTable) -> np.ndarray:
@@ -132,7 +127,7 @@ def _user_frame(events: EventTable, tree: HostTree, index: int) -> str:
 def sync_mask(events: EventTable) -> np.ndarray:
     """Runtime calls that block the host until the device catches up (computed once per table; callers
     must not modify it)."""
-    return events.memo("sync_mask", lambda: _read_only(name_mask(events, lambda s: s in SYNC_CALLS, (Kind.RUNTIME, Kind.DRIVER))))
+    return events.memo("sync_mask", lambda: read_only(name_mask(events, lambda s: s in SYNC_CALLS, (Kind.RUNTIME, Kind.DRIVER))))
 
 
 def idle_explained_us_per_step(events: EventTable, steps: StepWindows, busy: intervals.IntervalSet) -> float:

@@ -21,6 +21,7 @@ from typing import Callable
 
 import numpy as np
 
+from torchscope.arrays import read_only
 from torchscope.rundir.labels import CLOSURE, LABEL_PREFIX, PHASE_LABELS, STEP_PREFIX
 from torchscope.trace.kinds import Kind, kind_mask
 from torchscope.trace.tables import EventTable
@@ -112,7 +113,7 @@ def _phase_masks(events: EventTable) -> dict[str, np.ndarray]:
 def closure_mask(events: EventTable) -> np.ndarray:
     """The closures run by ``optimizer.step(closure)``, as the capture labels them (once per table; shared,
     so read-only)."""
-    return events.memo("closures", lambda: _read_only(name_mask(events, lambda s: s == CLOSURE, HOST_RANGES)))
+    return events.memo("closures", lambda: read_only(name_mask(events, lambda s: s == CLOSURE, HOST_RANGES)))
 
 
 def own_marker_mask(events: EventTable) -> np.ndarray:
@@ -122,9 +123,4 @@ def own_marker_mask(events: EventTable) -> np.ndarray:
 
 def comm_kernel_mask(events: EventTable) -> np.ndarray:
     """NCCL/RCCL kernels, by name (once per table; shared, so read-only)."""
-    return events.memo("comm_kernels", lambda: _read_only(name_mask(events, is_comm_kernel_name, (Kind.KERNEL,))))
-
-
-def _read_only(mask: np.ndarray) -> np.ndarray:
-    mask.flags.writeable = False
-    return mask
+    return events.memo("comm_kernels", lambda: read_only(name_mask(events, is_comm_kernel_name, (Kind.KERNEL,))))

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from torchscope.analysis.nesting import launcher_of_device_events
+from torchscope.arrays import read_only
 from torchscope.rundir.manifest import StepSource
 from torchscope.rundir.labels import STEP_PREFIX
 from torchscope.trace.kinds import DEVICE_KINDS, Kind, kind_mask
@@ -47,12 +48,9 @@ class StepWindows:
 def event_steps(events: EventTable, steps: StepWindows) -> np.ndarray:
     """`steps.index_of` every event's start, computed once per table and step windows (several analyses
     ask; read-only, as it is shared)."""
-    return events.memo(f"step_index:{id(steps)}", lambda: _read_only(steps.index_of(events.ts_us)))
-
-
-def _read_only(values: np.ndarray) -> np.ndarray:
-    values.flags.writeable = False
-    return values
+    # The memo holds `steps` too: kept alive, its id cannot be reused by other windows while the table lives.
+    _, index = events.memo(f"step_index:{id(steps)}", lambda: (steps, read_only(steps.index_of(events.ts_us))))
+    return index
 
 
 def step_marker_mask(events: EventTable) -> np.ndarray:
