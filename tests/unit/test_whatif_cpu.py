@@ -27,16 +27,22 @@ def _finding(report: Report, finding_id: str):  # type: ignore[no-untyped-def]
     return next(f for f in report.findings if f.id == finding_id)
 
 
-def test_foreach_on_a_cpu_saves_the_python_between_the_optimizer_ops_not_the_ops(tmp_path: Path) -> None:
-    # Optimizer.step: 4 ms, of which 40 per-parameter ops of 50 us cover 2 ms; the other 2 ms is Python.
+def _optimizer_steps(ops: list[tuple[str, float, float]]) -> TraceBuilder:
+    """STEPS steps, each with a 4 ms Optimizer.step#Adam.step from 5 ms in, holding `ops` (name, start
+    from the step's start, duration in us)."""
     b = TraceBuilder()
     for i in range(STEPS):
         t0 = i * STEP_US
         b.step(i, t0, STEP_US)
         b.annotation("Optimizer.step#Adam.step", t0 + 5000, 4000)
-        for k in range(40):
-            b.op("aten::add_", t0 + 5000 + k * 100, 50)
-    report = _report(b, tmp_path)
+        for name, start, dur in ops:
+            b.op(name, t0 + start, dur)
+    return b
+
+
+def test_foreach_on_a_cpu_saves_the_python_between_the_optimizer_ops_not_the_ops(tmp_path: Path) -> None:
+    # Optimizer.step: 4 ms, of which 40 per-parameter ops of 50 us cover 2 ms; the other 2 ms is Python.
+    report = _report(_optimizer_steps([("aten::add_", 5000 + k * 100, 50) for k in range(40)]), tmp_path)
     savings = report.measurements.savings
     assert savings.model == "host_critical_path"
     python_us = ops_us = 2000.0
@@ -146,16 +152,8 @@ def test_loading_that_waits_overlaps_in_workers_without_cores() -> None:
 def test_a_fused_optimizer_on_a_cpu_keeps_the_gathering_python_the_step_counters_and_some_arithmetic(tmp_path: Path) -> None:
     # Optimizer.step: 4 ms; 40 per-parameter ops of 20 us (dispatch, 0.8 ms) and 2 of 600 us (at least
     # TINY_OP_US: arithmetic, 1.2 ms); the other 2 ms is Python.
-    b = TraceBuilder()
-    for i in range(STEPS):
-        t0 = i * STEP_US
-        b.step(i, t0, STEP_US)
-        b.annotation("Optimizer.step#Adam.step", t0 + 5000, 4000)
-        for k in range(40):
-            b.op("aten::add_", t0 + 5000 + k * 50, 20)
-        for k in range(2):
-            b.op("aten::addcdiv_", t0 + 7000 + k * 1000, 600)
-    savings = _report(b, tmp_path).measurements.savings
+    ops = [("aten::add_", 5000 + k * 50, 20) for k in range(40)] + [("aten::addcdiv_", 7000 + k * 1000, 600) for k in range(2)]
+    savings = _report(_optimizer_steps(ops), tmp_path).measurements.savings
     # Kept, pessimistic .. optimistic: Python 35 .. 15 %, dispatch 30 .. 10 %, arithmetic 100 .. 20 %.
     assert (whatif.KEPT_CPU_FUSED_PYTHON, whatif.KEPT_CPU_FUSED_DISPATCH, whatif.KEPT_CPU_FUSED_ARITHMETIC) == ((0.35, 0.15), (0.3, 0.1), (1.0, 0.2))
     assert savings.saved_us_per_step_low["optimizer_step_fused"] == pytest.approx(0.65 * 2000 + 0.7 * 800 + 0.0 * 1200, rel=1e-3)  # 1860
