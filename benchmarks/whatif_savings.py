@@ -129,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3, help="captures per variant (the median is kept)")
     parser.add_argument("--active", type=int, default=5, help="profiled steps per capture")
-    parser.add_argument("--only", nargs="*", default=list(PLANTED), help="scripts to run")
+    parser.add_argument("--only", nargs="*", default=list(PLANTED), choices=list(PLANTED), help="scripts to run")
     parser.add_argument("--threads", type=int, default=0,
                         help="intra-op threads for every capture (OMP_NUM_THREADS; 0: torch's default). On a "
                         "machine others load, 1 avoids parallel ops stalling on a descheduled thread")
