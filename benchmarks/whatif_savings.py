@@ -100,9 +100,17 @@ def capture(script: str, fixed: bool, active: int, out: Path, extra: dict[str, s
 def measure(script: str, runs: int, active: int, root: Path) -> Case:
     plain: list[Report] = []
     fixed: list[Report] = []
-    for i in range(runs):  # alternate, so a change in machine load hits both sides alike
-        plain.append(capture(script, False, active, root / f"{script}-plain-{i}"))
-        fixed.append(capture(script, True, active, root / f"{script}-fixed-{i}", advised(plain[-1], script)))
+    for i in range(runs):
+        # Alternate, so a change in machine load hits both sides alike, and swap the order within every
+        # other pair (plain-fixed, fixed-plain, ...), so whatever favours the first or second process of a
+        # pair (page cache, CPU frequency) cancels instead of biasing the saving. A fixed run that goes
+        # first applies the advice of the previous pair's plain run (the same machine, moments before).
+        if i % 2 == 0:
+            plain.append(capture(script, False, active, root / f"{script}-plain-{i}"))
+            fixed.append(capture(script, True, active, root / f"{script}-fixed-{i}", advised(plain[-1], script)))
+        else:
+            fixed.append(capture(script, True, active, root / f"{script}-fixed-{i}", advised(plain[-1], script)))
+            plain.append(capture(script, False, active, root / f"{script}-plain-{i}"))
     findings = [next(f for f in r.findings if f.id == PLANTED[script]) for r in plain]
     applied = " ".join(sorted({f"{k.removeprefix('TORCHSCOPE_EXAMPLE_').lower()}={v}" for r in plain for k, v in advised(r, script).items()}))
     saved = tuple(phase_us(p, PLANTED[script]) - phase_us(f, PLANTED[script]) for p, f in zip(plain, fixed))
