@@ -37,6 +37,7 @@ _STDLIB_NAMES = frozenset(getattr(sys, "stdlib_module_names", ()))
 # Owners whose methods users call as functions of a module (torch.stack, not type.stack).
 _OWNER_PREFIX = {"type": "torch.", "PyCapsule": "", "module": "", "builtin_function_or_method": ""}
 _TENSOR_OWNERS = ("Tensor", "TensorBase", "_TensorBase")
+MODULE_CALL_PREFIX = "nn.Module: "
 
 
 def is_library_code(name: str) -> bool:
@@ -44,6 +45,12 @@ def is_library_code(name: str) -> bool:
     user's own code: a library, torch, torchscope's hooks or the standard library."""
     name = name.strip()
     return _is_library(name, _FRAME.match(name))
+
+
+def is_module_call(name: str) -> bool:
+    """A Python-function event that is a call of an `nn.Module` (`nn.Module: Linear_0`); a named function,
+    so that `EventTable.name_mask` keeps its answers per string for every analysis that asks."""
+    return name.startswith(MODULE_CALL_PREFIX)
 
 
 def is_user_frame(name: str) -> bool:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from torchscope.analysis.frames import is_library_code, is_user_frame, readable
+from torchscope.analysis.frames import is_library_code, is_module_call, is_user_frame, readable
 from torchscope.analysis.nesting import HostTree
 from torchscope.analysis.nesting import _tree_order as tree_order
 from torchscope.analysis.source_lines import frame_at_call
@@ -199,7 +199,7 @@ def _kinds(events: EventTable) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     python = np.flatnonzero(events.kind == Kind.PYTHON_FUNCTION)
     if python.size:
         user[python] = events.name_mask(is_user_frame, python)
-        module[python] = events.name_mask(lambda s: s.startswith("nn.Module: "), python)
+        module[python] = events.name_mask(is_module_call, python)
     return is_op, user, module
 
 
