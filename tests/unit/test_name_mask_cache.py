@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from torchscope.trace.tables import EventTable
 
@@ -30,7 +31,9 @@ def test_named_predicates_are_asked_once_per_name_and_give_the_same_masks() -> N
     assert table.name_mask(_is_add).tolist() == expected.tolist()
     assert sorted(_ASKED) == ["ProfilerStep#1", "aten::add", "aten::add_", "aten::mul"]  # the new ones only
     mask = table.name_mask(_is_add)
-    mask[:] = False  # a caller may change its mask in place: the next one is fresh
+    assert mask is table.name_mask(_is_add)  # the whole-table mask is kept and shared...
+    with pytest.raises(ValueError):
+        mask[:] = False  # ...so read-only: no caller can change what the next one gets
     assert table.name_mask(_is_add).tolist() == expected.tolist()
     assert len(_ASKED) == 4 and "unused shape" not in _ASKED
 
@@ -47,3 +50,17 @@ def test_lambdas_and_closures_are_asked_every_time() -> None:
         assert table.name_mask(closure).tolist() == [False, True, False, False, False, True, False, False]
     assert len(calls) == 8  # 4 distinct names, twice
     assert table.name_mask(lambda s: s == "ProfilerStep#1").sum() == 1
+
+
+def test_kind_masks_and_rows_are_kept_per_set_of_kinds() -> None:
+    from torchscope.trace.kinds import DEVICE_KINDS, Kind, kind_mask
+
+    kind = np.array([Kind.CPU_OP, Kind.KERNEL, Kind.MEMCPY, Kind.RUNTIME, Kind.KERNEL, Kind.FLOW], dtype=np.int8)
+    table = EventTable({"ts_us": np.arange(kind.size, dtype=np.float64), "kind": kind}, [""])
+    assert table.kind_mask(DEVICE_KINDS).tolist() == kind_mask(kind, DEVICE_KINDS).tolist()
+    assert table.kind_rows(DEVICE_KINDS).tolist() == [1, 2, 4]
+    assert table.kind_rows(Kind.KERNEL).tolist() == [1, 4]
+    reordered = (Kind.MEMSET, Kind.KERNEL, Kind.MEMCPY)
+    assert table.kind_rows(reordered) is table.kind_rows(DEVICE_KINDS)  # one entry per set, in any order
+    with pytest.raises(ValueError):
+        table.kind_mask(Kind.RUNTIME)[0] = True  # shared by every analysis: read-only

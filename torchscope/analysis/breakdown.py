@@ -25,7 +25,7 @@ import numpy as np
 from torchscope.analysis import intervals
 from torchscope.analysis.markers import HOST_RANGES, LABEL_PREFIX, closure_mask, comm_kernel_mask, phase_masks
 from torchscope.analysis.steps import StepWindows, step_marker_mask
-from torchscope.trace.kinds import Kind, kind_mask
+from torchscope.trace.kinds import Kind
 from torchscope.trace.tables import EventTable
 
 DEVICE_CATEGORIES = ("kernel", "memcpy", "memset", "communication", "runtime", "data_loading", "cpu_exec", "other")
@@ -53,17 +53,16 @@ def _partition(sets: list[intervals.IntervalSet], steps: StepWindows) -> np.ndar
 
 
 def device_breakdown(events: EventTable, steps: StepWindows) -> StepBreakdown:
-    kind = events.kind
     comm_kernels = comm_kernel_mask(events)
     phases = phase_masks(events)
     labels = events.name_mask(lambda s: s.startswith(LABEL_PREFIX))
-    cpu_exec = kind_mask(kind, HOST_RANGES) & ~step_marker_mask(events) & ~labels
+    cpu_exec = events.kind_mask(HOST_RANGES) & ~step_marker_mask(events) & ~labels
     sets = [
-        _set(events, (kind == Kind.KERNEL) & ~comm_kernels),
-        _set(events, kind == Kind.MEMCPY),
-        _set(events, kind == Kind.MEMSET),
+        _set(events, events.kind_mask(Kind.KERNEL) & ~comm_kernels),
+        _set(events, events.kind_mask(Kind.MEMCPY)),
+        _set(events, events.kind_mask(Kind.MEMSET)),
         _set(events, comm_kernels | phases["communication"]),
-        _set(events, kind_mask(kind, (Kind.RUNTIME, Kind.DRIVER))),
+        _set(events, events.kind_mask((Kind.RUNTIME, Kind.DRIVER))),
         _set(events, phases["data_loading"]),
         _set(events, cpu_exec),
     ]

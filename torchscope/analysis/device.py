@@ -24,7 +24,7 @@ from torchscope.analysis.operators import OpTimes
 from torchscope.analysis.steps import StepWindows
 from torchscope.arrays import distinct, group_ids, median
 from torchscope.report.model import DeviceSummary, KernelRow
-from torchscope.trace.kinds import DEVICE_KINDS, Kind, kind_mask
+from torchscope.trace.kinds import DEVICE_KINDS, Kind
 from torchscope.trace.tables import EventTable
 
 # TensorBoard plugin allowlist (tensor_core.py) plus names of Ampere/Hopper-era GEMM kernels.
@@ -63,8 +63,8 @@ class DeviceActivity:
 def analyze_device(
     events: EventTable, steps: StepWindows, times: OpTimes, tree: HostTree, header: dict
 ) -> DeviceActivity:
-    kernels = np.flatnonzero(events.kind == Kind.KERNEL)
-    device_events = kind_mask(events.kind, DEVICE_KINDS)
+    kernels = events.kind_rows(Kind.KERNEL)
+    device_events = events.kind_mask(DEVICE_KINDS)
     summary = _device_properties(header)
     n_steps = max(len(steps), 1)
     windows = intervals.union(steps.start_us, steps.end_us)
@@ -189,7 +189,7 @@ def _host_ops_during(
     events: EventTable, times: OpTimes, gaps: intervals.IntervalSet, n_steps: int
 ) -> dict[str, float]:
     """Host self time spent inside device-idle gaps, by op name (us per step), largest first."""
-    host = np.flatnonzero(times.op_mask | kind_mask(events.kind, (Kind.RUNTIME, Kind.DRIVER)))
+    host = np.flatnonzero(times.op_mask | events.kind_mask((Kind.RUNTIME, Kind.DRIVER)))
     if host.size == 0 or gaps[0].size == 0:
         return {}
     start = events.ts_us[host]

@@ -19,7 +19,7 @@ from torchscope.analysis.operators import OpTimes
 from torchscope.analysis.steps import StepWindows, event_steps, step_name_mask
 from torchscope.arrays import distinct, group_ids, median, nanmedian, read_only
 from torchscope.report.measurements import Compile, Copies, DataLoader, Dispatch, LaunchOverhead, Optimizer, OutsideSteps, Synchronization
-from torchscope.trace.kinds import Kind, kind_mask
+from torchscope.trace.kinds import Kind
 from torchscope.trace.tables import EventTable
 
 SYNC_CALLS = frozenset(
@@ -46,7 +46,7 @@ def main_thread_mask(events: EventTable) -> np.ndarray:
 def _main_thread_mask(events: EventTable) -> np.ndarray:
     is_step = step_name_mask(events) & (events.kind != Kind.GPU_USER_ANNOTATION)
     if not is_step.any():
-        host = kind_mask(events.kind, (Kind.CPU_OP, Kind.USER_ANNOTATION))
+        host = events.kind_mask((Kind.CPU_OP, Kind.USER_ANNOTATION))
         if not host.any():
             return np.zeros(len(events), dtype=bool)
         keys = (events.pid[host].astype(np.int64) << 32) | events.tid[host]
@@ -103,7 +103,7 @@ def launch_overhead(events: EventTable, steps: StepWindows) -> LaunchOverhead | 
         median_kernel_us=float(median(events.dur_us[kernels])),
         median_launch_us=float(median(events.dur_us[launcher[ok]])) if ok.any() else 0.0,
         runtime_us_per_step=float(
-            events.dur_us[kind_mask(events.kind, (Kind.RUNTIME, Kind.DRIVER)) & (event_steps(events, steps) >= 0)].sum() / n
+            events.dur_us[events.kind_mask((Kind.RUNTIME, Kind.DRIVER)) & (event_steps(events, steps) >= 0)].sum() / n
         ),
     )
 
@@ -258,7 +258,7 @@ def outside_phases(
     phase = np.zeros(len(events), dtype=bool)
     for mask in phase_masks(events).values():
         phase |= mask
-    host = kind_mask(events.kind, (Kind.CPU_OP, Kind.USER_ANNOTATION, Kind.PYTHON_FUNCTION))
+    host = events.kind_mask((Kind.CPU_OP, Kind.USER_ANNOTATION, Kind.PYTHON_FUNCTION))
     own = own_marker_mask(events)
     inside_phase = nearest_ancestor_of(tree, phase) >= 0
     profiler_frames = events.name_mask(_is_profiler_frame)

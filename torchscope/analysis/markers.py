@@ -21,9 +21,9 @@ from typing import Callable
 
 import numpy as np
 
-from torchscope.arrays import read_only
+from torchscope.arrays import group_ids, read_only
 from torchscope.rundir.labels import CLOSURE, LABEL_PREFIX, PHASE_LABELS, STEP_PREFIX
-from torchscope.trace.kinds import Kind, kind_mask
+from torchscope.trace.kinds import Kind
 from torchscope.trace.tables import EventTable
 
 COMM_OP_PREFIXES = ("nccl:", "gloo:", "c10d::", "mpi:", "ucc:")
@@ -79,13 +79,10 @@ def user_phase_of(name: str) -> str | None:
 
 def name_mask(events: EventTable, predicate: Callable[[str], bool], kinds: tuple[Kind, ...]) -> np.ndarray:
     """Events of `kinds` whose name satisfies `predicate` (evaluated once per distinct string)."""
-    return events.name_mask(predicate) & kind_mask(events.kind, kinds)
+    return events.name_mask(predicate) & events.kind_mask(kinds)
 
 
 HOST_RANGES = (Kind.CPU_OP, Kind.USER_ANNOTATION)
-
-
-_USER_PHASES = ("forward", "backward", "optimizer", "data_loading")
 
 
 def phase_masks(events: EventTable) -> dict[str, np.ndarray]:
@@ -94,18 +91,20 @@ def phase_masks(events: EventTable) -> dict[str, np.ndarray]:
 
 
 def _phase_masks(events: EventTable) -> dict[str, np.ndarray]:
-    # One small code per distinct string, then one lookup per event (no per-event Python).
-    codes = np.array([(_USER_PHASES.index(p) + 1) if (p := user_phase_of(s)) else 0 for s in events.strings], dtype=np.int8)
-    user = codes[events.name] * (events.kind == Kind.USER_ANNOTATION)
+    # The user's labels are a few rows: their phase is looked up once per distinct name among them.
+    labels = events.kind_rows(Kind.USER_ANNOTATION)
+    label_names, slot = group_ids(events.name[labels])
+    label_phase = np.array([user_phase_of(events.strings[i]) or "" for i in label_names.tolist()], dtype=object)[slot]
 
-    def by_user(phase: str) -> np.ndarray:
-        return user == _USER_PHASES.index(phase) + 1
+    def with_user(mask: np.ndarray, phase: str) -> np.ndarray:
+        mask[labels[label_phase == phase]] = True
+        return mask
 
     return {
-        "data_loading": name_mask(events, is_data_loading_name, HOST_RANGES) | by_user("data_loading"),
-        "optimizer": name_mask(events, is_optimizer_name, HOST_RANGES) | by_user("optimizer"),
-        "backward": name_mask(events, is_backward_name, HOST_RANGES) | by_user("backward"),
-        "forward": name_mask(events, is_forward_name, HOST_RANGES) | by_user("forward"),
+        "data_loading": with_user(name_mask(events, is_data_loading_name, HOST_RANGES), "data_loading"),
+        "optimizer": with_user(name_mask(events, is_optimizer_name, HOST_RANGES), "optimizer"),
+        "backward": with_user(name_mask(events, is_backward_name, HOST_RANGES), "backward"),
+        "forward": with_user(name_mask(events, is_forward_name, HOST_RANGES), "forward"),
         "communication": name_mask(events, is_comm_op_name, HOST_RANGES),
     }
 

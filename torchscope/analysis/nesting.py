@@ -12,7 +12,7 @@ from functools import cached_property
 
 import numpy as np
 
-from torchscope.trace.kinds import Kind, kind_mask
+from torchscope.trace.kinds import Kind
 from torchscope.trace.tables import EventTable
 
 NESTED_KINDS = (Kind.CPU_OP, Kind.USER_ANNOTATION, Kind.PYTHON_FUNCTION, Kind.RUNTIME, Kind.DRIVER)
@@ -64,7 +64,7 @@ def build_host_tree(events: EventTable) -> HostTree:
     index = np.int32 if n < 2**31 else np.int64  # half the memory of int64 for any real trace
     parent = np.full(n, -1, dtype=index)
     depth = np.full(n, -1, dtype=np.int32)
-    host = np.flatnonzero(kind_mask(events.kind, NESTED_KINDS))
+    host = events.kind_rows(NESTED_KINDS)
     if host.size == 0:
         return HostTree(parent, depth)
     thread_key = (events.pid[host].astype(np.int64) << 32) | events.tid[host].astype(np.int64)
@@ -198,7 +198,8 @@ def launcher_of_device_events(events: EventTable, device: np.ndarray) -> np.ndar
 
 def _launchers_by_correlation(events: EventTable) -> tuple[np.ndarray, np.ndarray]:
     """The runtime and driver calls with a correlation id, by id (once per table: several analyses ask)."""
-    runtime = np.flatnonzero(kind_mask(events.kind, (Kind.RUNTIME, Kind.DRIVER)) & (events.correlation >= 0))
+    runtime = events.kind_rows((Kind.RUNTIME, Kind.DRIVER))
+    runtime = runtime[events.correlation[runtime] >= 0]
     corr = events.correlation[runtime]
     order = np.argsort(corr, kind="stable")
     return corr[order], runtime[order]

@@ -18,7 +18,7 @@ from torchscope.analysis.nesting import HostTree, accumulate_up, launcher_of_dev
 from torchscope.analysis.steps import step_name_mask
 from torchscope.arrays import group_ids
 from torchscope.report.model import OperatorRow, RangeRow
-from torchscope.trace.kinds import DEVICE_KINDS, Kind, kind_mask
+from torchscope.trace.kinds import DEVICE_KINDS, Kind
 from torchscope.trace.tables import EventTable
 
 _SELF_TIME_CHILDREN = (Kind.CPU_OP, Kind.USER_ANNOTATION, Kind.RUNTIME, Kind.DRIVER)
@@ -38,10 +38,10 @@ class OpTimes:
 def op_times(events: EventTable, tree: HostTree) -> OpTimes:
     is_step = step_name_mask(events)
     op_mask = (events.kind == Kind.CPU_OP) & ~is_step
-    child_mask = kind_mask(events.kind, _SELF_TIME_CHILDREN) & ~is_step
+    child_mask = events.kind_mask(_SELF_TIME_CHILDREN) & ~is_step
     host_self = tree.self_time_us(events.dur_us, child_mask)
     launching_op = nearest_ancestor_of(tree, op_mask)
-    device = np.flatnonzero(kind_mask(events.kind, DEVICE_KINDS))
+    device = events.kind_rows(DEVICE_KINDS)
     launcher = launcher_of_device_events(events, device)
     owner = np.where(launcher >= 0, launching_op[np.maximum(launcher, 0)], -1)
     device_self = np.zeros(len(events))

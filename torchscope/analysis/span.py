@@ -15,7 +15,7 @@ from torchscope.analysis.device import DeviceActivity, analyze_device
 from torchscope.analysis.nesting import HostTree, build_host_tree
 from torchscope.analysis.operators import OpTimes, op_times
 from torchscope.analysis.steps import StepWindows, find_steps
-from torchscope.trace.kinds import DEVICE_KINDS, kind_mask
+from torchscope.trace.kinds import DEVICE_KINDS
 from torchscope.trace.tables import EventTable, TraceFile
 
 
@@ -49,7 +49,7 @@ class SpanInput:
 
     @cached_property
     def has_device(self) -> bool:
-        return bool(kind_mask(self.events.kind, DEVICE_KINDS).any())
+        return bool(self.events.kind_rows(DEVICE_KINDS).size)
 
     @cached_property
     def device_breakdown(self) -> StepBreakdown:

@@ -18,7 +18,7 @@ from torchscope.analysis.nesting import launcher_of_device_events
 from torchscope.arrays import read_only
 from torchscope.rundir.manifest import StepSource
 from torchscope.rundir.labels import STEP_PREFIX
-from torchscope.trace.kinds import DEVICE_KINDS, Kind, kind_mask
+from torchscope.trace.kinds import DEVICE_KINDS, Kind
 from torchscope.trace.tables import EventTable
 
 
@@ -58,7 +58,7 @@ def step_marker_mask(events: EventTable) -> np.ndarray:
 
 
 def _step_marker_mask(events: EventTable) -> np.ndarray:
-    return step_name_mask(events) & kind_mask(events.kind, (Kind.CPU_OP, Kind.USER_ANNOTATION))
+    return step_name_mask(events) & events.kind_mask((Kind.CPU_OP, Kind.USER_ANNOTATION))
 
 
 def step_name_mask(events: EventTable) -> np.ndarray:
@@ -87,7 +87,7 @@ def _step_number(name: str) -> int:
 
 
 def _whole_trace(events: EventTable) -> StepWindows:
-    timed = kind_mask(events.kind, (*DEVICE_KINDS, Kind.CPU_OP, Kind.USER_ANNOTATION, Kind.RUNTIME, Kind.PYTHON_FUNCTION))
+    timed = events.kind_mask((*DEVICE_KINDS, Kind.CPU_OP, Kind.USER_ANNOTATION, Kind.RUNTIME, Kind.PYTHON_FUNCTION))
     if not timed.any():
         timed = events.kind != Kind.METADATA
     start = float(events.ts_us[timed].min(initial=np.inf))
@@ -100,7 +100,7 @@ def _whole_trace(events: EventTable) -> StepWindows:
 def _stretch_to_device(
     events: EventTable, numbers: np.ndarray, host_start: np.ndarray, host_end: np.ndarray
 ) -> StepWindows:
-    device = np.flatnonzero(kind_mask(events.kind, DEVICE_KINDS))
+    device = events.kind_rows(DEVICE_KINDS)
     owner = _device_owner_step(events, device, host_start, host_end)
     if device.size == 0 or not (owner >= 0).any():
         return StepWindows(numbers, host_start.copy(), host_end.copy(), "profiler_step")

@@ -12,7 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from torchscope.arrays import distinct
+from torchscope.arrays import distinct, read_only
+from torchscope.trace.kinds import Kind, kind_mask
 
 # Column name -> dtype. Times are microseconds, as in the Chrome trace format.
 NUMERIC_COLUMNS: dict[str, Any] = {
@@ -115,11 +116,33 @@ class EventTable:
             return self.strings[int(ids)]
         return [self.strings[i] for i in np.asarray(ids).tolist()]
 
+    def kind_mask(self, kinds: "Kind | tuple[Kind, ...]") -> np.ndarray:
+        """Per event: whether its kind is one of `kinds` (once per table and set of kinds; shared, so
+        read-only). The same few sets (device, host ranges, runtime) are asked for in many places."""
+        wanted = _kinds_key(kinds)
+        return self.memo(f"kind_mask:{wanted}", lambda: read_only(kind_mask(self.kind, wanted)))
+
+    def kind_rows(self, kinds: "Kind | tuple[Kind, ...]") -> np.ndarray:
+        """The rows (ascending event indices) of the events of `kinds`, e.g. `kind_rows(DEVICE_KINDS)`
+        (once per table and set of kinds; read-only)."""
+        wanted = _kinds_key(kinds)
+        return self.memo(f"kind_rows:{wanted}", lambda: read_only(np.flatnonzero(self.kind_mask(wanted))))
+
     def name_mask(self, predicate: Any, rows: np.ndarray | None = None) -> np.ndarray:
         """Per event (or per event of `rows`): whether its name matches `predicate`.
 
         The predicate runs once per distinct name of those events, not over the whole string table
-        (which also holds shapes, stacks and thread names, often several times as many strings)."""
+        (which also holds shapes, stacks and thread names, often several times as many strings). For a
+        named module-level function (see `_known_names`) the mask over all events is kept per table and
+        shared: read-only."""
+        if rows is None and self._known_names(predicate) is not None:
+            masks: dict[Any, np.ndarray] = self.memo("name_masks", dict)
+            if predicate not in masks:
+                masks[predicate] = read_only(self._name_mask(predicate, None))
+            return masks[predicate]
+        return self._name_mask(predicate, rows)
+
+    def _name_mask(self, predicate: Any, rows: np.ndarray | None) -> np.ndarray:
         names = self.name if rows is None else self.name[rows]
         in_use = self.memo("name_ids", lambda: np.flatnonzero(np.bincount(self.name))) if rows is None else distinct(names)
         strings = self.strings
@@ -150,6 +173,11 @@ class EventTable:
         if key not in cache:
             cache[key] = compute()
         return cache[key]
+
+
+def _kinds_key(kinds: "Kind | tuple[Kind, ...]") -> tuple[Kind, ...]:
+    """One key per set of kinds, whatever their order or repeats."""
+    return tuple(sorted(set(kinds if isinstance(kinds, tuple) else (kinds,))))
 
 
 @dataclass
