@@ -38,16 +38,15 @@ of their time the fix cannot remove, read from the trace rather than assumed:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 
 from torchscope.analysis import intervals
 from torchscope.analysis.host import TINY_OP_US, main_thread_mask, sync_mask
-from torchscope.analysis.markers import HOST_RANGES, closure_mask, name_mask, phase_masks
+from torchscope.analysis.markers import HOST_RANGES, closure_mask, phase_masks
 from torchscope.analysis.nesting import launcher_of_device_events
 from torchscope.analysis.span import SpanInput
-from torchscope.arrays import median
+from torchscope.arrays import group_ids, median, read_only
 from torchscope.report.measurements import Savings
 from torchscope.trace.kinds import DEVICE_KINDS, kind_mask
 from torchscope.trace.tables import EventTable
@@ -84,6 +83,22 @@ SYNC_FIXED_US = 5.0  # a synchronisation call's own cost when nothing is left to
 
 
 @dataclass(frozen=True)
+class QueueScan:
+    """What `_scan` needs of queued ops, sorted by segment, stream, then queue order, that does not depend
+    on when they are ready: computed once per span, reused by every replay (a dozen per span). A *run* is
+    one stream's ops within one segment."""
+
+    bounds: np.ndarray  # ops of segment j are [bounds[j], bounds[j + 1])
+    run_bounds: np.ndarray  # runs of segment j are [run_bounds[j], run_bounds[j + 1])
+    run_stream: np.ndarray  # each run's stream
+    run_first: np.ndarray  # each run's first op, as a position within its segment
+    run_last: np.ndarray  # each run's last op, likewise
+    cum: np.ndarray  # summed duration within the op's run, up to and including it
+    cum_before: np.ndarray  # the same, less the op's own duration
+    lift_rank: np.ndarray  # the op's run's rank within its segment, from 1 (the segmented max's lift)
+
+
+@dataclass(frozen=True)
 class DeviceQueue:
     """The span's device ops as the replay needs them (times from span start), grouped by the sync
     before which they are launched (`segment`), and within a segment by stream, then queue order: the
@@ -93,8 +108,7 @@ class DeviceQueue:
     lag_us: np.ndarray
     dur_us: np.ndarray
     stream: np.ndarray  # dense stream index
-    bounds: np.ndarray  # ops of segment j are [bounds[j], bounds[j + 1]); one segment per sync, plus the tail
-    last_of_stream: np.ndarray  # True where the next op is in another segment or stream
+    scan: QueueScan  # one segment per sync, plus the tail
 
 
 @dataclass(frozen=True)
@@ -117,8 +131,7 @@ def _device_queue(events: EventTable, t0: float, t1: float, sync_start: np.ndarr
     keep = (launch >= 0) & (launch < t1 - t0)
     ops, start, launch = ops[keep], start[keep], launch[keep]
     dur = events.dur_us[ops]
-    _, stream = np.unique(events.stream[ops], return_inverse=True)
-    stream = stream.astype(np.int64)
+    stream = group_ids(events.stream[ops])[1].astype(np.int64)  # dense: a table over the ids, not a sort
     by_stream = np.lexsort((start, stream))
     prev_end = np.full(ops.size, -np.inf)
     same = stream[by_stream][1:] == stream[by_stream][:-1]
@@ -132,9 +145,7 @@ def _device_queue(events: EventTable, t0: float, t1: float, sync_start: np.ndarr
     order = np.lexsort((start, stream, segment))
     segment, stream = segment[order], stream[order]
     bounds = np.searchsorted(segment, np.arange(sync_start.size + 2), side="left")
-    last = np.ones(order.size, dtype=bool)
-    last[:-1] = (segment[1:] != segment[:-1]) | (stream[1:] != stream[:-1])
-    return DeviceQueue(launch[order], lag[order], dur[order], stream, bounds, last)
+    return DeviceQueue(launch[order], lag[order], dur[order], stream, _queue_scan(dur[order], stream, bounds))
 
 
 def build_model(span: SpanInput) -> StepModel | None:
@@ -143,8 +154,7 @@ def build_model(span: SpanInput) -> StepModel | None:
     if len(steps) == 0 or not span.has_device:
         return None
     t0, t1 = float(steps.start_us[0]), float(steps.end_us[-1])
-    main = main_thread_mask(events)
-    host = main & kind_mask(events.kind, HOST_RANGES) & (events.ts_us >= t0) & (events.ts_us < t1)
+    host = _main_host_ranges(events) & (events.ts_us >= t0) & (events.ts_us < t1)
     host_end = float(np.max(events.ts_us[host] + events.dur_us[host])) - t0 if host.any() else 0.0
     syncs = sync_mask(events) & (events.ts_us >= t0) & (events.ts_us < t1)
     order = np.argsort(events.ts_us[syncs], kind="stable")
@@ -159,20 +169,57 @@ def build_model(span: SpanInput) -> StepModel | None:
     )
 
 
-def _scan(ready: np.ndarray, dur: np.ndarray, stream: np.ndarray, carry: np.ndarray) -> np.ndarray:
-    """End times of in-order queues: end_k = max(ready_k, end_{k-1}) + dur_k per stream, each starting
-    after `carry[stream]`; inputs sorted by stream then queue order."""
-    first = np.ones(stream.size, dtype=bool)
+def _queue_scan(dur: np.ndarray, stream: np.ndarray, bounds: np.ndarray) -> QueueScan:
+    """The ready-independent part of `_scan` for ops sorted by segment, stream, then queue order. Each
+    segment's sums are its own (as a scan of that segment alone takes them), so every replay's float
+    arithmetic is the same whichever segments share the plan."""
+    first = np.zeros(stream.size, dtype=bool)
     first[1:] = stream[1:] != stream[:-1]
-    ready = np.where(first, np.maximum(ready, carry[stream]), ready)
-    total = np.cumsum(dur)
-    segment_base = np.maximum.accumulate(np.where(first, np.arange(stream.size), 0))
-    before = total - dur  # cumulative duration before k, over all streams
-    cum = total - before[segment_base]  # within the stream's segment, up to and including k
-    value = ready - (cum - dur)
-    # Segmented running max: lift each segment above all earlier ones, then take it back down.
-    lift = np.cumsum(first) * (np.ptp(value) + 1.0 if value.size else 1.0)
-    return cum + np.maximum.accumulate(value + lift) - lift
+    first[bounds[:-1][bounds[:-1] < stream.size]] = True
+    run_first = np.flatnonzero(first)
+    run_last = np.append(run_first[1:] - 1, stream.size - 1) if run_first.size else run_first
+    total = np.empty(dur.size)
+    lift_rank = np.empty(dur.size, dtype=np.int64)
+    for begin, end in zip(bounds[:-1].tolist(), bounds[1:].tolist()):  # one per sync (a few per step)
+        np.cumsum(dur[begin:end], out=total[begin:end])
+        np.cumsum(first[begin:end], out=lift_rank[begin:end])
+    run_base = np.repeat(run_first, np.diff(np.append(run_first, stream.size)))
+    before = total - dur  # cumulative duration before each op, over its segment's streams
+    cum = total - before[run_base]
+    run_bounds = np.searchsorted(run_first, bounds, side="left")
+    segment_start = np.repeat(bounds[:-1], np.diff(run_bounds))
+    return QueueScan(
+        bounds, run_bounds, stream[run_first], run_first - segment_start, run_last - segment_start, cum, cum - dur, lift_rank,
+    )  # fmt: skip
+
+
+def _scan_segment(plan: QueueScan, segment: int, ready: np.ndarray, carry: np.ndarray) -> np.ndarray:
+    """Replay one segment's queues: end_k = max(ready_k, end_{k-1}) + dur_k per stream, each starting after
+    `carry[stream]`, which then holds each stream's last end. Returns the ops' ends (`ready`, the
+    segment's ready times, is overwritten)."""
+    begin, end = int(plan.bounds[segment]), int(plan.bounds[segment + 1])
+    runs = slice(int(plan.run_bounds[segment]), int(plan.run_bounds[segment + 1]))
+    if begin == end:
+        return ready
+    first, streams = plan.run_first[runs], plan.run_stream[runs]
+    ready[first] = np.maximum(ready[first], carry[streams])
+    value = ready - plan.cum_before[begin:end]
+    # Segmented running max: lift each run above all earlier ones, then take it back down.
+    lift = plan.lift_rank[begin:end] * (value.max() - value.min() + 1.0)  # np.ptp's arithmetic
+    value += lift
+    np.maximum.accumulate(value, out=value)
+    ends = plan.cum[begin:end] + value
+    ends -= lift
+    # Within a stream ends only grow, so each run's last op holds its stream's new carry.
+    carry[streams] = np.maximum(carry[streams], ends[plan.run_last[runs]])
+    return ends
+
+
+def _scan(ready: np.ndarray, dur: np.ndarray, stream: np.ndarray, carry: np.ndarray) -> np.ndarray:
+    """End times of in-order queues, ops sorted by stream then queue order, each stream starting after
+    `carry[stream]` (one segment of `_scan_segment`, its ends kept)."""
+    plan = _queue_scan(np.asarray(dur, dtype=np.float64), np.asarray(stream), np.array([0, np.size(ready)]))
+    return _scan_segment(plan, 0, np.array(ready, dtype=np.float64), carry.copy())
 
 
 def replay(model: StepModel, removed: intervals.IntervalSet = intervals.EMPTY, kept: float = 1.0, blocking_syncs: bool = True) -> float:
@@ -181,38 +228,65 @@ def replay(model: StepModel, removed: intervals.IntervalSet = intervals.EMPTY, k
     A host time t moves to t - (1 - kept) * (removed time before t) + the delay accumulated at the
     syncs replayed so far; the device queues are replayed one segment (ops launched between two syncs)
     at a time, since each sync's wait depends on what is still queued."""
-    q = model.queue
-    shrink = 1.0 - kept
-    ready = q.launch_us - shrink * intervals.covered_before(removed, q.launch_us) + q.lag_us
+    return _replay(model, _removed_before(model, removed), 1.0 - kept, blocking_syncs)
+
+
+@dataclass(frozen=True)
+class RemovedBefore:
+    """Removed host time before each launch and before each sync point (start, end, host end) of a model:
+    the same for every kept share of one cause, so computed once per cause."""
+
+    launch: np.ndarray
+    sync_points: np.ndarray
+
+
+def _removed_before(model: StepModel, removed: intervals.IntervalSet) -> RemovedBefore:
     sync_points = np.concatenate((model.sync_start_us, model.sync_end_us, [model.host_end_us]))
-    moved = sync_points - shrink * intervals.covered_before(removed, sync_points)
+    return RemovedBefore(intervals.covered_before(removed, model.queue.launch_us), intervals.covered_before(removed, sync_points))
+
+
+def _replay(model: StepModel, removed: RemovedBefore, shrink: float, blocking_syncs: bool = True) -> float:
+    """`replay` with the removed time before each point already found."""
+    q = model.queue
+    ready = q.launch_us - shrink * removed.launch + q.lag_us
+    sync_points = np.concatenate((model.sync_start_us, model.sync_end_us, [model.host_end_us]))
+    moved = (sync_points - shrink * removed.sync_points).tolist()
     n_sync = model.sync_start_us.size
     carry = np.full(int(q.stream.max()) + 1 if q.stream.size else 1, -np.inf)
     extra = 0.0  # host delay (or advance) accumulated at the syncs replayed so far
+    bounds = q.scan.bounds.tolist()
 
     def advance(segment: int) -> None:
-        part = slice(int(q.bounds[segment]), int(q.bounds[segment + 1]))
-        if part.start == part.stop:
-            return
-        ends = _scan(ready[part] + extra, q.dur_us[part], q.stream[part], carry)
-        last = q.last_of_stream[part]
-        # Within a stream ends only grow, so each stream's last op holds its new carry.
-        carry[q.stream[part][last]] = np.maximum(carry[q.stream[part][last]], ends[last])
+        _scan_segment(q.scan, segment, ready[bounds[segment] : bounds[segment + 1]] + extra, carry)
 
+    fixed = np.minimum(model.sync_end_us - model.sync_start_us, SYNC_FIXED_US).tolist()
     for j in range(n_sync):
         advance(j)
-        begin = float(moved[j]) + extra
-        fixed = min(float(model.sync_end_us[j] - model.sync_start_us[j]), SYNC_FIXED_US)
-        resumed = max(begin + fixed, float(carry.max())) if blocking_syncs else begin + fixed
-        extra += resumed - (float(moved[n_sync + j]) + extra)
+        begin = moved[j] + extra
+        resumed = max(begin + fixed[j], float(carry.max())) if blocking_syncs else begin + fixed[j]
+        extra += resumed - (moved[n_sync + j] + extra)
     advance(n_sync)
-    return float(max(float(moved[-1]) + extra, float(carry.max())))  # a Python float: extracts are msgpack-cached
+    return float(max(moved[-1] + extra, float(carry.max())))  # a Python float: extracts are msgpack-cached
 
 
-def _main_set(span: SpanInput, mask: np.ndarray, allowed: intervals.IntervalSet, t0: float) -> intervals.IntervalSet:
-    """Main-thread intervals of `mask`'s events within `allowed`, as times from `t0`."""
+def _main_host_ranges(events: EventTable) -> np.ndarray:
+    """Main-thread CPU ops and annotations (once per table: the model and every cause start from them;
+    shared, so read-only)."""
+    return events.memo("main_host_ranges", lambda: read_only(main_thread_mask(events) & kind_mask(events.kind, HOST_RANGES)))
+
+
+def _is_optimizer_step(name: str) -> bool:
+    return name.startswith("Optimizer.step#")
+
+
+def _is_zero_grad(name: str) -> bool:
+    return name.startswith("Optimizer.zero_grad#")
+
+
+def _main_set(span: SpanInput, mask: np.ndarray | None, allowed: intervals.IntervalSet, t0: float) -> intervals.IntervalSet:
+    """Main-thread intervals of `mask`'s host ranges (None: all of them) within `allowed`, as times from `t0`."""
     events = span.events
-    chosen = mask & main_thread_mask(events)
+    chosen = _main_host_ranges(events) if mask is None else mask & _main_host_ranges(events)
     start = events.ts_us[chosen]
     found = intervals.intersect(intervals.union(start, start + events.dur_us[chosen]), allowed)
     return found[0] - t0, found[1] - t0
@@ -234,36 +308,34 @@ def cause_sets(span: SpanInput) -> dict[str, intervals.IntervalSet]:
     syncs = sync_mask(events)
     sync_start = events.ts_us[syncs]
     allowed = intervals.subtract(intervals.union(steps.start_us, steps.end_us), intervals.union(sync_start, sync_start + events.dur_us[syncs]))
-
-    def named(predicate: Callable[[str], bool]) -> np.ndarray:
-        return name_mask(events, predicate, HOST_RANGES)
-
-    host_ops = _main_set(span, kind_mask(events.kind, HOST_RANGES), allowed, 0.0)
+    host_ops = _main_set(span, None, allowed, 0.0)
     other_start, other_end = span.phase_sets["other"]
     outside = intervals.intersect((other_start, other_end), host_ops)
     compute = span.compute_set
     return {
         "data_loading": _main_set(span, phases["data_loading"], allowed, t0),
         # Less a closure's forward and backward (LBFGS, Lightning): they run inside the step range.
-        "optimizer_step": _main_set(span, named(lambda s: s.startswith("Optimizer.step#")), _less_closures(span, allowed), t0),
-        "zero_grad": _main_set(span, named(lambda s: s.startswith("Optimizer.zero_grad#")), allowed, t0),
+        "optimizer_step": _main_set(span, events.name_mask(_is_optimizer_step), _less_closures(span, allowed), t0),
+        "zero_grad": _main_set(span, events.name_mask(_is_zero_grad), allowed, t0),
         "outside_steps": (outside[0] - t0, outside[1] - t0),
         "launch": intervals.intersect((compute[0] - t0, compute[1] - t0), (host_ops[0] - t0, host_ops[1] - t0)),
     }
 
 
 def _gpu_savings(span: SpanInput, model: StepModel) -> Savings:
-    base = replay(model)
+    nothing = _removed_before(model, intervals.EMPTY)
+    base = _replay(model, nothing, 0.0)
     low: dict[str, float] = {}
     high: dict[str, float] = {}
     for cause, removed in cause_sets(span).items():
         if intervals.total_length(removed) <= 0:
             continue
         kept_low, kept_high = KEPT[cause]
-        low[cause] = max(base - replay(model, removed, kept_low), 0.0) / model.steps
-        high[cause] = max(base - replay(model, removed, kept_high), 0.0) / model.steps
+        before = _removed_before(model, removed)  # one search for both kept shares
+        low[cause] = max(base - _replay(model, before, 1.0 - kept_low), 0.0) / model.steps
+        high[cause] = max(base - _replay(model, before, 1.0 - kept_high), 0.0) / model.steps
     if model.sync_start_us.size:
-        unblocked = max(base - replay(model, blocking_syncs=False), 0.0) / model.steps
+        unblocked = max(base - _replay(model, nothing, 0.0, blocking_syncs=False), 0.0) / model.steps
         low["sync"], high["sync"] = unblocked * (1.0 - KEPT["sync"][0]), unblocked * (1.0 - KEPT["sync"][1])
     return Savings(
         model="device_replay",
