@@ -52,23 +52,58 @@ def _misaligned(dims: str) -> bool:
     return any(d % 8 for s in matrices for d in s[-2:] if isinstance(d, int))
 
 
-def _by_triple(events: EventTable, rows: np.ndarray, names: frozenset[str], test: Callable[[str, str], bool]) -> np.ndarray:
-    """Per row: its name is in `names` and `test(dims, types)` holds. The test runs once per distinct
-    (name, dims, types) of the rows so named, usually a handful among thousands of ops."""
+def _by_shapes(events: EventTable, rows: np.ndarray, named: Callable[[str], bool], test: Callable[[str, str], bool]) -> np.ndarray:
+    """Per row: `named(name)` holds and `test(dims, types)` holds. The test runs once per distinct
+    (dims, types) of the rows so named, usually a handful among thousands of ops."""
     result = np.zeros(rows.size, dtype=bool)
-    named = np.flatnonzero(events.name_mask(lambda name: name in names, rows))
-    if named.size == 0:
+    chosen = np.flatnonzero(events.name_mask(named, rows))
+    if chosen.size == 0:
         return result
-    candidates = rows[named]
-    key = np.stack([events.name[candidates], events.input_dims[candidates], events.input_type[candidates]], axis=1)
-    unique, inverse = np.unique(key, axis=0, return_inverse=True)
-    values = np.array([test(*events.text(u[1:])) for u in unique], dtype=bool)
-    result[named] = values[inverse.ravel()]
+    candidates = rows[chosen]
+    # (dims, types) as one int64 (string ids < 2**31): a 1-d grouping, not np.unique(axis=0) on a stack.
+    key = (events.input_dims[candidates].astype(np.int64) << 32) | events.input_type[candidates].astype(np.int64)
+    unique, inverse = np.unique(key, return_inverse=True)
+    strings = events.strings
+    values = np.fromiter((test(strings[k >> 32], strings[k & 0xFFFFFFFF]) for k in unique.tolist()), bool, unique.size)
+    result[chosen] = values[inverse.reshape(-1)]
     return result
 
 
-def _named(events: EventTable, name: str, rows: np.ndarray | None = None) -> np.ndarray:
-    return events.name_mask(lambda n: n == name, rows)
+# Named predicates, not lambdas: `EventTable.name_mask` keeps a named function's answers per string.
+def _is_conv(name: str) -> bool:
+    return name in CONV_OPS
+
+
+def _is_matmul(name: str) -> bool:
+    return name in MATMUL_OPS
+
+
+def _is_init(name: str) -> bool:
+    return name in INIT_OPS
+
+
+def _is_select(name: str) -> bool:
+    return name == "aten::select"
+
+
+def _is_copy(name: str) -> bool:
+    return name == "aten::copy_"
+
+
+def _is_to_copy(name: str) -> bool:
+    return name == "aten::_to_copy"
+
+
+def _is_to(name: str) -> bool:
+    return name == "aten::to"
+
+
+def _is_batch_norm(name: str) -> bool:
+    return name == "aten::batch_norm"
+
+
+def _is_add_(name: str) -> bool:
+    return name == "aten::add_"
 
 
 def for_loop_indexing(events: EventTable, tree: HostTree) -> tuple[np.ndarray, np.ndarray]:
@@ -79,7 +114,7 @@ def for_loop_indexing(events: EventTable, tree: HostTree) -> tuple[np.ndarray, n
     (sum of a random value per name times its position, in wrapping uint64), and runs of at least
     MIN_LOOP_REPEATS equal consecutive segments are loops. Only parents with a select child are looked at."""
     empty = np.zeros(0, dtype=np.int64), np.zeros(0)
-    selects = np.flatnonzero(_named(events, "aten::select") & (tree.depth >= 0))
+    selects = np.flatnonzero(events.name_mask(_is_select) & (tree.depth >= 0))
     if selects.size < MIN_LOOP_REPEATS:
         return empty
     thread = (events.pid.astype(np.int64) << 32) | events.tid.astype(np.int64)
@@ -128,31 +163,49 @@ def for_loop_indexing(events: EventTable, tree: HostTree) -> tuple[np.ndarray, n
 
 def extra_device_copies(events: EventTable, tree: HostTree) -> np.ndarray:
     """The `aten::to` events that copy, at one dtype, a tensor filled just before (see the module doc)."""
-    copies = np.flatnonzero(_named(events, "aten::copy_"))
+    copies = np.flatnonzero(events.name_mask(_is_copy))
     to_copy = tree.parent[copies]
     copies, to_copy = copies[to_copy >= 0], to_copy[to_copy >= 0]
-    keep = _named(events, "aten::_to_copy", to_copy)
+    keep = events.name_mask(_is_to_copy, to_copy)
     copies, to_copy = copies[keep], to_copy[keep]
     to = tree.parent[to_copy]
     keep = to >= 0
     copies, to = copies[keep], to[keep]
-    keep = _named(events, "aten::to", to) & _by_triple(events, copies, frozenset({"aten::copy_"}), lambda _, types: _same_dtypes(types))
+    keep = events.name_mask(_is_to, to) & _by_shapes(events, copies, _is_copy, _copies_one_dtype)
     to = to[keep]
     if to.size == 0:
         return to
     # The op started last before each `to` on its thread and already ended: the matcher's previous leaf.
     ops = np.flatnonzero(events.kind == Kind.CPU_OP)
-    thread = (events.pid.astype(np.int64) << 32) | events.tid.astype(np.int64)
-    ops = ops[np.lexsort((events.ts_us[ops], thread[ops]))]
+    thread = _thread_of(events, ops)
+    order = np.lexsort((events.ts_us[ops], thread))
+    ops, thread = ops[order], thread[order]
     rank = np.empty(events.kind.size, dtype=np.int64)
     rank[ops] = np.arange(ops.size)
     before = rank[to] - 1
     ok = before >= 0
+    ok &= thread[np.maximum(before, 0)] == _thread_of(events, to)
     previous = ops[np.maximum(before, 0)]
-    ok &= thread[previous] == thread[to]
     ok &= events.ts_us[previous] + events.dur_us[previous] <= events.ts_us[to]
-    ok &= events.name_mask(lambda n: n in INIT_OPS, previous)
+    ok &= events.name_mask(_is_init, previous)
     return to[ok]
+
+
+def _thread_of(events: EventTable, rows: np.ndarray) -> np.ndarray:
+    """(pid, tid) of each row as one int64 (of these rows only: not a full-table temporary)."""
+    return (events.pid[rows].astype(np.int64) << 32) | events.tid[rows].astype(np.int64)
+
+
+def _conv_with_bias(dims: str, types: str) -> bool:
+    return _has_bias(dims)
+
+
+def _half_misaligned(dims: str, types: str) -> bool:
+    return any(t in types for t in HALF_TYPES) and _misaligned(dims)
+
+
+def _copies_one_dtype(dims: str, types: str) -> bool:
+    return _same_dtypes(types)
 
 
 def _same_dtypes(types: str) -> bool:
@@ -173,12 +226,12 @@ def patterns(span: SpanInput) -> Patterns:
     outermost = outermost[np.argsort(events.ts_us[outermost], kind="stable")]
     if outermost.size < 1:
         return Patterns()
-    conv = _by_triple(events, outermost, CONV_OPS, lambda dims, _: _has_bias(dims))
+    conv = _by_shapes(events, outermost, _is_conv, _conv_with_bias)
     # The next op, or the one after a BatchNorm's `num_batches_tracked += 1` (training mode).
-    is_bn = np.append(events.name_mask(lambda name: name == "aten::batch_norm", outermost), [False, False])
-    is_add = np.append(events.name_mask(lambda name: name == "aten::add_", outermost)[1:], False)
+    is_bn = np.append(events.name_mask(_is_batch_norm, outermost), [False, False])
+    is_add = np.append(events.name_mask(_is_add_, outermost)[1:], False)
     followed_by_bn = is_bn[1:-1] | (is_add & is_bn[2:])
-    half = _by_triple(events, outermost, MATMUL_OPS, lambda dims, types: any(t in types for t in HALF_TYPES) and _misaligned(dims))
+    half = _by_shapes(events, outermost, _is_matmul, _half_misaligned)
     loop_starts, loop_us = for_loop_indexing(events, span.tree)
     looped = in_steps[loop_starts]
     copies = extra_device_copies(events, span.tree)
