@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from torchscope.analysis.nesting import _thread_tree, _tree_order, accumulate_up, build_host_tree
@@ -107,3 +107,35 @@ def test_a_child_of_a_range_that_closed_early_goes_to_the_open_ancestor() -> Non
     parent, _ = _thread_tree(ts, dur)
     assert parent.tolist()[:3] == [-1, 0, 1]
     assert parent[3] in (0, 2)  # open at 31: the step, or the op still running; never the closed module
+
+
+@settings(max_examples=200, deadline=None)
+@given(nested_events(), st.randoms(use_true_random=False))
+def test_inclusive_totals_and_inherited_labels_equal_a_walk_up_the_parents(events: list[tuple[int, int]], rng) -> None:
+    """`accumulate_up` sums each event's descendants (bit for bit as summing each parent's children in
+    their order), `nearest_ancestor_of` finds the nearest marked ancestor-or-self; the events are shuffled,
+    so siblings and parents come in any order of the table, as Kineto writes them (by end, not start)."""
+    from torchscope.analysis.nesting import HostTree, nearest_ancestor_of
+
+    assume(events)
+    order = list(range(len(events)))
+    rng.shuffle(order)
+    builder = TraceBuilder()
+    for i in order:
+        builder.op(f"op{i}", events[i][0], events[i][1])
+    table = parse_trace_bytes(json.dumps(builder.document()).encode()).events
+    tree: HostTree = build_host_tree(table)
+    values = np.array([rng.random() for _ in range(len(table))])
+    expected = values.copy()
+    for level in reversed(tree.levels[1:]):  # the plain grouping: parents sorted, children summed in order
+        level = level[tree.parent[level] >= 0]
+        parents, slot = np.unique(tree.parent[level], return_inverse=True)
+        expected[parents] += np.bincount(slot, weights=expected[level], minlength=parents.size)
+    assert accumulate_up(tree, values).tobytes() == expected.tobytes()
+    marked = np.array([rng.random() < 0.3 for _ in range(len(table))], dtype=bool)
+    nearest = nearest_ancestor_of(tree, marked)
+    for event in range(len(table)):
+        walk = event
+        while walk >= 0 and not marked[walk]:
+            walk = int(tree.parent[walk])
+        assert nearest[event] == walk

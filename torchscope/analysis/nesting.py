@@ -47,15 +47,24 @@ class HostTree:
         bounds = np.searchsorted(sorted_depth, np.arange(top + 2))
         return [order[bounds[d] : bounds[d + 1]] for d in range(top + 1)]
 
+    @cached_property
+    def links(self) -> list[tuple[np.ndarray, np.ndarray]]:
+        """(children, their parents) per depth from 1 down, only the events that have a parent (a few
+        at depth > 0 do not: see `_open_parents`); computed once per tree, for every pass down or up it."""
+        out = []
+        for at_level in self.levels[1:]:
+            parents = self.parent[at_level]
+            valid = parents >= 0
+            out.append((at_level[valid], parents[valid]))
+        return out
+
     def inherit(self, own: np.ndarray, missing: int = -1) -> np.ndarray:
         """Propagate a per-event label down the tree: events without their own label take the
         nearest ancestor's (processed level by level, each level vectorised)."""
         labels = own.copy()
-        for at_level in self.levels[1:]:
-            at_level = at_level[labels[at_level] == missing]
-            parents = self.parent[at_level]
-            valid = parents >= 0
-            labels[at_level[valid]] = labels[parents[valid]]
+        for children, parents in self.links:
+            unset = labels[children] == missing
+            labels[children[unset]] = labels[parents[unset]]
         return labels
 
 
@@ -155,10 +164,15 @@ def _open_parents(parent: np.ndarray, ts: np.ndarray, end: np.ndarray) -> np.nda
 def accumulate_up(tree: HostTree, values: np.ndarray) -> np.ndarray:
     """Inclusive totals: each event's value plus all its descendants' (deepest level first)."""
     totals = values.astype(np.float64).copy()
-    for at_level in reversed(tree.levels[1:]):
-        at_level = at_level[tree.parent[at_level] >= 0]
-        parents, slot = np.unique(tree.parent[at_level], return_inverse=True)  # O(level), not O(events)
-        totals[parents] += np.bincount(slot, weights=totals[at_level], minlength=parents.size)
+    last_child = np.empty(totals.size, dtype=np.intp)  # scratch: per parent, one of its children's slots
+    for children, parents in reversed(tree.links):
+        # Each parent's children are summed in one bin, in their order (as a sort by parent would group
+        # them): the bin is the slot of its last child in this level, found without sorting.
+        last_child[parents] = np.arange(parents.size)
+        slot = last_child[parents]
+        sums = np.bincount(slot, weights=totals[children], minlength=parents.size)
+        one = np.flatnonzero(slot == np.arange(parents.size))  # one slot per distinct parent
+        totals[parents[one]] += sums[one]
     return totals
 
 
