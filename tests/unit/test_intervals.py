@@ -79,3 +79,22 @@ def test_overlap_of_each_disjoint_set_is_the_per_set_overlap_to_the_bit() -> Non
         assert got.shape == (len(parts), ws.size)
         for part, row in zip(parts, got):
             assert np.array_equal(row, intervals.overlap_per_window(part, ws, we))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(interval_lists, max_size=9), interval_lists, st.sampled_from([1.0, 0.25, 1e-3]))
+def test_priority_partition_in_one_sweep_equals_one_category_at_a_time(
+    categories: list[list[tuple[int, int]]], windows: list[tuple[int, int]], unit: float
+) -> None:
+    """The sweep returns exactly (bit for bit) what intersecting and subtracting one category at a time
+    returns, for any number of categories, on fractional boundaries too."""
+    def scaled(pairs: list[tuple[int, int]]) -> intervals.IntervalSet:
+        starts, ends = _as_set(pairs)
+        return starts * unit, ends * unit
+
+    sets, win = [scaled(c) for c in categories], scaled(windows)
+    swept = intervals.priority_partition(sets, win)
+    stepwise = intervals._priority_partition_by_steps(sets, win)
+    assert len(swept) == len(stepwise) == len(sets) + 1
+    for (s0, s1), (t0, t1) in zip(swept, stepwise):
+        assert s0.tobytes() == t0.tobytes() and s1.tobytes() == t1.tobytes()

@@ -173,7 +173,62 @@ def priority_partition(category_sets: list[IntervalSet], windows: IntervalSet) -
     """Attribute each instant of `windows` to the first category (in list order) covering it.
 
     Returns one set per category plus a final set for the instants no category covers ("other").
-    """
+
+    One sweep over every set's boundaries at once (a merge of sorted runs), not an intersect and a
+    subtract per category, each over the whole remaining set: part k is the point set of windows and
+    category k less categories 0..k-1, and both ways return it as its maximal intervals, whose ends are
+    the same boundary values, so the results are identical."""
+    if len(category_sets) > _MAX_SWEPT_SETS:
+        return _priority_partition_by_steps(category_sets, windows)
+    sets = [windows, *category_sets]
+    points = np.concatenate([_boundaries(one) for one in sets])
+    # Set i adds 2**i where one of its intervals opens and takes it back where it closes: as each set's
+    # intervals are disjoint, the running sum after a boundary has bit i set while set i covers the piece
+    # that follows (several boundaries at one point leave zero-length pieces, skipped below).
+    steps = np.concatenate([np.tile(np.array([1 << i, -(1 << i)], np.int32), one[0].size) for i, one in enumerate(sets)])
+    order = np.argsort(points, kind="stable")
+    points = points[order]
+    covering = np.cumsum(steps[order], dtype=np.int32)[:-1]
+    piece = np.flatnonzero((covering & 1).astype(bool) & (points[1:] > points[:-1]))  # pieces inside a window
+    owner = _first_bit_table(len(category_sets))[covering[piece] >> 1]  # bit k: category k covers the piece
+    return _split_by_owner(points, piece, owner, len(category_sets) + 1)
+
+
+_MAX_SWEPT_SETS = 16  # categories as bits: a table of 2**16 owners at most
+
+
+def _first_bit_table(bits: int) -> np.ndarray:
+    """For each value below 2**bits: its lowest set bit (the first category covering a piece), `bits`
+    for 0 (no category: "other")."""
+    values = np.arange(1 << bits)
+    first = np.full(values.size, bits, dtype=np.int16)
+    for k in reversed(range(bits)):
+        first[(values >> k) & 1 == 1] = k
+    return first
+
+
+def _split_by_owner(points: np.ndarray, piece: np.ndarray, owner: np.ndarray, n_owners: int) -> list[IntervalSet]:
+    """The pieces [points[i], points[i + 1]) for i in `piece` (ascending), one set per owner, merged where
+    they touch: touching pieces of one owner are neighbours in `piece` (pieces between them would be
+    empty), so runs are merged once for all owners, then split by owner."""
+    if piece.size == 0:
+        return [EMPTY] * n_owners
+    lefts, rights = points[piece], points[piece + 1]
+    new_run = np.empty(piece.size, dtype=bool)
+    new_run[0] = True
+    np.greater(lefts[1:], rights[:-1], out=new_run[1:])
+    new_run[1:] |= owner[1:] != owner[:-1]
+    first = np.flatnonzero(new_run)
+    last = np.append(first[1:] - 1, piece.size - 1)
+    run_owner = owner[first]
+    by_owner = np.argsort(run_owner, kind="stable")  # int16: a radix sort, runs stay in order
+    bounds = np.searchsorted(run_owner[by_owner], np.arange(n_owners + 1))
+    runs = [by_owner[bounds[k] : bounds[k + 1]] for k in range(n_owners)]
+    return [(lefts[first[r]], rights[last[r]]) if r.size else EMPTY for r in runs]
+
+
+def _priority_partition_by_steps(category_sets: list[IntervalSet], windows: IntervalSet) -> list[IntervalSet]:
+    """`priority_partition` one category at a time (any number of categories)."""
     remaining = windows
     parts: list[IntervalSet] = []
     for category in category_sets:
