@@ -26,7 +26,8 @@ import numpy as np
 
 from torchscope.analysis import intervals
 from torchscope.analysis.host import _encloses as encloses  # shared with outside_phases: one definition
-from torchscope.analysis.markers import COMM_OP_PREFIXES, comm_kernel_mask, own_marker_mask, phase_masks
+from torchscope.analysis.markers import COMM_OP_PREFIXES, HOST_RANGES, comm_kernel_mask, own_marker_mask, phase_masks
+from torchscope.analysis.set_overlap import overlap_of_each
 from torchscope.analysis.span import SpanInput
 from torchscope.analysis.steps import StepWindows, step_marker_mask
 from torchscope.arrays import distinct as distinct_values  # np.unique imports numpy.ma
@@ -155,17 +156,36 @@ def _concurrency_weight(step: np.ndarray, start: np.ndarray, end: np.ndarray) ->
 
 def _timed_events(events: EventTable) -> tuple[str, np.ndarray]:
     """The events that time collectives on this rank, and which kind they are (see the module doc)."""
-    host = kind_mask(events.kind, (Kind.CPU_OP, Kind.USER_ANNOTATION))
-    candidates = (
-        ("kernel", comm_kernel_mask(events) & (events.kind == Kind.KERNEL)),
-        ("backend", host & events.name_mask(lambda s: s.startswith(BACKEND_PREFIXES))),
-        ("record_param_comms", host & events.name_mask(lambda s: s == "record_param_comms")),
-        ("c10d", host & events.name_mask(lambda s: s.startswith("c10d::"))),
-    )
-    for source, mask in candidates:
+    kernels = comm_kernel_mask(events)  # kernels only
+    if kernels.any():
+        return "kernel", np.flatnonzero(kernels)
+    host = events.kind_mask(HOST_RANGES)
+    for source, predicate in (("backend", _is_backend_name), ("record_param_comms", _is_record_param_comms), ("c10d", _is_c10d_name)):
+        mask = host & events.name_mask(predicate)  # the first kind found wins: the others are not looked for
         if mask.any():
             return source, np.flatnonzero(mask)
     return "", np.zeros(0, dtype=np.int64)
+
+
+# Named predicates, not lambdas: EventTable.name_mask keeps their masks per table.
+def _is_backend_name(name: str) -> bool:
+    return name.startswith(BACKEND_PREFIXES)
+
+
+def _is_record_param_comms(name: str) -> bool:
+    return name == "record_param_comms"
+
+
+def _is_c10d_name(name: str) -> bool:
+    return name.startswith("c10d::")
+
+
+def _is_comm_op_or_record(name: str) -> bool:
+    return name.startswith(COMM_OP_PREFIXES) or name == "record_param_comms"
+
+
+def _is_copy_or_set_name(name: str) -> bool:
+    return "Memcpy" in name or "Memset" in name
 
 
 def _intern(values: list[str]) -> tuple[list[str], np.ndarray]:
@@ -192,7 +212,7 @@ def _sequence_numbers(events: EventTable, source: str, rows: np.ndarray, name_id
     own = events.seq[rows].astype(np.int64)
     if (own >= 0).all() or source == "record_param_comms":
         return own
-    records = np.flatnonzero(events.name_mask(lambda s: s == "record_param_comms") & (events.seq >= 0))
+    records = np.flatnonzero(events.name_mask(_is_record_param_comms) & (events.seq >= 0))
     seq = np.full(rows.size, -1, dtype=np.int64)
     if records.size == 0:
         return seq
@@ -211,12 +231,13 @@ def _compute_set(span: SpanInput) -> intervals.IntervalSet:
     operators that are not communication, step markers or torchscope's labels."""
     events = span.events
     if span.has_device:
-        mask = (events.kind == Kind.KERNEL) & ~comm_kernel_mask(events)
+        rows = events.kind_rows(Kind.KERNEL)
+        rows = rows[~comm_kernel_mask(events)[rows]]
     else:
-        comm = events.name_mask(lambda s: s.startswith(COMM_OP_PREFIXES) or s == "record_param_comms")
-        mask = (events.kind == Kind.CPU_OP) & ~comm & ~step_marker_mask(events) & ~own_marker_mask(events)
-    start = events.ts_us[mask]
-    return intervals.union(start, start + events.dur_us[mask])
+        rows = events.kind_rows(Kind.CPU_OP)
+        rows = rows[~(events.name_mask(_is_comm_op_or_record) | step_marker_mask(events) | own_marker_mask(events))[rows]]
+    start = events.ts_us[rows]
+    return intervals.union(start, start + events.dur_us[rows])
 
 
 def _device_time(events: EventTable, steps: StepWindows) -> DeviceTime:
@@ -224,18 +245,22 @@ def _device_time(events: EventTable, steps: StepWindows) -> DeviceTime:
     memset); communication = NCCL/RCCL kernels, memory = memcpy/memset, compute = the rest. Like HTA,
     the last profiler step is left out (its device work may be cut off by the end of the capture): GPU
     events starting before the last `ProfilerStep` starts on the host."""
-    gpu = kind_mask(events.kind, DEVICE_KINDS) & (events.kind != Kind.GPU_USER_ANNOTATION)
+    gpu = events.kind_rows(DEVICE_KINDS)  # GPU user annotations are not among them
     markers = np.flatnonzero(step_marker_mask(events))
     if markers.size >= 2:
-        gpu &= events.ts_us < events.ts_us[markers].max()
-    comm = comm_kernel_mask(events) & gpu
-    memory = kind_mask(events.kind, (Kind.MEMCPY, Kind.MEMSET)) | events.name_mask(lambda s: "Memcpy" in s or "Memset" in s)
-    compute = gpu & ~comm & ~memory
+        gpu = gpu[events.ts_us[gpu] < events.ts_us[markers].max()]
+    start = events.ts_us[gpu]
+    if not (start[1:] >= start[:-1]).all():  # in start order, `union` need not sort each subset
+        gpu = gpu[np.argsort(start, kind="stable")]
+    comm = comm_kernel_mask(events)[gpu]
+    memory = kind_mask(events.kind[gpu], (Kind.MEMCPY, Kind.MEMSET)) | events.name_mask(_is_copy_or_set_name)[gpu]
+    start = events.ts_us[gpu]
+    end = start + events.dur_us[gpu]
 
-    def as_set(mask: np.ndarray) -> intervals.IntervalSet:
-        return intervals.union(events.ts_us[mask], events.ts_us[mask] + events.dur_us[mask])
+    def as_set(mask: np.ndarray | None) -> intervals.IntervalSet:
+        return intervals.union(start, end) if mask is None else intervals.union(start[mask], end[mask])
 
-    busy, comp, comm_set = as_set(gpu), as_set(compute), as_set(comm)
+    busy, comp, comm_set = as_set(None), as_set(~comm & ~memory), as_set(comm)
     overlap = intervals.intersect(comp, comm_set)
     return DeviceTime(
         span_us=float(busy[1][-1] - busy[0][0]) if busy[0].size else 0.0,
@@ -253,13 +278,13 @@ def _phase_culprits(span: SpanInput) -> dict[str, dict[str, float]]:
     (inclusive), largest first: what a rank's extra time in a phase is spent on. Frames that enclose a
     phase range or a step (the training loop, `<module>`) explain every phase, so none of them."""
     events = span.events
-    host = kind_mask(events.kind, (Kind.CPU_OP, Kind.USER_ANNOTATION, Kind.PYTHON_FUNCTION))
-    markers = step_marker_mask(events) | own_marker_mask(events)
+    own = step_marker_mask(events) | own_marker_mask(events)
+    markers = own
     for mask in phase_masks(events).values():
         markers = markers | mask
-    noise = step_marker_mask(events) | own_marker_mask(events) | events.name_mask(_is_measurement_frame)
-    noise |= encloses(span.tree, markers)
-    rows = np.flatnonzero(host & ~noise)
+    rows = events.kind_rows((Kind.CPU_OP, Kind.USER_ANNOTATION, Kind.PYTHON_FUNCTION))
+    noise = own[rows] | events.name_mask(_is_measurement_frame)[rows] | encloses(span.tree, markers)[rows]
+    rows = rows[~noise]
     if rows.size == 0 or len(span.steps) == 0:
         return {}
     start = events.ts_us[rows]
@@ -267,7 +292,7 @@ def _phase_culprits(span: SpanInput) -> dict[str, dict[str, float]]:
     names, group = group_ids(events.name[rows])
     out: dict[str, dict[str, float]] = {}
     phases = [phase for phase in PHASES if phase in span.phase_sets and span.phase_sets[phase][0].size]
-    overlaps = intervals.overlap_per_window_of_each([span.phase_sets[phase] for phase in phases], start, end)
+    overlaps = overlap_of_each([span.phase_sets[phase] for phase in phases], start, end)
     for phase, overlap in zip(phases, overlaps):
         totals = np.bincount(group, overlap, names.size)
         top = np.argsort(-totals)[:CULPRITS_PER_PHASE]
