@@ -28,7 +28,9 @@ import numpy as np
 from torchscope.analysis import intervals
 from torchscope.analysis.markers import phase_masks
 from torchscope.analysis.source_lines import source_roots
-from torchscope.analysis.memory_blocks import DeviceMemory, device_memory, enclosing_host_event, owners, pair_blocks, user_call_site
+from torchscope.analysis.memory_blocks import (
+    DeviceMemory, MemoryEvents, device_memory, enclosing_host_event, memory_events, owners, pair_blocks, user_call_site,
+)
 from torchscope.analysis.memory_steps import by_site, growth, step_traffic, surviving_sites
 from torchscope.analysis.reduce import merge_sections
 from torchscope.analysis.registry import Analysis, Part
@@ -68,11 +70,11 @@ class _Attribution:
     enclosing: np.ndarray
 
 
-def _attribute(span: SpanInput, mem: np.ndarray) -> _Attribution:
+def _attribute(span: SpanInput, memory: MemoryEvents) -> _Attribution:
     """Operator and call site of each allocation (frees get none: nothing reads them). The walks up the
     call tree run once per distinct enclosing event, not once per allocation."""
-    events, tree = span.events, span.tree
-    alloc = events.mem_bytes[mem] > 0
+    events, tree, mem = span.events, span.tree, memory.rows
+    alloc = memory.nbytes > 0
     enclosing = np.full(mem.size, -1, dtype=np.int64)
     enclosing[alloc] = enclosing_host_event(events, tree, mem[alloc])
     distinct_enclosing, back = np.unique(enclosing[alloc], return_inverse=True)
@@ -96,19 +98,18 @@ def _attribute(span: SpanInput, mem: np.ndarray) -> _Attribution:
 
 def extract_memory(span: SpanInput) -> MemoryExtract:
     events, steps = span.events, span.steps
-    mem = np.flatnonzero(events.kind == Kind.MEMORY)
     figures = _allocator_calls(events, span)
-    if mem.size == 0:
+    memory = memory_events(events)
+    if memory.rows.size == 0:
         return MemoryExtract(figures=figures if figures.allocator_calls_per_step else None)
-    mem = mem[np.argsort(events.ts_us[mem], kind="stable")]
     origin = float(steps.start_us[0]) if len(steps) else float(events.ts_us.min(initial=0.0))
-    who = _attribute(span, mem)
+    who = _attribute(span, memory)
     summary = MemorySummary(present=True)
-    key = events.device_type[mem].astype(np.int64) * 4096 + (events.device_id[mem] + 1)  # device_id -1 = host
+    key = memory.device_type.astype(np.int64) * 4096 + (memory.device_id + 1)  # device_id -1 = host
     for k in distinct(key).tolist():
         at = np.flatnonzero(key == k)
         label = device_label(int(k // 4096), int(k % 4096) - 1)
-        _one_device(span, label, device_memory(events, mem[at]), who, at, origin, summary, figures)
+        _one_device(span, label, device_memory(memory, at), who, at, origin, summary, figures)
     return MemoryExtract(summary=summary, figures=figures)
 
 

@@ -50,19 +50,42 @@ class DeviceMemory:
         return bool(self.addr.size) and bool((self.addr >= 0).all())
 
 
-def device_memory(events: EventTable, rows: np.ndarray) -> DeviceMemory:
-    """The events `rows` of one device in time order, with the allocated total rebuilt where the trace
-    predates `Total Allocated` (relative to the start of the capture, never below zero)."""
+@dataclass(frozen=True)
+class MemoryEvents:
+    """All `[memory]` events of a table in time order (`rows` index the table), their columns read once
+    (the `[memory]` columns are sparse: each read expands the column)."""
+
+    rows: np.ndarray
+    ts_us: np.ndarray
+    nbytes: np.ndarray
+    total_allocated: np.ndarray
+    total_reserved: np.ndarray
+    addr: np.ndarray
+    device_type: np.ndarray
+    device_id: np.ndarray
+
+
+def memory_events(events: EventTable) -> MemoryEvents:
+    """The `[memory]` events in time order (ties in table order)."""
+    rows = np.flatnonzero(events.kind == Kind.MEMORY)
     rows = rows[np.argsort(events.ts_us[rows], kind="stable")]
-    nbytes = events.mem_bytes[rows]
-    allocated = events.total_allocated[rows]
+    columns = ("mem_bytes", "total_allocated", "total_reserved", "addr", "device_type", "device_id")
+    return MemoryEvents(rows, events.ts_us[rows], *(np.asarray(getattr(events, name)[rows]) for name in columns))
+
+
+def device_memory(memory: MemoryEvents, at: np.ndarray) -> DeviceMemory:
+    """The events at positions `at` (ascending) of `memory`, one device's, with the allocated total
+    rebuilt where the trace predates `Total Allocated` (relative to the start of the capture, never below
+    zero)."""
+    nbytes = memory.nbytes[at]
+    allocated = memory.total_allocated[at]
     if (allocated < 0).any():
         allocated = np.cumsum(nbytes)
         allocated = allocated - min(int(allocated.min()), 0)
-    reserved = events.total_reserved[rows]
+    reserved = memory.total_reserved[at]
     # The CPU allocator reserves nothing ahead (its `Total Reserved` stays 0): no reserved series there.
     has_reserved = bool((reserved > 0).any())
-    return DeviceMemory(rows, events.ts_us[rows], nbytes, allocated, reserved if has_reserved else None, events.addr[rows])
+    return DeviceMemory(memory.rows[at], memory.ts_us[at], nbytes, allocated, reserved if has_reserved else None, memory.addr[at])
 
 
 @dataclass(frozen=True)
@@ -146,12 +169,6 @@ def _same_text(events: EventTable, ids: np.ndarray) -> np.ndarray:
     return lookup[ids]
 
 
-def _covers(events: EventTable, at: np.ndarray, t_us: np.ndarray) -> np.ndarray:
-    """Whether event `at` runs at `t_us` (ancestors are checked too: a trace whose events overlap without
-    nesting can give an event a parent that ended before it)."""
-    return (events.ts_us[at] <= t_us) & (t_us <= events.ts_us[at] + events.dur_us[at])
-
-
 @dataclass(frozen=True)
 class Owners:
     """Per start event: the outermost CPU op below the user's frame (-1: none), the user's frame (-1:
@@ -166,41 +183,55 @@ def owners(events: EventTable, tree: HostTree, start: np.ndarray, t_us: np.ndarr
     """One walk up the call tree from each `start` event (running at `t_us`), stopping at the innermost
     user-code frame: the op the user called (`aten::ones`, not the `aten::empty` inside it) is the
     outermost op below that frame. Each level moves only the walks still going."""
-    is_op, user, module = _kinds(events)
+    role = _roles(events)
+    ts, dur, parent_of = events.ts_us, events.dur_us, tree.parent
     n = start.size
-    op, frame, callee = np.full(n, -1, dtype=np.int64), np.full(n, -1, dtype=np.int64), np.full(n, -1, dtype=np.int64)
+    op, frame = np.full(n, -1, dtype=np.int64), np.full(n, -1, dtype=np.int64)
     below, called_module = np.full(n, -1, dtype=np.int64), np.full(n, -1, dtype=np.int64)
     walking = np.flatnonzero(start >= 0)
-    current = start[walking].astype(np.int64)
+    current = start[walking]
     while walking.size:
-        covers = _covers(events, current, t_us[walking])
-        hit = covers & user[current]
-        done = walking[hit]
-        frame[done] = current[hit]
-        callee[done] = np.where(called_module[done] >= 0, called_module[done], below[done])
+        kind, begin, t = role[current], ts[current], t_us[walking]
+        # Whether the event runs at t (ancestors are checked too: a trace whose events overlap without
+        # nesting can give an event a parent that ended before it).
+        covers = (begin <= t) & (t <= begin + dur[current])
+        hit = covers & ((kind & _USER) > 0)
+        frame[walking[hit]] = current[hit]
         going = covers & ~hit
-        op[walking[going & is_op[current]]] = current[going & is_op[current]]
-        python = going & (events.kind[current] == Kind.PYTHON_FUNCTION)
-        below[walking[python]] = current[python]
-        called_module[walking[going & module[current]]] = current[going & module[current]]
-        parent = tree.parent[current].astype(np.int64)
+        for bit, last in ((_OP, op), (_PYTHON, below), (_MODULE, called_module)):  # the outermost so far
+            seen = going & ((kind & bit) > 0)
+            last[walking[seen]] = current[seen]
+        parent = parent_of[current]
         keep = ~hit & (parent >= 0)
         walking, current = walking[keep], parent[keep]
+    # The call the frame made: the module it called, else the outermost Python call below it.
+    callee = np.where(frame >= 0, np.where(called_module >= 0, called_module, below), -1)
     return Owners(op, frame, callee)
 
 
-def _kinds(events: EventTable) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Masks over all events: operators, user-code Python frames, `nn.Module: X` call events."""
-    is_op, user, module = (np.zeros(len(events), dtype=bool) for _ in range(3))
-    ops = np.flatnonzero(events.kind == Kind.CPU_OP)
-    # Older traces write record_function ranges (ProfilerStep#5, Optimizer.step#SGD.step,
-    # enumerate(DataLoader)#...) as ops too; no operator name holds a '#'.
-    is_op[ops] = events.name_mask(lambda s: "#" not in s, ops)
-    python = np.flatnonzero(events.kind == Kind.PYTHON_FUNCTION)
-    if python.size:
-        user[python] = events.name_mask(is_user_frame, python)
-        module[python] = events.name_mask(is_module_call, python)
-    return is_op, user, module
+# Bits of `_roles`.
+_OP, _USER, _MODULE, _PYTHON = 1, 2, 4, 8
+
+
+def _roles(events: EventTable) -> np.ndarray:
+    """Per event, bits: an operator, a user-code Python frame, an `nn.Module: X` call, a Python call.
+    Full-table name masks of named predicates: each predicate runs once per name, and cheaper than a
+    mask over some rows, which sorts their names."""
+    kind = events.kind
+    python = kind == Kind.PYTHON_FUNCTION
+    op = (kind == Kind.CPU_OP) & events.name_mask(_is_operator_name)
+    user, module = python & events.name_mask(is_user_frame), python & events.name_mask(is_module_call)
+    return _bit(op, _OP) | _bit(python, _PYTHON) | _bit(user, _USER) | _bit(module, _MODULE)
+
+
+def _bit(mask: np.ndarray, bit: int) -> np.ndarray:
+    return mask.view(np.int8) * np.int8(bit)
+
+
+def _is_operator_name(name: str) -> bool:
+    """Older traces write record_function ranges (ProfilerStep#5, Optimizer.step#SGD.step,
+    enumerate(DataLoader)#...) as ops too; no operator name holds a '#'."""
+    return "#" not in name
 
 
 def user_call_site(events: EventTable, found: Owners, roots: tuple[str, ...] = ()) -> tuple[np.ndarray, list[str]]:
