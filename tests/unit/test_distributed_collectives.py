@@ -226,3 +226,18 @@ def test_metrics_for_gates() -> None:
     assert named["collectives.wait_us_per_step"].value == 40_000.0
     assert named["collectives.exposed_transfer_us_per_step"].value == 2000.0
     assert named["straggler.median_lateness_us"].value == 40_000.0 and named["straggler.median_lateness_us"].better == "lower"
+
+
+def test_median_of_others_is_np_nanmedian_of_the_other_ranks() -> None:
+    rng = np.random.default_rng(3)
+    for _ in range(200):
+        values = np.round(rng.normal(0, 100, (int(rng.integers(1, 12)), int(rng.integers(1, 7)))), int(rng.integers(0, 3)))
+        values[rng.random(values.shape) < 0.2] = np.nan  # ranks without the step
+        if rng.random() < 0.3:
+            values = np.round(values / 50) * 50  # ties
+        expected = np.full(values.shape, np.nan)
+        for r in range(values.shape[0]):
+            others = np.delete(values, r, axis=0)
+            has = ~np.isnan(others).all(axis=0)
+            expected[r, has] = np.nanmedian(others[:, has], axis=0) + 0.0
+        assert np.array_equal(median_of_others(values), expected, equal_nan=True)

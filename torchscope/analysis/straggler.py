@@ -43,16 +43,31 @@ def _nanmedians(rows: np.ndarray) -> np.ndarray:
 
 def median_of_others(values: np.ndarray) -> np.ndarray:
     """Per row r of `values` (ranks x columns): the median of the other rows, column by column (NaN
-    entries, ranks without that step, are ignored)."""
-    n_ranks = values.shape[0]
-    out = np.full(values.shape, np.nan)
-    for r in range(n_ranks):  # per rank, vectorised over steps
-        others = np.delete(values, r, axis=0)
-        if others.shape[0]:
-            with np.errstate(all="ignore"):
-                valid = ~np.isnan(others).all(axis=0)
-                out[r, valid] = _nanmedians(others[:, valid].T)
-    return out
+    entries, ranks without that step, are ignored; NaN where no other rank has a value).
+
+    Each column is sorted once; the others of rank r are that order less r's own value, so their middle
+    values are read at shifted positions: O(ranks log ranks) per column, not a median per rank. The same
+    floats as `np.nanmedian` of the others: the middle value, or the two middle values' sum halved
+    (+ 0.0, as in `_nanmedians`)."""
+    n_ranks, n_columns = values.shape
+    order = np.argsort(values, axis=0, kind="stable")  # NaNs last
+    ordered = np.take_along_axis(values, order, axis=0)
+    own = ~np.isnan(values)
+    position = np.empty_like(order)
+    np.put_along_axis(position, order, np.broadcast_to(np.arange(n_ranks)[:, None], order.shape), axis=0)
+    removed = np.where(own, position, n_ranks)  # r's own place in the order (past the values if NaN)
+    others = own.sum(axis=0)[None, :] - own  # how many of the other ranks have a value
+
+    def other(k: np.ndarray) -> np.ndarray:
+        """The k-th smallest value of the others of each rank."""
+        at = np.where(k < removed, k, k + 1)
+        return np.take_along_axis(ordered, np.clip(at, 0, max(n_ranks - 1, 0)), axis=0)
+
+    middle = others // 2
+    with np.errstate(all="ignore"):
+        upper = other(middle)
+        median = np.where(others % 2 == 1, upper, (other(middle - 1) + upper) / 2)
+    return np.where(others > 0, median + 0.0, np.nan) if n_columns else np.full(values.shape, np.nan)
 
 
 def wait_matrix(table: CollectiveTable, n_ranks: int) -> tuple[np.ndarray, np.ndarray]:
