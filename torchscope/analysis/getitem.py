@@ -34,6 +34,11 @@ _NOT_DATASET = re.compile(r"^<frozen|/lib/python\d[.\d]*/(?!site-packages|dist-p
 MAX_CALLS = 8  # the costliest calls kept per span
 
 
+def _is_dataset_getitem(name: str) -> bool:
+    """A named predicate, not a lambda: `EventTable.name_mask` keeps its answers per string."""
+    return _GETITEM.match(name) is not None and _NOT_DATASET.search(name) is None
+
+
 def extract(span: SpanInput) -> Optional[Getitem]:
     """The ``__getitem__`` frames of one span and their costliest direct calls, per step."""
     steps = len(span.steps)
@@ -41,7 +46,8 @@ def extract(span: SpanInput) -> Optional[Getitem]:
     python = events.kind == Kind.PYTHON_FUNCTION
     if steps == 0 or not python.any():
         return None
-    frames = np.flatnonzero(python & events.name_mask(lambda s: bool(_GETITEM.match(s)) and not _NOT_DATASET.search(s)) & (event_steps(events, span.steps) >= 0))
+    frames = np.flatnonzero(python & events.name_mask(_is_dataset_getitem))
+    frames = frames[event_steps(events, span.steps)[frames] >= 0]
     if frames.size == 0:
         return None
     parent = span.tree.parent
