@@ -139,3 +139,14 @@ def test_inclusive_totals_and_inherited_labels_equal_a_walk_up_the_parents(event
         while walk >= 0 and not marked[walk]:
             walk = int(tree.parent[walk])
         assert nearest[event] == walk
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(0, 6), min_size=1, max_size=120))
+def test_parents_level_by_level_equal_one_search(depths: list[int]) -> None:
+    """The level-by-level search (real traces) and the single search (very deep ones) name the same
+    parents, for any depths, levels skipped included (overlapping, not nested, events)."""
+    from torchscope.analysis.nesting import _level_parents, _parents_in_one_search
+
+    depth = np.array(depths)
+    assert _level_parents(depth).tolist() == _parents_in_one_search(depth).tolist()

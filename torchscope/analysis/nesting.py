@@ -129,23 +129,54 @@ def _thread_tree(ts: np.ndarray, dur: np.ndarray) -> tuple[np.ndarray, np.ndarra
     # Events that closed at or before my start: all of them precede me in order, except zero-length
     # events sharing my start and sorted after me.
     closed = np.searchsorted(np.sort(end), ts, side="right")
+    depth = np.maximum(position - (closed - _zero_length_after(ts, dur, position)), 0)
+    return _open_parents(_level_parents(depth), ts, end), depth
+
+
+def _zero_length_after(ts: np.ndarray, dur: np.ndarray, position: np.ndarray) -> np.ndarray | int:
+    """Per event: the zero-length events that share its start and sort after it (itself included when
+    zero-length), which `closed` counts though they do not precede it."""
     zero = dur == 0
-    zero_ts = ts[zero]
     zero_positions = np.flatnonzero(zero)
+    if zero_positions.size == 0:
+        return 0
+    zero_ts = ts[zero]
     zeros_at_my_ts = np.searchsorted(zero_ts, ts, side="right") - np.searchsorted(zero_ts, ts, side="left")
     # Zero-length events sharing my start that sort before me (they sort after every longer event).
     zeros_before_me = np.searchsorted(zero_positions, position) - np.searchsorted(zero_ts, ts, side="left")
-    after_me = zeros_at_my_ts - np.where(zero, zeros_before_me, 0)  # includes myself when zero-length
-    depth = np.maximum(position - (closed - after_me), 0)
-    # Parent: the latest earlier event one level up.
-    key = depth * n + position
-    sorted_keys = np.sort(key)
-    target = (depth - 1) * n + position
-    j = np.searchsorted(sorted_keys, target, side="left") - 1
+    return zeros_at_my_ts - np.where(zero, zeros_before_me, 0)
+
+
+def _level_parents(depth: np.ndarray) -> np.ndarray:
+    """Parent: the latest earlier event one level up (-1 for none). Searched level by level, each level's
+    positions among the level above's (both ascending, from one radix sort of the depths): short
+    searches, not one over all events; but one search when there are many levels (a Python step each)."""
+    if depth.size == 0 or depth.max() > _LEVELS_SEARCHED_APART:
+        return _parents_in_one_search(depth)
+    parent = np.full(depth.size, -1, dtype=np.int64)
+    order = np.argsort(depth.astype(np.int16), kind="stable")  # small ints: a radix sort
+    bounds = np.searchsorted(depth[order], np.arange(int(depth.max()) + 2))
+    for d in range(1, bounds.size - 1):
+        above, mine = order[bounds[d - 1] : bounds[d]], order[bounds[d] : bounds[d + 1]]
+        if above.size == 0:  # overlapping, not nested, events can skip a level: no parent then
+            continue
+        j = np.searchsorted(above, mine) - 1
+        parent[mine] = np.where(j >= 0, above[np.maximum(j, 0)], -1)
+    return parent
+
+
+_LEVELS_SEARCHED_APART = 256  # real traces nest tens of levels
+
+
+def _parents_in_one_search(depth: np.ndarray) -> np.ndarray:
+    """`_level_parents` for any depths: every event's (depth - 1, position) among all (depth, position)."""
+    n = depth.size
+    position = np.arange(n)
+    sorted_keys = np.sort(depth * n + position)
+    j = np.searchsorted(sorted_keys, (depth - 1) * n + position, side="left") - 1
     candidate = sorted_keys[np.maximum(j, 0)]
     valid = (depth > 0) & (j >= 0) & (candidate // max(n, 1) == depth - 1)
-    parent = np.where(valid, candidate % max(n, 1), -1)
-    return _open_parents(parent, ts, end), depth
+    return np.where(valid, candidate % max(n, 1), -1)
 
 
 def _open_parents(parent: np.ndarray, ts: np.ndarray, end: np.ndarray) -> np.ndarray:
