@@ -41,9 +41,20 @@ class StepBreakdown:
     per_step_us: np.ndarray
 
 
-def _set(events: EventTable, mask: np.ndarray) -> intervals.IntervalSet:
-    start = events.ts_us[mask]
-    return intervals.union(start, start + events.dur_us[mask])
+def _set(events: EventTable, which: np.ndarray) -> intervals.IntervalSet:
+    """The time covered by the events of a mask (or of rows, ascending)."""
+    rows = np.flatnonzero(which) if which.dtype == bool else which  # one pass over a mask, not one per column
+    start = events.ts_us[rows]
+    return intervals.union(start, start + events.dur_us[rows])
+
+
+def _without(rows: np.ndarray, excluded: np.ndarray) -> np.ndarray:
+    """`rows` less those in the mask `excluded`."""
+    return rows[~excluded[rows]]
+
+
+def _is_own_label(name: str) -> bool:
+    return name.startswith(LABEL_PREFIX)
 
 
 def _partition(sets: list[intervals.IntervalSet], steps: StepWindows) -> np.ndarray:
@@ -53,22 +64,20 @@ def _partition(sets: list[intervals.IntervalSet], steps: StepWindows) -> np.ndar
 
 
 def _per_step(parts: list[intervals.IntervalSet], steps: StepWindows) -> np.ndarray:
-    """Each part's time inside each step: one row per step, one column per part (the parts are
-    disjoint, so the steps' edges are searched once among all of them)."""
-    return intervals.overlap_per_window_of_each(parts, steps.start_us, steps.end_us).T.copy()
+    """Each part's time inside each step: one row per step, one column per part."""
+    return np.stack([intervals.overlap_per_window(p, steps.start_us, steps.end_us) for p in parts], axis=1)
 
 
 def device_breakdown(events: EventTable, steps: StepWindows) -> StepBreakdown:
     comm_kernels = comm_kernel_mask(events)
     phases = phase_masks(events)
-    labels = events.name_mask(lambda s: s.startswith(LABEL_PREFIX))
-    cpu_exec = events.kind_mask(HOST_RANGES) & ~step_marker_mask(events) & ~labels
+    cpu_exec = _without(_without(events.kind_rows(HOST_RANGES), step_marker_mask(events)), events.name_mask(_is_own_label))
     sets = [
-        _set(events, events.kind_mask(Kind.KERNEL) & ~comm_kernels),
-        _set(events, events.kind_mask(Kind.MEMCPY)),
-        _set(events, events.kind_mask(Kind.MEMSET)),
+        _set(events, _without(events.kind_rows(Kind.KERNEL), comm_kernels)),
+        _set(events, events.kind_rows(Kind.MEMCPY)),
+        _set(events, events.kind_rows(Kind.MEMSET)),
         _set(events, comm_kernels | phases["communication"]),
-        _set(events, events.kind_mask((Kind.RUNTIME, Kind.DRIVER))),
+        _set(events, events.kind_rows((Kind.RUNTIME, Kind.DRIVER))),
         _set(events, phases["data_loading"]),
         _set(events, cpu_exec),
     ]
