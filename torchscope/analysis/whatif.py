@@ -48,7 +48,7 @@ from torchscope.analysis.nesting import launcher_of_device_events
 from torchscope.analysis.span import SpanInput
 from torchscope.arrays import group_ids, median, read_only
 from torchscope.report.measurements import Savings
-from torchscope.trace.kinds import DEVICE_KINDS, kind_mask
+from torchscope.trace.kinds import DEVICE_KINDS
 from torchscope.trace.tables import EventTable
 
 # Share of a cause's host time a fix keeps: (pessimistic, optimistic). Sources in docs/analysis.md.
@@ -124,7 +124,7 @@ class StepModel:
 
 
 def _device_queue(events: EventTable, t0: float, t1: float, sync_start: np.ndarray) -> DeviceQueue:
-    ops = np.flatnonzero(kind_mask(events.kind, DEVICE_KINDS))
+    ops = events.kind_rows(DEVICE_KINDS)
     launcher = launcher_of_device_events(events, ops)
     start = events.ts_us[ops] - t0
     launch = np.where(launcher >= 0, events.ts_us[np.maximum(launcher, 0)] - t0, start)
@@ -154,8 +154,9 @@ def build_model(span: SpanInput) -> StepModel | None:
     if len(steps) == 0 or not span.has_device:
         return None
     t0, t1 = float(steps.start_us[0]), float(steps.end_us[-1])
-    host = _main_host_ranges(events) & (events.ts_us >= t0) & (events.ts_us < t1)
-    host_end = float(np.max(events.ts_us[host] + events.dur_us[host])) - t0 if host.any() else 0.0
+    host = _main_host_rows(events)
+    host = host[(events.ts_us[host] >= t0) & (events.ts_us[host] < t1)]
+    host_end = float(np.max(events.ts_us[host] + events.dur_us[host])) - t0 if host.size else 0.0
     syncs = sync_mask(events) & (events.ts_us >= t0) & (events.ts_us < t1)
     order = np.argsort(events.ts_us[syncs], kind="stable")
     sync_start = events.ts_us[syncs][order] - t0
@@ -194,32 +195,33 @@ def _queue_scan(dur: np.ndarray, stream: np.ndarray, bounds: np.ndarray) -> Queu
 
 
 def _scan_segment(plan: QueueScan, segment: int, ready: np.ndarray, carry: np.ndarray) -> np.ndarray:
-    """Replay one segment's queues: end_k = max(ready_k, end_{k-1}) + dur_k per stream, each starting after
-    `carry[stream]`, which then holds each stream's last end. Returns the ops' ends (`ready`, the
-    segment's ready times, is overwritten)."""
+    """Replay one segment's queues, one replay per row: end_k = max(ready_k, end_{k-1}) + dur_k per stream,
+    each starting after `carry[row, stream]`, which then holds each stream's last end. Returns the ops'
+    ends (`ready`, the rows' ready times of the segment's ops, is overwritten). Every row gets the
+    operations a replay alone would (row-wise reductions and accumulations), so the same floats."""
     begin, end = int(plan.bounds[segment]), int(plan.bounds[segment + 1])
     runs = slice(int(plan.run_bounds[segment]), int(plan.run_bounds[segment + 1]))
     if begin == end:
         return ready
     first, streams = plan.run_first[runs], plan.run_stream[runs]
-    ready[first] = np.maximum(ready[first], carry[streams])
+    ready[:, first] = np.maximum(ready[:, first], carry[:, streams])
     value = ready - plan.cum_before[begin:end]
     # Segmented running max: lift each run above all earlier ones, then take it back down.
-    lift = plan.lift_rank[begin:end] * (value.max() - value.min() + 1.0)  # np.ptp's arithmetic
+    lift = plan.lift_rank[begin:end] * (value.max(axis=1) - value.min(axis=1) + 1.0)[:, None]  # np.ptp's arithmetic
     value += lift
-    np.maximum.accumulate(value, out=value)
+    np.maximum.accumulate(value, axis=1, out=value)
     ends = plan.cum[begin:end] + value
     ends -= lift
     # Within a stream ends only grow, so each run's last op holds its stream's new carry.
-    carry[streams] = np.maximum(carry[streams], ends[plan.run_last[runs]])
+    carry[:, streams] = np.maximum(carry[:, streams], ends[:, plan.run_last[runs]])
     return ends
 
 
 def _scan(ready: np.ndarray, dur: np.ndarray, stream: np.ndarray, carry: np.ndarray) -> np.ndarray:
     """End times of in-order queues, ops sorted by stream then queue order, each stream starting after
-    `carry[stream]` (one segment of `_scan_segment`, its ends kept)."""
+    `carry[stream]` (one segment, one row of `_scan_segment`)."""
     plan = _queue_scan(np.asarray(dur, dtype=np.float64), np.asarray(stream), np.array([0, np.size(ready)]))
-    return _scan_segment(plan, 0, np.array(ready, dtype=np.float64), carry.copy())
+    return _scan_segment(plan, 0, np.array(ready, dtype=np.float64)[None, :], carry.copy()[None, :])[0]
 
 
 def replay(model: StepModel, removed: intervals.IntervalSet = intervals.EMPTY, kept: float = 1.0, blocking_syncs: bool = True) -> float:
@@ -228,7 +230,7 @@ def replay(model: StepModel, removed: intervals.IntervalSet = intervals.EMPTY, k
     A host time t moves to t - (1 - kept) * (removed time before t) + the delay accumulated at the
     syncs replayed so far; the device queues are replayed one segment (ops launched between two syncs)
     at a time, since each sync's wait depends on what is still queued."""
-    return _replay(model, _removed_before(model, removed), 1.0 - kept, blocking_syncs)
+    return _replays(model, [Replay(_removed_before(model, removed), 1.0 - kept, blocking_syncs)])[0]
 
 
 @dataclass(frozen=True)
@@ -240,39 +242,55 @@ class RemovedBefore:
     sync_points: np.ndarray
 
 
+@dataclass(frozen=True)
+class Replay:
+    """One replay's inputs: the removed time before each point, the share of it removed, and whether the
+    host waits at the syncs."""
+
+    removed: RemovedBefore
+    shrink: float
+    blocking_syncs: bool = True
+
+
+def _sync_points(model: StepModel) -> np.ndarray:
+    return np.concatenate((model.sync_start_us, model.sync_end_us, [model.host_end_us]))
+
+
 def _removed_before(model: StepModel, removed: intervals.IntervalSet) -> RemovedBefore:
-    sync_points = np.concatenate((model.sync_start_us, model.sync_end_us, [model.host_end_us]))
-    return RemovedBefore(intervals.covered_before(removed, model.queue.launch_us), intervals.covered_before(removed, sync_points))
+    return RemovedBefore(intervals.covered_before(removed, model.queue.launch_us), intervals.covered_before(removed, _sync_points(model)))
 
 
-def _replay(model: StepModel, removed: RemovedBefore, shrink: float, blocking_syncs: bool = True) -> float:
-    """`replay` with the removed time before each point already found."""
+def _replays(model: StepModel, replays: list[Replay]) -> list[float]:
+    """The modelled span time of each replay (see `replay`), side by side: one row each, segment by
+    segment, so a span's dozen replays cost one pass of numpy calls, not a dozen."""
     q = model.queue
-    ready = q.launch_us - shrink * removed.launch + q.lag_us
-    sync_points = np.concatenate((model.sync_start_us, model.sync_end_us, [model.host_end_us]))
-    moved = (sync_points - shrink * removed.sync_points).tolist()
+    shrink = np.array([r.shrink for r in replays])[:, None]
+    ready = q.launch_us - shrink * np.stack([r.removed.launch for r in replays]) + q.lag_us
+    moved = _sync_points(model) - shrink * np.stack([r.removed.sync_points for r in replays])
+    blocking = np.array([r.blocking_syncs for r in replays])
     n_sync = model.sync_start_us.size
-    carry = np.full(int(q.stream.max()) + 1 if q.stream.size else 1, -np.inf)
-    extra = 0.0  # host delay (or advance) accumulated at the syncs replayed so far
+    carry = np.full((len(replays), int(q.stream.max()) + 1 if q.stream.size else 1), -np.inf)
+    extra = np.zeros(len(replays))  # host delay (or advance) accumulated at the syncs replayed so far
     bounds = q.scan.bounds.tolist()
 
     def advance(segment: int) -> None:
-        _scan_segment(q.scan, segment, ready[bounds[segment] : bounds[segment + 1]] + extra, carry)
+        _scan_segment(q.scan, segment, ready[:, bounds[segment] : bounds[segment + 1]] + extra[:, None], carry)
 
     fixed = np.minimum(model.sync_end_us - model.sync_start_us, SYNC_FIXED_US).tolist()
     for j in range(n_sync):
         advance(j)
-        begin = moved[j] + extra
-        resumed = max(begin + fixed[j], float(carry.max())) if blocking_syncs else begin + fixed[j]
-        extra += resumed - (moved[n_sync + j] + extra)
+        done = moved[:, j] + extra + fixed[j]
+        resumed = np.where(blocking, np.maximum(done, carry.max(axis=1)), done)
+        extra += resumed - (moved[:, n_sync + j] + extra)
     advance(n_sync)
-    return float(max(moved[-1] + extra, float(carry.max())))  # a Python float: extracts are msgpack-cached
+    spans: list[float] = np.maximum(moved[:, -1] + extra, carry.max(axis=1)).tolist()  # Python floats: extracts are msgpack-cached
+    return spans
 
 
-def _main_host_ranges(events: EventTable) -> np.ndarray:
-    """Main-thread CPU ops and annotations (once per table: the model and every cause start from them;
-    shared, so read-only)."""
-    return events.memo("main_host_ranges", lambda: read_only(main_thread_mask(events) & kind_mask(events.kind, HOST_RANGES)))
+def _main_host_rows(events: EventTable) -> np.ndarray:
+    """The rows of the main thread's CPU ops and annotations (once per table: the model and every cause
+    start from them; shared, so read-only)."""
+    return events.memo("main_host_rows", lambda: read_only(np.flatnonzero(main_thread_mask(events) & events.kind_mask(HOST_RANGES))))
 
 
 def _is_optimizer_step(name: str) -> bool:
@@ -286,7 +304,9 @@ def _is_zero_grad(name: str) -> bool:
 def _main_set(span: SpanInput, mask: np.ndarray | None, allowed: intervals.IntervalSet, t0: float) -> intervals.IntervalSet:
     """Main-thread intervals of `mask`'s host ranges (None: all of them) within `allowed`, as times from `t0`."""
     events = span.events
-    chosen = _main_host_ranges(events) if mask is None else mask & _main_host_ranges(events)
+    chosen = _main_host_rows(events)
+    if mask is not None:
+        chosen = chosen[mask[chosen]]
     start = events.ts_us[chosen]
     found = intervals.intersect(intervals.union(start, start + events.dur_us[chosen]), allowed)
     return found[0] - t0, found[1] - t0
@@ -295,7 +315,8 @@ def _main_set(span: SpanInput, mask: np.ndarray | None, allowed: intervals.Inter
 def _less_closures(span: SpanInput, allowed: intervals.IntervalSet) -> intervals.IntervalSet:
     events = span.events
     phases = phase_masks(events)
-    nested = closure_mask(events) | phases["forward"] | phases["backward"]
+    nested = events.kind_rows(HOST_RANGES)  # every one of these masks is of host ranges
+    nested = nested[closure_mask(events)[nested] | phases["forward"][nested] | phases["backward"][nested]]
     start = events.ts_us[nested]
     return intervals.subtract(allowed, intervals.union(start, start + events.dur_us[nested]))
 
@@ -324,18 +345,19 @@ def cause_sets(span: SpanInput) -> dict[str, intervals.IntervalSet]:
 
 def _gpu_savings(span: SpanInput, model: StepModel) -> Savings:
     nothing = _removed_before(model, intervals.EMPTY)
-    base = _replay(model, nothing, 0.0)
-    low: dict[str, float] = {}
-    high: dict[str, float] = {}
-    for cause, removed in cause_sets(span).items():
-        if intervals.total_length(removed) <= 0:
-            continue
-        kept_low, kept_high = KEPT[cause]
+    causes = [(cause, removed) for cause, removed in cause_sets(span).items() if intervals.total_length(removed) > 0]
+    replays = [Replay(nothing, 0.0)]
+    for cause, removed in causes:
         before = _removed_before(model, removed)  # one search for both kept shares
-        low[cause] = max(base - _replay(model, before, 1.0 - kept_low), 0.0) / model.steps
-        high[cause] = max(base - _replay(model, before, 1.0 - kept_high), 0.0) / model.steps
+        replays += [Replay(before, 1.0 - kept) for kept in KEPT[cause]]
     if model.sync_start_us.size:
-        unblocked = max(base - _replay(model, nothing, 0.0, blocking_syncs=False), 0.0) / model.steps
+        replays.append(Replay(nothing, 0.0, blocking_syncs=False))
+    base, *times = _replays(model, replays)
+    saved = [max(base - time, 0.0) / model.steps for time in times]
+    low = {cause: saved[2 * i] for i, (cause, _) in enumerate(causes)}
+    high = {cause: saved[2 * i + 1] for i, (cause, _) in enumerate(causes)}
+    if model.sync_start_us.size:
+        unblocked = saved[-1]
         low["sync"], high["sync"] = unblocked * (1.0 - KEPT["sync"][0]), unblocked * (1.0 - KEPT["sync"][1])
     return Savings(
         model="device_replay",
