@@ -10,9 +10,10 @@ import numpy as np
 
 import torchscope
 from helpers.trace_builder import HOST_PID, HOST_TID, TraceBuilder
-from torchscope.analysis.memory_blocks import DeviceMemory, pair_blocks
+from torchscope.analysis.memory_blocks import DeviceMemory, memory_events, pair_blocks
 from torchscope.analysis.memory_steps import StepTraffic, growth
 from torchscope.report.model import Report
+from torchscope.trace.load import load_trace_file
 
 MIB = 1024 * 1024
 STEP_US = 1000.0
@@ -165,3 +166,22 @@ def test_two_ranks_merge_as_declared(tmp_path: Path) -> None:
     assert sorted((r.rank, r.step) for r in memory.per_step) == [(0, 5), (0, 6), (0, 7), (1, 5), (1, 6), (1, 7), (1, 8), (1, 9)]
     assert memory.growth["cuda:0"].bytes_per_step == 4 * MIB and memory.growth["cuda:0"].boundaries == 6
     assert report.measurements.memory.growth_bytes_per_step["cuda:0"] == (3 * 2 * MIB + 5 * 4 * MIB) / 8
+
+
+def test_memory_columns_read_as_indexing_them(tmp_path: Path) -> None:
+    """`memory_events` reads a column every `[memory]` event carries without expanding it, and one only
+    some carry (a block without `Addr`) as indexing it does; either way in time order."""
+    b = TraceBuilder()
+    b.step(3, 0.0, 100.0)
+    mem = Allocator(b)
+    mem.alloc(30.0, addr=1, nbytes=MIB)
+    mem.alloc(20.0, addr=2, nbytes=2 * MIB, no_addr=True)  # written out of time order, without an address
+    mem.free(40.0, addr=1)
+    events = load_trace_file(b.write(tmp_path / "t.json"), False, 1, None).events
+    memory = memory_events(events)
+    assert events.ts_us[memory.rows].tolist() == [20.0, 30.0, 40.0]
+    for column, read in (("mem_bytes", memory.nbytes), ("addr", memory.addr), ("total_allocated", memory.total_allocated),
+                         ("total_reserved", memory.total_reserved), ("device_type", memory.device_type), ("device_id", memory.device_id)):  # fmt: skip
+        expected = np.asarray(getattr(events, column)[memory.rows])
+        assert read.dtype == expected.dtype and read.tolist() == expected.tolist(), column
+    assert memory.addr.tolist() == [-1, 1, 1] and memory.nbytes.tolist() == [2 * MIB, MIB, -MIB]

@@ -202,15 +202,20 @@ def _phase_at(span: SpanInput, t: float) -> str:
     return ""
 
 
+def _is_allocator_call(name: str) -> bool:
+    """A named predicate, not a lambda: `EventTable.name_mask` keeps its answers per string."""
+    return name in ALLOCATOR_CALLS
+
+
 def _allocator_calls(events: EventTable, span: SpanInput) -> Memory:
     """cudaMalloc/cudaFree (and HIP's) runtime calls per step in the steady state (the steps after a
     span's first): the caching allocator going back to the driver, which a warmed-up loop should not need."""
-    runtime = np.flatnonzero((events.kind == Kind.RUNTIME) | (events.kind == Kind.DRIVER))
+    runtime = (events.kind == Kind.RUNTIME) | (events.kind == Kind.DRIVER)
     # The first step of a span may still be warming the cache up: steady state is the steps after it
     # (none without step markers, where the one window includes the set-up).
-    if runtime.size == 0 or len(span.steps) < 2 or span.steps.source == "whole_trace":
+    if len(span.steps) < 2 or span.steps.source == "whole_trace" or not runtime.any():
         return Memory()
-    calls = runtime[events.name_mask(lambda s: s in ALLOCATOR_CALLS, runtime)]
+    calls = np.flatnonzero(runtime & events.name_mask(_is_allocator_call))
     calls = calls[span.steps.index_of(events.ts_us[calls]) >= 1]
     n = len(span.steps) - 1
     return Memory(allocator_calls_per_step=calls.size / n, allocator_us_per_step=float(events.dur_us[calls].sum()) / n)

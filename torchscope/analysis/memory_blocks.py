@@ -25,6 +25,7 @@ from torchscope.analysis.nesting import _tree_order as tree_order
 from torchscope.analysis.source_lines import frame_at_call
 from torchscope.arrays import distinct
 from torchscope.trace.kinds import Kind
+from torchscope.trace.sparse import SparseColumn
 from torchscope.trace.tables import EventTable
 
 _FRAME = re.compile(r"^.*\(\d+\): .+$")
@@ -52,8 +53,7 @@ class DeviceMemory:
 
 @dataclass(frozen=True)
 class MemoryEvents:
-    """All `[memory]` events of a table in time order (`rows` index the table), their columns read once
-    (the `[memory]` columns are sparse: each read expands the column)."""
+    """All `[memory]` events of a table in time order (`rows` index the table), their columns read once."""
 
     rows: np.ndarray
     ts_us: np.ndarray
@@ -67,10 +67,18 @@ class MemoryEvents:
 
 def memory_events(events: EventTable) -> MemoryEvents:
     """The `[memory]` events in time order (ties in table order)."""
-    rows = np.flatnonzero(events.kind == Kind.MEMORY)
-    rows = rows[np.argsort(events.ts_us[rows], kind="stable")]
+    mem = np.flatnonzero(events.kind == Kind.MEMORY)
+    order = np.argsort(events.ts_us[mem], kind="stable")
+    rows = mem[order]
+
+    def read(name: str) -> np.ndarray:
+        column = getattr(events, name)
+        if isinstance(column, SparseColumn) and column.rows.size == mem.size and np.array_equal(column.rows, mem):
+            return column.values[order]  # carried by every `[memory]` event: no need to expand the column
+        return np.asarray(column[rows])
+
     columns = ("mem_bytes", "total_allocated", "total_reserved", "addr", "device_type", "device_id")
-    return MemoryEvents(rows, events.ts_us[rows], *(np.asarray(getattr(events, name)[rows]) for name in columns))
+    return MemoryEvents(rows, events.ts_us[rows], *(read(name) for name in columns))
 
 
 def device_memory(memory: MemoryEvents, at: np.ndarray) -> DeviceMemory:
