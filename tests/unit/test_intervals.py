@@ -98,3 +98,17 @@ def test_priority_partition_in_one_sweep_equals_one_category_at_a_time(
     assert len(swept) == len(stepwise) == len(sets) + 1
     for (s0, s1), (t0, t1) in zip(swept, stepwise):
         assert s0.tobytes() == t0.tobytes() and s1.tobytes() == t1.tobytes()
+
+
+@settings(max_examples=300, deadline=None)
+@given(interval_lists, st.lists(st.tuples(st.integers(-5, 110), st.integers(-3, 20)), max_size=30), st.sampled_from([1.0, 0.1, 1e-3]))
+def test_sparse_overlap_per_window_equals_overlap_per_window(
+    pairs: list[tuple[int, int]], windows: list[tuple[int, int]], unit: float
+) -> None:
+    """Bit for bit, windows that miss the set (0.0), touch it, or have no length included."""
+    starts, ends = _as_set(pairs)
+    ws = np.array([w[0] for w in windows], dtype=float) * unit
+    we = ws + np.array([w[1] for w in windows], dtype=float) * unit
+    sparse = intervals.overlap_per_window_sparse((starts * unit, ends * unit), ws, we)
+    dense = intervals.overlap_per_window((starts * unit, ends * unit), ws, we)
+    assert sparse.tobytes() == dense.tobytes()

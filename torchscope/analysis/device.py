@@ -194,7 +194,7 @@ def _host_ops_during(
         return {}
     start = events.ts_us[host]
     dur = events.dur_us[host]
-    overlap = intervals.overlap_per_window(gaps, start, start + dur)
+    overlap = intervals.overlap_per_window_sparse(gaps, start, start + dur)  # most host events miss the gaps
     self_share = np.divide(times.host_self_us[host], dur, out=np.zeros_like(dur), where=dur > 0)
     weight = overlap * np.clip(self_share, 0, 1)
     names, group = group_ids(events.name[host])
