@@ -49,16 +49,19 @@ def overlap_of_each(sets: list[IntervalSet], window_starts: np.ndarray, window_e
     covered_we = np.minimum(we - start_at, length_at) + before_at
     # Both ends after the same interval: only its set's cover grows in between.
     inside = np.flatnonzero(within & (last_ws >= 0))
-    out[owner[at[inside]], inside] = covered_we[inside] - covered_ws[inside]
+    out.reshape(-1)[owner[at[inside]] * ws.size + inside] = covered_we[inside] - covered_ws[inside]
     if across.size:
+        # Straddling windows: each set's cover at an end is its sum before the end's last interval, plus,
+        # for that interval's own set, the part of it before the end (computed above for the starts).
         at_we = np.maximum(last_we[across], 0)
         covered_we = np.minimum(we[across] - starts[at_we], lengths[at_we]) + own_before[at_we]
-        owner_ws = np.where(last_ws[across] >= 0, owner[at[across]], -1)
-        owner_we = np.where(last_we[across] >= 0, owner[at_we], -1)
-        for i in range(len(sets)):  # per set (a handful), vectorised over the straddling windows
-            # Another set's interval last: this set's sum before it, its own interval wholly before.
-            ends = np.where(owner_we == i, covered_we, before[i, last_we[across] + 1])
-            out[i, across] = ends - np.where(owner_ws == i, covered_ws[across], before[i, last_ws[across] + 1])
+        cover_at = []
+        for last, clipped, covered in ((last_ws[across], at[across], covered_ws[across]), (last_we[across], at_we, covered_we)):
+            cover = before[:, last + 1]  # sets x windows
+            has = np.flatnonzero(last >= 0)
+            cover[owner[clipped[has]], has] = covered[has]
+            cover_at.append(cover)
+        out[:, across] = cover_at[1] - cover_at[0]
     return out
 
 
