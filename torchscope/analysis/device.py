@@ -87,13 +87,14 @@ def analyze_device(
     if has_occ.any():
         summary.achieved_occupancy_pct = float(np.average(occ[has_occ], weights=in_window[has_occ]))
     tc_kernel = events.name_mask(is_tensor_core_kernel, kernels)
+    kernel_op = _launching_op(events, kernels, times)
     kernel_time = float(events.dur_us[kernels].sum())
     if kernel_time > 0:
         summary.tensor_core_kernel_share = float(events.dur_us[kernels][tc_kernel].sum() / kernel_time)
-        summary.tensor_core_eligible_share = _eligible_share(events, kernels, times, tree)
+        summary.tensor_core_eligible_share = _eligible_share(events, kernels, kernel_op, times, tree)
     summary.kernels_per_step = float(np.count_nonzero(in_window > 0) / n_steps)
     summary.median_kernel_us = float(median(events.dur_us[kernels])) if kernels.size else None
-    rows = _kernel_rows(events, kernels, tc_kernel, times)
+    rows = _kernel_rows(events, kernels, tc_kernel, kernel_op)
     gaps = intervals.subtract(windows, busy)
     return DeviceActivity(rows, summary, busy, idle_per_step, _host_ops_during(events, times, gaps, n_steps))
 
@@ -126,9 +127,13 @@ def _utilization(events: EventTable, kernels: np.ndarray, steps: StepWindows, wi
     return float(np.mean(shares))
 
 
-def _eligible_share(events: EventTable, kernels: np.ndarray, times: OpTimes, tree: HostTree) -> float | None:
+def _launching_op(events: EventTable, kernels: np.ndarray, times: OpTimes) -> np.ndarray:
+    """The CPU op under which each kernel was launched (-1 if none)."""
     launcher = launcher_of_device_events(events, kernels)
-    op = np.where(launcher >= 0, times.launching_op[np.maximum(launcher, 0)], -1)
+    return np.where(launcher >= 0, times.launching_op[np.maximum(launcher, 0)], -1)
+
+
+def _eligible_share(events: EventTable, kernels: np.ndarray, op: np.ndarray, times: OpTimes, tree: HostTree) -> float | None:
     attached = op >= 0
     if not attached.any():
         return None
@@ -141,7 +146,7 @@ def _eligible_share(events: EventTable, kernels: np.ndarray, times: OpTimes, tre
     return float(dur[eligible].sum() / dur[attached].sum())
 
 
-def _kernel_rows(events: EventTable, kernels: np.ndarray, tc_kernel: np.ndarray, times: OpTimes) -> list[KernelRow]:
+def _kernel_rows(events: EventTable, kernels: np.ndarray, tc_kernel: np.ndarray, op: np.ndarray) -> list[KernelRow]:
     names, group = group_ids(events.name[kernels])
     dur = events.dur_us[kernels]
     calls = np.bincount(group, minlength=names.size)
@@ -158,16 +163,10 @@ def _kernel_rows(events: EventTable, kernels: np.ndarray, tc_kernel: np.ndarray,
     valid_blocks = np.isfinite(blocks)
     blocks_count = np.bincount(group[valid_blocks], minlength=names.size)
     blocks_sum = np.bincount(group[valid_blocks], blocks[valid_blocks], names.size)
-    launcher = launcher_of_device_events(events, kernels)
-    op = np.where(launcher >= 0, times.launching_op[np.maximum(launcher, 0)], -1)
+    tensor_core = np.bincount(group[tc_kernel], minlength=names.size) > 0
+    launched_by = _most_common_launcher(events, group[op >= 0], op[op >= 0], names.size)
     rows = []
     for g, name_id in enumerate(names.tolist()):
-        mine = op[group == g]
-        mine = mine[mine >= 0]
-        launched_by = ""
-        if mine.size:
-            values, counts = np.unique(events.name[mine], return_counts=True)
-            launched_by = events.strings[int(values[np.argmax(counts)])]
         rows.append(
             KernelRow(
                 name=events.strings[name_id],
@@ -178,11 +177,26 @@ def _kernel_rows(events: EventTable, kernels: np.ndarray, tc_kernel: np.ndarray,
                 max_us=float(maximum[g]),
                 mean_occupancy_pct=float(occ_sum[g] / occ_weight[g]) if occ_weight[g] > 0 else None,
                 mean_blocks_per_sm=float(blocks_sum[g] / blocks_count[g]) if blocks_count[g] else None,
-                tensor_core=bool(tc_kernel[group == g].any()),
-                launched_by=launched_by,
+                tensor_core=bool(tensor_core[g]),
+                launched_by=events.strings[launched_by[g]] if launched_by[g] >= 0 else "",
             )
         )
     return sorted(rows, key=lambda r: -r.total_us)
+
+
+def _most_common_launcher(events: EventTable, group: np.ndarray, op: np.ndarray, n_groups: int) -> np.ndarray:
+    """Per kernel name (group): the name id of the op that launched most of its kernels (the lowest id
+    among ties), -1 if none was launched under an op. All groups at once: one count per (group, op name)."""
+    best = np.full(n_groups, -1, dtype=np.int64)
+    if group.size == 0:
+        return best
+    pairs, counts = np.unique((group.astype(np.int64) << 32) | events.name[op], return_counts=True)
+    pair_group = pairs >> 32
+    # Within each group: most calls first, then (a stable sort of the ascending pairs) the lowest name id.
+    order = np.lexsort((-counts, pair_group))
+    first = order[np.r_[True, pair_group[order][1:] != pair_group[order][:-1]]]
+    best[pair_group[first]] = pairs[first] & 0xFFFFFFFF
+    return best
 
 
 def _host_ops_during(
