@@ -40,7 +40,7 @@ def call_site_rows(span: SpanInput, top: int = TOP_OPERATORS * 2) -> list[CallSi
     """(operator, site) rows of one span for its `top` operators (more than reported: merged later)."""
     events, times = span.events, span.times
     ops = np.flatnonzero(times.op_mask)
-    frames = (events.kind == Kind.PYTHON_FUNCTION) & events.name_mask(is_user_frame)
+    frames = events.kind_mask(Kind.PYTHON_FUNCTION) & events.name_mask(is_user_frame)
     if ops.size == 0 or not frames.any():
         return []
     self_us = times.host_self_us[ops] + times.device_self_us[ops]

@@ -43,7 +43,7 @@ def extract(span: SpanInput) -> Optional[Getitem]:
     """The ``__getitem__`` frames of one span and their costliest direct calls, per step."""
     steps = len(span.steps)
     events = span.events
-    python = events.kind == Kind.PYTHON_FUNCTION
+    python = events.kind_mask(Kind.PYTHON_FUNCTION)
     if steps == 0 or not python.any():
         return None
     frames = np.flatnonzero(python & events.name_mask(_is_dataset_getitem))
@@ -52,7 +52,7 @@ def extract(span: SpanInput) -> Optional[Getitem]:
         return None
     parent = span.tree.parent
     outermost = frames[~np.isin(parent[frames], frames)]  # a __getitem__ calling another one counts once
-    children = np.flatnonzero(np.isin(parent, outermost) & (python | (events.kind == Kind.CPU_OP)))
+    children = np.flatnonzero(np.isin(parent, outermost) & events.kind_mask((Kind.PYTHON_FUNCTION, Kind.CPU_OP)))
     totals: dict[str, float] = {}
     for name_id, us in zip(*_sum_by(events.name[children], events.dur_us[children])):
         key = readable(events.strings[int(name_id)])

@@ -210,7 +210,7 @@ def _is_allocator_call(name: str) -> bool:
 def _allocator_calls(events: EventTable, span: SpanInput) -> Memory:
     """cudaMalloc/cudaFree (and HIP's) runtime calls per step in the steady state (the steps after a
     span's first): the caching allocator going back to the driver, which a warmed-up loop should not need."""
-    runtime = (events.kind == Kind.RUNTIME) | (events.kind == Kind.DRIVER)
+    runtime = events.kind_mask((Kind.RUNTIME, Kind.DRIVER))
     # The first step of a span may still be warming the cache up: steady state is the steps after it
     # (none without step markers, where the one window includes the set-up).
     if len(span.steps) < 2 or span.steps.source == "whole_trace" or not runtime.any():

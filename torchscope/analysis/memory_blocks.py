@@ -67,7 +67,7 @@ class MemoryEvents:
 
 def memory_events(events: EventTable) -> MemoryEvents:
     """The `[memory]` events in time order (ties in table order)."""
-    mem = np.flatnonzero(events.kind == Kind.MEMORY)
+    mem = events.kind_rows(Kind.MEMORY)
     order = np.argsort(events.ts_us[mem], kind="stable")
     rows = mem[order]
 
@@ -139,7 +139,8 @@ def enclosing_host_event(events: EventTable, tree: HostTree, rows: np.ndarray) -
     host event (Python calls are most of them with stacks on), keeps the sort small, and the walk up
     the tree from the op reaches the Python frames."""
     result = np.full(rows.size, -1, dtype=np.int64)
-    host = np.flatnonzero((tree.depth >= 0) & (events.kind == Kind.CPU_OP))
+    host = events.kind_rows(Kind.CPU_OP)
+    host = host[tree.depth[host] >= 0]
     if host.size == 0 or rows.size == 0:
         return result
     keys = _thread_key(events, np.r_[host, rows])
@@ -225,9 +226,8 @@ def _roles(events: EventTable) -> np.ndarray:
     """Per event, bits: an operator, a user-code Python frame, an `nn.Module: X` call, a Python call.
     Full-table name masks of named predicates: each predicate runs once per name, and cheaper than a
     mask over some rows, which sorts their names."""
-    kind = events.kind
-    python = kind == Kind.PYTHON_FUNCTION
-    op = (kind == Kind.CPU_OP) & events.name_mask(_is_operator_name)
+    python = events.kind_mask(Kind.PYTHON_FUNCTION)
+    op = events.kind_mask(Kind.CPU_OP) & events.name_mask(_is_operator_name)
     user, module = python & events.name_mask(is_user_frame), python & events.name_mask(is_module_call)
     return _bit(op, _OP) | _bit(python, _PYTHON) | _bit(user, _USER) | _bit(module, _MODULE)
 

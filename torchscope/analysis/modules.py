@@ -25,7 +25,7 @@ from torchscope.analysis.span import SpanInput
 from torchscope.analysis.steps import StepWindows
 from torchscope.arrays import group_ids
 from torchscope.report.model import ModuleRow
-from torchscope.trace.kinds import DEVICE_KINDS, Kind, kind_mask
+from torchscope.trace.kinds import DEVICE_KINDS, Kind
 from torchscope.trace.tables import EventTable
 
 MODULE_PREFIX = MODULE_CALL_PREFIX
@@ -49,8 +49,8 @@ class ModuleTable(msgspec.Struct, kw_only=True):
 
 def module_rows(events: EventTable, tree: HostTree, steps: StepWindows) -> list[ModuleTotals]:
     """Totals per module path over the module calls that start inside a step (largest host time first)."""
-    python = np.flatnonzero(events.kind == Kind.PYTHON_FUNCTION)
-    mod = python[events.name_mask(is_module_call, python)]
+    # Whole-table masks: both are kept per table, and memory's owner walk asks for the same.
+    mod = np.flatnonzero(events.kind_mask(Kind.PYTHON_FUNCTION) & events.name_mask(is_module_call))
     if mod.size == 0:
         return []
     is_module = np.zeros(len(events), dtype=bool)
@@ -126,7 +126,7 @@ def _paths(name: np.ndarray, parent: np.ndarray, depth: np.ndarray) -> tuple[np.
 def _device_inclusive(events: EventTable, ancestor: np.ndarray, mod: np.ndarray, parent: np.ndarray, depth: np.ndarray) -> np.ndarray:
     """Device time of the kernels launched inside each module call, its child modules' included
     (`ancestor`: as for `_parent_module`)."""
-    device = np.flatnonzero(kind_mask(events.kind, DEVICE_KINDS))
+    device = events.kind_rows(DEVICE_KINDS)
     own = np.zeros(mod.size)
     if device.size == 0:
         return own

@@ -85,7 +85,7 @@ def _is_own_step(name: str) -> bool:
 def _own_time(span: SpanInput, parts: dict[str, intervals.IntervalSet], steps: int) -> dict[str, float]:
     """Time per step and phase in torchscope's own step calls (inclusive)."""
     events = span.events
-    rows = np.flatnonzero((events.kind == Kind.PYTHON_FUNCTION) & events.name_mask(_is_own_step))
+    rows = np.flatnonzero(events.kind_mask(Kind.PYTHON_FUNCTION) & events.name_mask(_is_own_step))
     if rows.size == 0:
         return {}
     order = np.argsort(events.ts_us[rows], kind="stable")
@@ -106,19 +106,19 @@ def extract(span: SpanInput) -> Optional[ProfilerOverhead]:
     steps = len(span.steps)
     if steps == 0:
         return None
-    kind = span.events.kind
-    ts = span.events.ts_us
+    events = span.events
+    ts = events.ts_us
     parts = span.phase_sets
     # A trace thinned to its size budget lost its shortest Python calls but says where they started: they
     # were recorded, so they cost their time as the kept ones did (rundir/thinning.py).
     # Stable sorts (timsort): the starts come nearly in order, which it merges in one pass; the same values.
-    python_ts = np.sort(np.concatenate([ts[kind == Kind.PYTHON_FUNCTION], dropped_starts(span.header)]), kind="stable")
+    python_ts = np.sort(np.concatenate([ts[events.kind_rows(Kind.PYTHON_FUNCTION)], dropped_starts(span.header)]), kind="stable")
     thinning = span.header.get(HEADER_KEY)
     thinned = _thinning_fields(span.name, thinning) if isinstance(thinning, dict) else {}
     return ProfilerOverhead(
         **thinned,
         python_events_per_step=_count_in(parts, python_ts, steps),
-        ops_per_step=_count_in(parts, np.sort(ts[kind == Kind.CPU_OP], kind="stable"), steps),
+        ops_per_step=_count_in(parts, np.sort(ts[events.kind_rows(Kind.CPU_OP)], kind="stable"), steps),
         own_us_per_step=_own_time(span, parts, steps),
         phase_median_us=_phase_medians(span),
     )

@@ -176,7 +176,7 @@ def extra_device_copies(events: EventTable, tree: HostTree) -> np.ndarray:
     if to.size == 0:
         return to
     # The op started last before each `to` on its thread and already ended: the matcher's previous leaf.
-    ops = np.flatnonzero(events.kind == Kind.CPU_OP)
+    ops = events.kind_rows(Kind.CPU_OP)
     thread = _thread_of(events, ops)
     order = np.lexsort((events.ts_us[ops], thread))
     ops, thread = ops[order], thread[order]
