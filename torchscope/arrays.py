@@ -34,6 +34,15 @@ def group_ids(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return np.flatnonzero(present).astype(ids.dtype, copy=False), position[ids]
 
 
+def count_at_or_below(values: np.ndarray, points: np.ndarray) -> np.ndarray:
+    """For each of `points`, which must be ascending: how many of `values` (in any order) are <= it.
+    `np.searchsorted(np.sort(values), points, side="right")`, from one stable sort of both together (a
+    merge where `values` is nearly sorted) instead of a sort and a binary search per point; NaNs count as
+    numpy orders them (last, equal to each other)."""
+    order = np.argsort(np.concatenate((values, points)), kind="stable")  # values first: ties count
+    return np.flatnonzero(order >= values.size) - np.arange(points.size)
+
+
 def read_only(values: np.ndarray) -> np.ndarray:
     """`values`, no longer writeable: for arrays computed once per table and shared by every analysis."""
     values.flags.writeable = False

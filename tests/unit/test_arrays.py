@@ -9,7 +9,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from torchscope.arrays import distinct, group_ids, median, nanmedian
+from torchscope.arrays import count_at_or_below, distinct, group_ids, median, nanmedian
 
 floats = st.lists(st.one_of(st.floats(-1e12, 1e12), st.just(float("nan"))), max_size=40)
 
@@ -56,3 +56,11 @@ def test_group_ids_is_np_unique_with_inverse() -> None:
         expected_unique, expected_inverse = np.unique(ids, return_inverse=True)
         assert unique.dtype == expected_unique.dtype and inverse.dtype == expected_inverse.dtype
         assert np.array_equal(unique, expected_unique) and np.array_equal(inverse, expected_inverse)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from([0.0, 1.0, 1.5, 2.0, 7.0, float("nan"), -3.0]), max_size=40),
+       st.lists(st.sampled_from([0.0, 1.0, 1.5, 2.0, 7.0, float("nan"), -3.0, 9.0]), max_size=40))
+def test_count_at_or_below_is_searchsorted_of_the_sorted_values(values: list[float], points: list[float]) -> None:
+    v, p = np.array(values, dtype=float), np.sort(np.array(points, dtype=float))
+    assert count_at_or_below(v, p).tolist() == np.searchsorted(np.sort(v), p, side="right").tolist()

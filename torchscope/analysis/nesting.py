@@ -12,6 +12,7 @@ from functools import cached_property
 
 import numpy as np
 
+from torchscope.arrays import count_at_or_below
 from torchscope.trace.kinds import Kind
 from torchscope.trace.tables import EventTable
 
@@ -128,7 +129,7 @@ def _thread_tree(ts: np.ndarray, dur: np.ndarray) -> tuple[np.ndarray, np.ndarra
     position = np.arange(n)
     # Events that closed at or before my start: all of them precede me in order, except zero-length
     # events sharing my start and sorted after me.
-    closed = np.searchsorted(np.sort(end), ts, side="right")
+    closed = count_at_or_below(end, ts)
     depth = np.maximum(position - (closed - _zero_length_after(ts, dur, position)), 0)
     return _open_parents(_level_parents(depth), ts, end), depth
 
