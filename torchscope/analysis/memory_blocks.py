@@ -23,7 +23,7 @@ from torchscope.analysis.frames import is_library_code, is_module_call, is_user_
 from torchscope.analysis.nesting import HostTree
 from torchscope.analysis.nesting import _tree_order as tree_order
 from torchscope.analysis.source_lines import frame_at_call
-from torchscope.arrays import distinct
+from torchscope.arrays import distinct, group_ids
 from torchscope.trace.kinds import Kind
 from torchscope.trace.sparse import SparseColumn
 from torchscope.trace.tables import EventTable
@@ -257,8 +257,13 @@ def user_call_site(events: EventTable, found: Owners, roots: tuple[str, ...] = (
     stack = events.call_stack[np.maximum(op, 0)].astype(np.int64)
     first = np.where(frame >= 0, name(frame), 0)
     second = np.where(frame >= 0, np.where(callee >= 0, name(callee), 0), -np.where(op >= 0, stack, 0))
-    keys, inverse = np.unique((first << 32) | (second + 2**31), return_inverse=True)  # string ids < 2**31
-    text = [_site_text(events.strings, int(k >> 32), int((k & 0xFFFFFFFF) - 2**31), roots) for k in keys.tolist()]
+    # Distinct pairs from codes over the string ids (small ints: grouped through a table, not sorted);
+    # a pair's code is its rank among the pairs, as np.unique of the pairs would number them.
+    firsts, first_code = group_ids(first)
+    seconds, second_code = group_ids(second + len(events.strings))  # call stacks negative
+    pairs, inverse = group_ids(first_code * seconds.size + second_code)
+    first_ids, second_ids = firsts[pairs // seconds.size].tolist(), (seconds[pairs % seconds.size] - len(events.strings)).tolist()
+    text = [_site_text(events.strings, a, b, roots) for a, b in zip(first_ids, second_ids)]
     names = [""] + sorted({t for t in text if t})
     index = {name: i for i, name in enumerate(names)}
     code_of = np.array([index[t] for t in text], dtype=np.int64)
