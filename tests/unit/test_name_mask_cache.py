@@ -64,3 +64,15 @@ def test_kind_masks_and_rows_are_kept_per_set_of_kinds() -> None:
     assert table.kind_rows(reordered) is table.kind_rows(DEVICE_KINDS)  # one entry per set, in any order
     with pytest.raises(ValueError):
         table.kind_mask(Kind.RUNTIME)[0] = True  # shared by every analysis: read-only
+
+
+def test_thread_keys_and_rows() -> None:
+    pid = np.array([1, 1, 2, 1, 2], dtype=np.int32)
+    tid = np.array([3, 4, 3, 3, 3], dtype=np.int32)
+    table = EventTable({"ts_us": np.zeros(5), "pid": pid, "tid": tid}, ["", "a", "b", "c", "d"])
+    keys = table.thread_keys()
+    assert keys.tolist() == [(1 << 32) | 3, (1 << 32) | 4, (2 << 32) | 3, (1 << 32) | 3, (2 << 32) | 3]
+    assert table.thread_rows(keys[0]).tolist() == [0, 3] and table.thread_rows(keys[2]).tolist() == [2, 4]
+    assert table.thread_rows(keys[0]) is table.thread_rows(int(keys[3]))
+    with pytest.raises(ValueError):
+        keys[0] = 0

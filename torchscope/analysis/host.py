@@ -55,7 +55,7 @@ def _main_thread_mask(events: EventTable) -> np.ndarray:
     else:
         first = np.flatnonzero(is_step)[0]
         main = (np.int64(events.pid[first]) << 32) | np.int64(events.tid[first])
-    return ((events.pid.astype(np.int64) << 32) | events.tid) == main
+    return events.thread_keys() == main
 
 
 TINY_OP_US = 30.0  # a CPU aten op this short is mostly dispatch cost (a few to ~10 us per op)
@@ -90,7 +90,9 @@ def dispatch_overhead(
 def launch_overhead(events: EventTable, steps: StepWindows) -> LaunchOverhead | None:
     """Kernels shorter than the runtime call that launched them (HTA's "short kernels"); None without
     kernels in the steps."""
-    kernels = np.flatnonzero((events.kind == Kind.KERNEL) & (event_steps(events, steps) >= 0))
+    step_index = event_steps(events, steps)
+    kernels = events.kind_rows(Kind.KERNEL)
+    kernels = kernels[step_index[kernels] >= 0]
     if kernels.size == 0:
         return None
     launcher = launcher_of_device_events(events, kernels)
@@ -103,7 +105,7 @@ def launch_overhead(events: EventTable, steps: StepWindows) -> LaunchOverhead | 
         median_kernel_us=float(median(events.dur_us[kernels])),
         median_launch_us=float(median(events.dur_us[launcher[ok]])) if ok.any() else 0.0,
         runtime_us_per_step=float(
-            events.dur_us[events.kind_mask((Kind.RUNTIME, Kind.DRIVER)) & (event_steps(events, steps) >= 0)].sum() / n
+            events.dur_us[events.kind_mask((Kind.RUNTIME, Kind.DRIVER)) & (step_index >= 0)].sum() / n
         ),
     )
 
@@ -187,8 +189,8 @@ def optimizer_details(events: EventTable, steps: StepWindows, tree: HostTree, ti
     zero_grad fills gradients with zeros instead of setting them to None."""
     n = max(len(steps), 1)
     in_steps = event_steps(events, steps) >= 0
-    step_range = name_mask(events, lambda s: s.startswith("Optimizer.step#"), HOST_RANGES)
-    zero_range = name_mask(events, lambda s: s.startswith("Optimizer.zero_grad#"), HOST_RANGES)
+    step_range = name_mask(events, _is_optimizer_step, HOST_RANGES)
+    zero_range = name_mask(events, _is_zero_grad, HOST_RANGES)
     ops = times.op_mask & ~step_range & ~zero_range
     # By time (on the range's thread), not by tree: Python frames recorded with stacks can straddle a
     # range's edges, which breaks strict nesting.
@@ -222,6 +224,14 @@ def optimizer_details(events: EventTable, steps: StepWindows, tree: HostTree, ti
     )
 
 
+def _is_optimizer_step(name: str) -> bool:
+    return name.startswith("Optimizer.step#")
+
+
+def _is_zero_grad(name: str) -> bool:
+    return name.startswith("Optimizer.zero_grad#")
+
+
 def _outside_us(events: EventTable, ranges: np.ndarray, excluded: np.ndarray) -> float:
     """Time covered by `ranges` and not by `excluded` (e.g. the closures inside optimizer steps)."""
     if not excluded.any():
@@ -236,13 +246,11 @@ def _starts_inside(events: EventTable, ranges: np.ndarray) -> np.ndarray:
     inside = np.zeros(len(events), dtype=bool)
     if not ranges.any():
         return inside
-    thread = (events.pid.astype(np.int64) << 32) | events.tid
-    for key in distinct(thread[ranges]):  # one pass per thread holding such ranges (usually one)
-        on_thread = thread == key
-        mine = ranges & on_thread
+    for key in distinct(events.thread_keys()[ranges]):  # one pass per thread holding such ranges (usually one)
+        rows = events.thread_rows(key)  # only this thread's events are searched
+        mine = rows[ranges[rows]]
         starts = events.ts_us[mine]
         covered = intervals.union(starts, starts + events.dur_us[mine])
-        rows = np.flatnonzero(on_thread)  # only this thread's events are searched
         inside[rows] = intervals.contains(covered, events.ts_us[rows])
     return inside
 

@@ -128,6 +128,16 @@ class EventTable:
         wanted = _kinds_key(kinds)
         return self.memo(f"kind_rows:{wanted}", lambda: read_only(np.flatnonzero(self.kind_mask(wanted))))
 
+    def thread_keys(self) -> np.ndarray:
+        """Per event: its thread as one int64, `pid << 32 | tid` of their string ids (once per table;
+        read-only)."""
+        return self.memo("thread_keys", lambda: read_only((self.pid.astype(np.int64) << 32) | self.tid.astype(np.int64)))
+
+    def thread_rows(self, key: int) -> np.ndarray:
+        """The rows (ascending) of the events of one thread, by `thread_keys` value (once per table and
+        thread; read-only)."""
+        return self.memo(f"thread_rows:{int(key)}", lambda: read_only(np.flatnonzero(self.thread_keys() == key)))
+
     def name_mask(self, predicate: Any, rows: np.ndarray | None = None) -> np.ndarray:
         """Per event (or per event of `rows`): whether its name matches `predicate`.
 
