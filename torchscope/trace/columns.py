@@ -165,13 +165,17 @@ def canonical_strings(columns: dict[str, Any], interner: StringInterner) -> list
     strings = interner.strings
     used = np.zeros(len(strings), dtype=bool)
     used[0] = True
+    nonempty: dict[str, np.ndarray | None] = {}  # per dense column: its rows with a string, or None: all
     for name in STRING_COLUMNS:
         column = columns[name]
         if isinstance(column, SparseColumn):
             used[column.values] = True
             used[column.default] |= column.rows.size < column.size
-        else:
-            used[column] = True
+            continue
+        nonempty[name] = _nonempty_rows(column)
+        values = column if nonempty[name] is None else column[nonempty[name]]
+        if values.size:
+            used |= np.bincount(values, minlength=used.size) > 0  # a count: faster than a scatter
 
     def order_key(i: int) -> tuple[bool, str, int, bytes]:
         key = keys[i]
@@ -186,9 +190,19 @@ def canonical_strings(columns: dict[str, Any], interner: StringInterner) -> list
         if isinstance(column, SparseColumn):
             np.take(new_id, column.values, out=column.values)
             column.default = column.dtype.type(new_id[column.default])
-        else:
+        elif (rows := nonempty[name]) is None:
             np.take(new_id, column, out=column)
+        elif rows.size:  # id 0 stays 0
+            column[rows] = new_id[column[rows]]
     return [strings[i] for i in order]
+
+
+def _nonempty_rows(column: np.ndarray) -> np.ndarray | None:
+    """The rows of a string column that hold a non-empty string, when they are under a quarter of it
+    (stacks, shapes, grids, labels: only some kinds carry them); None for a mostly non-empty column,
+    which is cheaper to process whole."""
+    count = np.count_nonzero(column)
+    return np.flatnonzero(column) if count < column.size // 4 else None
 
 
 _DEFAULTS: dict[str, Any] = {
