@@ -37,3 +37,18 @@ def test_kernel_rows_launched_by_tensor_core_and_totals() -> None:
     assert rows["ampere_sgemm_128x64_tn_hmma"].tensor_core and not rows["elementwise_kernel"].tensor_core
     assert rows["orphan_kernel"].launched_by == "" and rows["orphan_kernel"].calls == 1
     assert rows["ampere_sgemm_128x64_tn_hmma"].total_us == 12.0
+
+
+def test_device_kind_from_hip_runtime_calls() -> None:
+    """Without a device name in the header, HIP runtime calls say ROCm; CUDA ones, CUDA."""
+    from torchscope.analysis.span_meta import extract_meta
+
+    kinds = []
+    for runtime in ("hipLaunchKernel", "cudaLaunchKernel"):
+        builder = TraceBuilder()
+        builder.step(1, 0, 200)
+        builder.op("aten::mm", 10, 20)
+        builder.launch(11, 5, 40, 10, runtime=runtime)
+        table = parse_trace_bytes(json.dumps(builder.document()).encode())
+        kinds.append(extract_meta(SpanInput(TraceFile("built.json", table.header, table.events))).device_kind)
+    assert kinds == ["rocm", "cuda"]

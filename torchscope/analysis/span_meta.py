@@ -49,10 +49,14 @@ def _device_kind(span: SpanInput) -> DeviceKind:
         return "cpu"
     events = span.events
     name = span.device.summary.name
-    runtime_names = events.name_mask(lambda s: s.startswith("hip")) & (events.kind == Kind.RUNTIME)
-    if runtime_names.any() or "AMD" in name or "Radeon" in name or "Instinct" in name:
+    hip_calls = events.name_mask(_is_hip_call, events.kind_rows(Kind.RUNTIME))  # the runtime calls only
+    if hip_calls.any() or "AMD" in name or "Radeon" in name or "Instinct" in name:
         return "rocm"
     return "cuda"
+
+
+def _is_hip_call(name: str) -> bool:
+    return name.startswith("hip")
 
 
 def _no_fields(parts: list[Part[Any]]) -> dict[str, Any]:
