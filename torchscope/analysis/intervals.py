@@ -204,11 +204,18 @@ def priority_partition(category_sets: list[IntervalSet], windows: IntervalSet) -
     # that follows (several boundaries at one point leave zero-length pieces, skipped below).
     steps = np.concatenate([np.tile(np.array([1 << i, -(1 << i)], np.int32), one[0].size) for i, one in enumerate(sets)])
     order = np.argsort(points, kind="stable")
-    points = points[order]
     covering = np.cumsum(steps[order], dtype=np.int32)[:-1]
-    piece = np.flatnonzero((covering & 1).astype(bool) & (points[1:] > points[:-1]))  # pieces inside a window
-    owner = _first_bit_table(len(category_sets))[covering[piece] >> 1]  # bit k: category k covers the piece
-    return _split_by_owner(points, piece, owner, len(category_sets) + 1)
+    del steps  # each temporary freed as soon as it is used: the sweep holds every set's boundaries
+    points = points[order]
+    del order
+    inside = (covering & 1).astype(bool)  # pieces inside a window...
+    inside &= points[1:] > points[:-1]  # ...of some length
+    owner = _first_bit_table(len(category_sets))[covering[inside] >> 1]  # bit k: category k covers the piece
+    lefts, rights = points[:-1][inside], points[1:][inside]
+    del points, covering, inside
+    runs = _merge_touching(lefts, rights, owner)
+    del lefts, rights, owner
+    return _split_by_owner(*runs, len(category_sets) + 1)
 
 
 _MAX_SWEPT_SETS = 16  # categories as bits: a table of 2**16 owners at most
@@ -224,24 +231,25 @@ def _first_bit_table(bits: int) -> np.ndarray:
     return first
 
 
-def _split_by_owner(points: np.ndarray, piece: np.ndarray, owner: np.ndarray, n_owners: int) -> list[IntervalSet]:
-    """The pieces [points[i], points[i + 1]) for i in `piece` (ascending), one set per owner, merged where
-    they touch: touching pieces of one owner are neighbours in `piece` (pieces between them would be
-    empty), so runs are merged once for all owners, then split by owner."""
-    if piece.size == 0:
-        return [EMPTY] * n_owners
-    lefts, rights = points[piece], points[piece + 1]
-    new_run = np.empty(piece.size, dtype=bool)
+def _merge_touching(lefts: np.ndarray, rights: np.ndarray, owner: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Pieces [lefts[i], rights[i]) (in order, disjoint) merged where they touch and have one owner:
+    touching pieces of one owner are neighbours (pieces between them would be empty)."""
+    if lefts.size == 0:
+        return lefts, rights, owner
+    new_run = np.empty(lefts.size, dtype=bool)
     new_run[0] = True
     np.greater(lefts[1:], rights[:-1], out=new_run[1:])
     new_run[1:] |= owner[1:] != owner[:-1]
-    first = np.flatnonzero(new_run)
-    last = np.append(first[1:] - 1, piece.size - 1)
-    run_owner = owner[first]
-    by_owner = np.argsort(run_owner, kind="stable")  # int16: a radix sort, runs stay in order
-    bounds = np.searchsorted(run_owner[by_owner], np.arange(n_owners + 1))
+    run_ends = np.append(new_run[1:], True)
+    return lefts[new_run], rights[run_ends], owner[new_run]
+
+
+def _split_by_owner(lefts: np.ndarray, rights: np.ndarray, owner: np.ndarray, n_owners: int) -> list[IntervalSet]:
+    """The intervals [lefts[i], rights[i]) (in order), one set per owner, each in order."""
+    by_owner = np.argsort(owner, kind="stable")  # int16: a radix sort, each owner's intervals stay in order
+    bounds = np.searchsorted(owner[by_owner], np.arange(n_owners + 1))
     runs = [by_owner[bounds[k] : bounds[k + 1]] for k in range(n_owners)]
-    return [(lefts[first[r]], rights[last[r]]) if r.size else EMPTY for r in runs]
+    return [(lefts[r], rights[r]) if r.size else EMPTY for r in runs]
 
 
 def _priority_partition_by_steps(category_sets: list[IntervalSet], windows: IntervalSet) -> list[IntervalSet]:
