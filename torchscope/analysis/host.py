@@ -246,7 +246,7 @@ def _starts_inside(events: EventTable, ranges: np.ndarray) -> np.ndarray:
     inside = np.zeros(len(events), dtype=bool)
     if not ranges.any():
         return inside
-    for key in distinct(events.thread_keys()[ranges]):  # one pass per thread holding such ranges (usually one)
+    for key in distinct(events.thread_keys(np.flatnonzero(ranges))):  # one pass per thread holding such ranges (usually one)
         rows = events.thread_rows(key)  # only this thread's events are searched
         mine = rows[ranges[rows]]
         starts = events.ts_us[mine]

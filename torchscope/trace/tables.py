@@ -117,42 +117,33 @@ class EventTable:
         return [self.strings[i] for i in np.asarray(ids).tolist()]
 
     def kind_mask(self, kinds: "Kind | tuple[Kind, ...]") -> np.ndarray:
-        """Per event: whether its kind is one of `kinds` (once per table and set of kinds; shared, so
-        read-only). The same few sets (device, host ranges, runtime) are asked for in many places."""
+        """Per event: whether its kind is one of `kinds` (read-only: kept per table once asked again, as
+        the same few sets are, e.g. host ranges, device, runtime)."""
         wanted = _kinds_key(kinds)
-        return self.memo(f"kind_mask:{wanted}", lambda: read_only(kind_mask(self.kind, wanted)))
+        return self.memo_if_asked_again(f"kind_mask:{wanted}", lambda: read_only(kind_mask(self.kind, wanted)))
 
     def kind_rows(self, kinds: "Kind | tuple[Kind, ...]") -> np.ndarray:
         """The rows (ascending event indices) of the events of `kinds`, e.g. `kind_rows(DEVICE_KINDS)`
-        (once per table and set of kinds; read-only)."""
+        (read-only: kept per table once asked again)."""
         wanted = _kinds_key(kinds)
-        return self.memo(f"kind_rows:{wanted}", lambda: read_only(np.flatnonzero(self.kind_mask(wanted))))
+        return self.memo_if_asked_again(f"kind_rows:{wanted}", lambda: read_only(np.flatnonzero(self.kind_mask(wanted))))
 
-    def thread_keys(self) -> np.ndarray:
-        """Per event: its thread as one int64, `pid << 32 | tid` of their string ids (once per table;
-        read-only)."""
-        return self.memo("thread_keys", lambda: read_only((self.pid.astype(np.int64) << 32) | self.tid.astype(np.int64)))
+    def thread_keys(self, rows: np.ndarray | None = None) -> np.ndarray:
+        """Per event (or per event of `rows`): its thread as one int64, `pid << 32 | tid` of their string
+        ids."""
+        pid, tid = (self.pid, self.tid) if rows is None else (self.pid[rows], self.tid[rows])
+        return (pid.astype(np.int64) << 32) | tid.astype(np.int64)
 
     def thread_rows(self, key: int) -> np.ndarray:
-        """The rows (ascending) of the events of one thread, by `thread_keys` value (once per table and
-        thread; read-only)."""
-        return self.memo(f"thread_rows:{int(key)}", lambda: read_only(np.flatnonzero(self.thread_keys() == key)))
+        """The rows (ascending) of the events of one thread, by its `thread_keys` value (two int32
+        comparisons, no int64 key column)."""
+        return np.flatnonzero((self.pid == int(key) >> 32) & (self.tid == int(key) & 0xFFFFFFFF))
 
     def name_mask(self, predicate: Any, rows: np.ndarray | None = None) -> np.ndarray:
         """Per event (or per event of `rows`): whether its name matches `predicate`.
 
         The predicate runs once per distinct name of those events, not over the whole string table
-        (which also holds shapes, stacks and thread names, often several times as many strings). For a
-        named module-level function (see `_known_names`) the mask over all events is kept per table and
-        shared: read-only."""
-        if rows is None and self._known_names(predicate) is not None:
-            masks: dict[Any, np.ndarray] = self.memo("name_masks", dict)
-            if predicate not in masks:
-                masks[predicate] = read_only(self._name_mask(predicate, None))
-            return masks[predicate]
-        return self._name_mask(predicate, rows)
-
-    def _name_mask(self, predicate: Any, rows: np.ndarray | None) -> np.ndarray:
+        (which also holds shapes, stacks and thread names, often several times as many strings)."""
         names = self.name if rows is None else self.name[rows]
         in_use = self.memo("name_ids", lambda: np.flatnonzero(np.bincount(self.name))) if rows is None else distinct(names)
         strings = self.strings
@@ -183,6 +174,20 @@ class EventTable:
         if key not in cache:
             cache[key] = compute()
         return cache[key]
+
+    def memo_if_asked_again(self, key: str, compute: Any) -> Any:
+        """`memo` for values that cost memory per event: kept only from their second use on, so a value
+        asked once holds no memory after it (computed twice when asked again, then never again). Both
+        uses share what they get: it must be read-only."""
+        cache = self.__dict__.setdefault("_memo", {})
+        if key in cache:
+            return cache[key]
+        asked: set[str] = self.__dict__.setdefault("_asked_once", set())
+        value = compute()
+        if key in asked:
+            cache[key] = value
+        asked.add(key)
+        return value
 
 
 def _kinds_key(kinds: "Kind | tuple[Kind, ...]") -> tuple[Kind, ...]:
