@@ -49,23 +49,23 @@ class HostTree:
         return [order[bounds[d] : bounds[d + 1]] for d in range(top + 1)]
 
     @cached_property
-    def links(self) -> list[tuple[np.ndarray, np.ndarray]]:
-        """(children, their parents) per depth from 1 down, only the events that have a parent (a few
-        at depth > 0 do not: see `_open_parents`); computed once per tree, for every pass down or up it."""
+    def linked(self) -> list[np.ndarray]:
+        """The events that have a parent, per depth from 1 down: each level itself (no copy), or its
+        events with a parent where a few have none (see `_open_parents`); computed once per tree, for
+        every pass down or up it."""
         out = []
         for at_level in self.levels[1:]:
-            parents = self.parent[at_level]
-            valid = parents >= 0
-            out.append((at_level[valid], parents[valid]))
+            has_parent = self.parent[at_level] >= 0
+            out.append(at_level if has_parent.all() else at_level[has_parent])
         return out
 
     def inherit(self, own: np.ndarray, missing: int = -1) -> np.ndarray:
         """Propagate a per-event label down the tree: events without their own label take the
         nearest ancestor's (processed level by level, each level vectorised)."""
         labels = own.copy()
-        for children, parents in self.links:
-            unset = labels[children] == missing
-            labels[children[unset]] = labels[parents[unset]]
+        for children in self.linked:
+            unset = children[labels[children] == missing]
+            labels[unset] = labels[self.parent[unset]]
         return labels
 
 
@@ -197,7 +197,8 @@ def accumulate_up(tree: HostTree, values: np.ndarray) -> np.ndarray:
     """Inclusive totals: each event's value plus all its descendants' (deepest level first)."""
     totals = values.astype(np.float64).copy()
     last_child = np.empty(totals.size, dtype=np.intp)  # scratch: per parent, one of its children's slots
-    for children, parents in reversed(tree.links):
+    for children in reversed(tree.linked):
+        parents = tree.parent[children]
         # Each parent's children are summed in one bin, in their order (as a sort by parent would group
         # them): the bin is the slot of its last child in this level, found without sorting.
         last_child[parents] = np.arange(parents.size)
