@@ -27,7 +27,6 @@ import numpy as np
 from torchscope.analysis import intervals
 from torchscope.analysis.host import _encloses as encloses  # shared with outside_phases: one definition
 from torchscope.analysis.markers import COMM_OP_PREFIXES, HOST_RANGES, comm_kernel_mask, own_marker_mask, phase_masks
-from torchscope.analysis.set_overlap import overlap_of_each
 from torchscope.analysis.span import SpanInput
 from torchscope.analysis.steps import StepWindows, step_marker_mask
 from torchscope.arrays import distinct as distinct_values  # np.unique imports numpy.ma
@@ -292,7 +291,7 @@ def _phase_culprits(span: SpanInput) -> dict[str, dict[str, float]]:
     names, group = group_ids(events.name[rows])
     out: dict[str, dict[str, float]] = {}
     phases = [phase for phase in PHASES if phase in span.phase_sets and span.phase_sets[phase][0].size]
-    overlaps = overlap_of_each([span.phase_sets[phase] for phase in phases], start, end)
+    overlaps = intervals.overlap_per_window_of_each([span.phase_sets[phase] for phase in phases], start, end)
     for phase, overlap in zip(phases, overlaps):
         totals = np.bincount(group, overlap, names.size)
         top = np.argsort(-totals)[:CULPRITS_PER_PHASE]
