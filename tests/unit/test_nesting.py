@@ -6,7 +6,7 @@ import numpy as np
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from torchscope.analysis.nesting import _thread_tree, _tree_order, accumulate_up, build_host_tree
+from torchscope.analysis.nesting import _thread_tree, tree_order, accumulate_up, build_host_tree
 from helpers.trace_builder import TraceBuilder
 from torchscope.trace.parse import parse_trace_bytes
 import json
@@ -83,7 +83,7 @@ def test_tree_order_is_lexsorts_order(events: list[tuple[int, int, int]], layout
     thread, ts, dur = (np.array(column, dtype=dtype) for column, dtype in zip(zip(*events), (np.int64, float, float)))
     if layout == "with NaN starts":
         ts[::3] = np.nan
-    assert np.array_equal(_tree_order(thread, ts, dur), np.lexsort((-dur, ts, thread)))
+    assert np.array_equal(tree_order(thread, ts, dur), np.lexsort((-dur, ts, thread)))
 
 
 @settings(max_examples=300, deadline=None)

@@ -21,7 +21,7 @@ import numpy as np
 
 from torchscope.analysis.frames import is_library_code, is_module_call, is_user_frame, readable
 from torchscope.analysis.nesting import HostTree
-from torchscope.analysis.nesting import _tree_order as tree_order
+from torchscope.analysis.nesting import tree_order
 from torchscope.analysis.source_lines import frame_at_call
 from torchscope.arrays import distinct, group_ids
 from torchscope.trace.kinds import Kind
