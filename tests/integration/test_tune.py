@@ -150,7 +150,7 @@ def test_a_fused_optimizer_is_measured_faster_and_beyond_noise_where_the_machine
     """optimizer_bound gains from fused: Adam(foreach=False) over 300 small tensors (3,600 per-parameter
     ops per step), `--only --try fused=True` (whichever of foreach and fused the diagnosis lists first).
     The trial's trace shows the fused kernel; fused is measured >= 1.15x faster, and where the baselines'
-    runs spread 15 % or less it must be called faster beyond noise (95 % interval's low end above 1).
+    runs spread 10 % or less it must be called faster beyond noise (95 % interval's low end above 1).
 
     Measured with tune (OMP_NUM_THREADS=1, 12 runs while three other engineers ran tests, load 2-6):
     the fused trial's steps stay at 45-60 ms (`_fused_adam_` ~1 ms) while the per-parameter baseline's
@@ -163,6 +163,11 @@ def test_a_fused_optimizer_is_measured_faster_and_beyond_noise_where_the_machine
     failed 3 times (spreads 23-38 %, speed-ups down to 1.36x): a shared 2-core VM cannot promise a spread.
     1.15: below every speed-up measured but the 1.07x of a run whose second of two fused trials hit a
     load burst (105 against 50 ms per step); a third trial (`--repeats 3`) dilutes such a burst.
+    Where the condition starts: with four baselines and three trials the interval's half-width is about
+    1.5x the baselines' spread (pooled with the barely spreading fused runs; Student's t at 5 degrees of
+    freedom), so a speed-up s is beyond noise only below a spread of about (1 - 1/s) / 1.5: 13 % for
+    1.25x, 10 % for 1.18x. A quiet clean-clone CI run (2026-12-02) measured 1.26x at a 13.8 % spread,
+    interval 0.90-2.07x: within noise, as that arithmetic says; hence 10 % (it was 15 %).
     Hence the condition; and 20 steps (14 measured: a run's mean spans a load burst), four baselines,
     up to three fused trials while within noise (`--repeats 3`: the spread is pooled in ms and fused
     runs barely spread, so a repeat narrows the interval). The step count is the only change to the
@@ -188,7 +193,7 @@ def test_a_fused_optimizer_is_measured_faster_and_beyond_noise_where_the_machine
     assert fused["speedup"] >= 1.15 and fused["status"] in ("faster", "no significant change"), shown
     assert abs(fused["loss_change"]) < 1e-3 and fused["measured_saving"] > 0
     assert result["baseline_steps"] == 4 * 14
-    if result["noise_pct"] <= 15.0:  # the machine lets tune tell: then it must
+    if result["noise_pct"] <= 10.0:  # the machine lets tune tell: then it must
         assert fused["status"] == "faster" and fused["significant"] is True and fused["ci_low"] > 1.0, shown
         assert result["verdict"] == f"best: fused=True ({fused['speedup']:.2f}x)" and result["best"] == "fused=True"
         assert fused["change"] and "fused=True" in fused["change"][-1]  # the code change shown for the winner
