@@ -21,7 +21,7 @@ import sys
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Mapping
 
 import pytest
 
@@ -64,8 +64,8 @@ def _snapshot(folder: Path) -> dict[str, str | None]:
     return files
 
 
-def _run(command: list[str], folder: Path) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "PYTHONHASHSEED": "0"}
+def _run(command: list[str], folder: Path, environ: Mapping[str, str]) -> subprocess.CompletedProcess[str]:
+    env = {**environ, "PYTHONDONTWRITEBYTECODE": "1", "PYTHONHASHSEED": "0"}
     env.pop("TORCHSCOPE_CACHE_DIR", None)
     return subprocess.run(command, cwd=folder, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True,
                           errors="replace", timeout=RUN_TIMEOUT_S)
@@ -83,8 +83,10 @@ def _torchscope() -> list[str]:
     return [str(console)] if console.is_file() else [sys.executable, "-m", "torchscope"]
 
 
-def compare(target: str, kind: str, workdir: Path) -> tuple[Ending, Ending]:
-    """(plain python's ending, torchscope run's ending) of one corpus script or module."""
+def compare(target: str, kind: str, workdir: Path, environ: Mapping[str, str]) -> tuple[Ending, Ending]:
+    """(plain python's ending, torchscope run's ending) of one corpus script or module, started from
+    `environ` (a copy of os.environ taken on the main thread: pytest changes os.environ while the worker
+    threads run, and reading it there can raise KeyError mid-iteration)."""
     folder = workdir / "work"
     runs = workdir / "runs"  # outside the compared folder
     head = ["-m", target] if kind == "module" else ["./" + target]
@@ -98,7 +100,7 @@ def compare(target: str, kind: str, workdir: Path) -> tuple[Ending, Ending]:
                    else [sys.executable, *head, *args])
         if ours and kind == "module":
             command = [*_torchscope(), "run", "--no-report", "--out", str(runs), *head]
-        endings.append(_ending(_run(command, folder), folder, drop_ours=ours))
+        endings.append(_ending(_run(command, folder, environ), folder, drop_ours=ours))
     return endings[0], endings[1]
 
 
@@ -107,8 +109,9 @@ CASES = [(name, "script") for name in SCRIPTS] + [(name, "module") for name in M
 
 @pytest.fixture(scope="module")
 def all_endings(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Future[tuple[Ending, Ending]]]]:
+    environ = dict(os.environ)
     with ThreadPoolExecutor(max_workers=2) as pool:
-        yield {name: pool.submit(compare, name, kind, tmp_path_factory.mktemp(re.sub(r"\W", "_", name)))
+        yield {name: pool.submit(compare, name, kind, tmp_path_factory.mktemp(re.sub(r"\W", "_", name)), environ)
                for name, kind in CASES}
 
 

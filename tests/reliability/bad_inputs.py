@@ -19,7 +19,7 @@ import sys
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from helpers.real_traces import trace_set  # tests/ is on sys.path (tests/conftest.py)
 
@@ -510,12 +510,18 @@ sys.exit(proc.returncode)
 """
 
 
-def run_cli(*args: str, measure_memory: bool = False, cache_home: Path | None = None) -> CliResult:
+def run_cli(
+    *args: str, measure_memory: bool = False, cache_home: Path | None = None, environ: Mapping[str, str] | None = None
+) -> CliResult:
     """`python -m torchscope <args>` in a subprocess; with `measure_memory`, also its peak RSS.
 
     The memory is measured by a tiny parent process whose only child is torchscope, so that
-    RUSAGE_CHILDREN is torchscope's own peak. `cache_home` becomes XDG_CACHE_HOME (the fall-back cache)."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    RUSAGE_CHILDREN is torchscope's own peak. `cache_home` becomes XDG_CACHE_HOME (the fall-back cache).
+    `environ`: the environment to start from (default: this process's). From a worker thread, pass a copy
+    taken on the main thread: pytest sets and deletes variables there (PYTEST_CURRENT_TEST, monkeypatched
+    ones) while the thread runs, and reading `os.environ` then can raise KeyError mid-iteration."""
+    base = dict(os.environ if environ is None else environ)
+    env = {**base, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), base.get("PYTHONPATH")]))}
     if cache_home is not None:
         env["XDG_CACHE_HOME"] = str(cache_home)
     command = [sys.executable, "-m", "torchscope", *args]

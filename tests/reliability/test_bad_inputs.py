@@ -53,6 +53,7 @@ def corpus_runs(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPat
     ]
     runs: dict[str, CaseRun] = {}
     cache_home = tmp_path_factory.mktemp("xdg-cache")
+    environ = dict(os.environ)  # on this thread: the runs read it while pytest changes os.environ (run_cli)
     with ThreadPoolExecutor(max_workers=max(os.cpu_count() or 1, 2)) as pool:
         for case in selected:
             if _skip_reason(case):
@@ -61,7 +62,7 @@ def corpus_runs(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPat
             directory.mkdir()
             target = case.build(directory)
             args = ["analyze", str(target), "--format", "json", *(a.replace("{dir}", str(directory)) for a in case.args)]
-            future = pool.submit(run_cli, *args, measure_memory=case.max_rss_mb is not None, cache_home=cache_home)
+            future = pool.submit(run_cli, *args, measure_memory=case.max_rss_mb is not None, cache_home=cache_home, environ=environ)
             runs[case.name] = CaseRun(directory, target, args, future)
         yield runs
 
