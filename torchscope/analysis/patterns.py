@@ -177,23 +177,18 @@ def extra_device_copies(events: EventTable, tree: HostTree) -> np.ndarray:
         return to
     # The op started last before each `to` on its thread and already ended: the matcher's previous leaf.
     ops = events.kind_rows(Kind.CPU_OP)
-    thread = _thread_of(events, ops)
+    thread = events.thread_keys(ops)
     order = np.lexsort((events.ts_us[ops], thread))
     ops, thread = ops[order], thread[order]
     rank = np.empty(events.kind.size, dtype=np.int64)
     rank[ops] = np.arange(ops.size)
     before = rank[to] - 1
     ok = before >= 0
-    ok &= thread[np.maximum(before, 0)] == _thread_of(events, to)
+    ok &= thread[np.maximum(before, 0)] == events.thread_keys(to)
     previous = ops[np.maximum(before, 0)]
     ok &= events.ts_us[previous] + events.dur_us[previous] <= events.ts_us[to]
     ok &= events.name_mask(_is_init, previous)
     return to[ok]
-
-
-def _thread_of(events: EventTable, rows: np.ndarray) -> np.ndarray:
-    """(pid, tid) of each row as one int64 (of these rows only: not a full-table temporary)."""
-    return (events.pid[rows].astype(np.int64) << 32) | events.tid[rows].astype(np.int64)
 
 
 def _conv_with_bias(dims: str, types: str) -> bool:
