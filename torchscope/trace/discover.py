@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import os
 import stat
-from dataclasses import dataclass, field
 from pathlib import Path
+
+import msgspec
 
 from torchscope.errors import InputError
 from torchscope.rundir import layout
@@ -22,21 +23,19 @@ from torchscope.text import path_text
 MAX_DEPTH = 3
 
 
-@dataclass(frozen=True)
-class TraceFileRef:
+class TraceFileRef(msgspec.Struct, frozen=True):
     path: Path
     worker: str
     span_key: str  # sorts spans of one worker in capture order
     rank_hint: int | None
 
 
-@dataclass
-class Discovery:
+class Discovery(msgspec.Struct):
     """The trace files found under the given paths, and what was skipped on the way (one line each)."""
 
-    refs: list[TraceFileRef] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)
-    _seen: set[tuple[int, int]] = field(default_factory=set)  # (device, inode) of files and folders
+    refs: list[TraceFileRef] = msgspec.field(default_factory=list)
+    warnings: list[str] = msgspec.field(default_factory=list)
+    _seen: set[tuple[int, int]] = msgspec.field(default_factory=set)  # (device, inode) of files and folders
     _matched: int = 0  # trace files met, counted or not (one seen before is still not "no traces")
 
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass
 from typing import Any
 
 import msgspec
@@ -41,8 +40,7 @@ def available() -> bool:
     return _fastscan is not None and os.environ.get(DISABLE_ENV, "") in ("", "0")
 
 
-@dataclass(frozen=True)
-class _Field:
+class _Field(msgspec.Struct, frozen=True):
     column: str  # the table column it fills (external_id_lower: a scratch column, see columns.py)
     key: str  # the JSON key, in the event or in its `args`
     in_args: bool
@@ -83,8 +81,7 @@ FIELDS: tuple[_Field, ...] = (
 assert {f.column for f in FIELDS} >= {*NUMERIC_COLUMNS, *STRING_COLUMNS}, "a table column the scanner skips"
 
 
-@dataclass
-class ScannedBatch:
+class ScannedBatch(msgspec.Struct):
     """One batch as columns: every field of FIELDS, read from every event (columns.py then keeps each
     args column only for the event kinds that carry it, as on the msgspec path)."""
 

@@ -20,10 +20,10 @@ the parent's string table, so at most a few parts are held besides the result.
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator
 
+import msgspec
 import numpy as np
 
 from torchscope.trace import fastscan
@@ -58,8 +58,7 @@ def min_parallel_bytes() -> int:
     return THREAD_PARALLEL_MIN_BYTES if on_threads() else PARALLEL_MIN_BYTES
 
 
-@dataclass
-class RangePart:
+class RangePart(msgspec.Struct):
     """What one worker returns for its byte range."""
 
     columns: dict[str, np.ndarray]

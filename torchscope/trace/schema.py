@@ -11,7 +11,6 @@ without per-value checks.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Annotated, Any, Union
 
 import msgspec
@@ -92,8 +91,7 @@ class Event(msgspec.Struct, gc=False):
     args: Args = NO_ARGS  # type: ignore[valid-type]  # a class made by defstruct
 
 
-@dataclass(frozen=True)
-class ArgGroup:
+class ArgGroup(msgspec.Struct, frozen=True):
     """Event kinds whose `args` fill `columns` (other kinds keep the columns' defaults)."""
 
     kinds: tuple[Kind, ...]

@@ -6,10 +6,10 @@ stored once in `strings` and referenced by int32 ids; id 0 is always the empty s
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from types import FunctionType
 from typing import Any
 
+import msgspec
 import numpy as np
 
 from torchscope.arrays import distinct, read_only
@@ -93,10 +93,11 @@ def _to_text(value: Any) -> str:
     return str(value)
 
 
-@dataclass
-class EventTable:
+class EventTable(msgspec.Struct, dict=True):
     """All events of one trace file as columns of equal length (numpy arrays; those of SPARSE_COLUMNS
     are `sparse.SparseColumn`s, which index like them)."""
+
+    # dict=True: `memo` keeps derived values in the instance __dict__ (the fields live in slots).
 
     columns: dict[str, Any]
     strings: list[str]
@@ -105,8 +106,10 @@ class EventTable:
         return int(len(self.columns["ts_us"]))
 
     def __getattr__(self, name: str) -> np.ndarray:
+        if name == "columns":  # an unset slot (never, once built): no recursion through self.columns
+            raise AttributeError(name)
         try:
-            return self.__dict__["columns"][name]
+            return self.columns[name]
         except KeyError:
             raise AttributeError(name) from None
 
@@ -195,11 +198,10 @@ def _kinds_key(kinds: "Kind | tuple[Kind, ...]") -> tuple[Kind, ...]:
     return tuple(sorted(set(kinds if isinstance(kinds, tuple) else (kinds,))))
 
 
-@dataclass
-class TraceFile:
+class TraceFile(msgspec.Struct):
     """One parsed trace file: its header (everything but `traceEvents`) and its events."""
 
     path: str
     header: dict[str, Any]
     events: EventTable
-    warnings: list[str] = field(default_factory=list)
+    warnings: list[str] = msgspec.field(default_factory=list)
