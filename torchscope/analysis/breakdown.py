@@ -18,8 +18,7 @@ a closure runs outside forward and backward (the loss, the training-step code) c
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+import msgspec
 import numpy as np
 
 from torchscope.analysis import intervals
@@ -33,8 +32,7 @@ PHASE_PRIORITY = ("communication", "data_loading", "optimizer", "backward", "for
 PHASE_CATEGORIES = ("data_loading", "forward", "backward", "optimizer", "communication", "other")
 
 
-@dataclass(frozen=True)
-class StepBreakdown:
+class StepBreakdown(msgspec.Struct, frozen=True):
     """Microseconds per (step, category); rows follow the step windows, columns `categories`."""
 
     categories: tuple[str, ...]

@@ -12,16 +12,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+import msgspec
 import numpy as np
 
 from torchscope.analysis.collectives import RankCollectives
 from torchscope.arrays import median
 
 
-@dataclass(frozen=True)
-class CollectiveTable:
+class CollectiveTable(msgspec.Struct, frozen=True):
     """Every rank's instances as flat arrays; `key` numbers the matched collectives 0..len(names)-1."""
 
     rank: np.ndarray  # index into the rank list

@@ -13,8 +13,8 @@ Formulas follow the TensorBoard plugin (gpu_metrics_parser.py) where it defined 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
+import msgspec
 import numpy as np
 
 from torchscope.analysis import intervals
@@ -51,8 +51,7 @@ def is_tensor_core_eligible_op(name: str) -> bool:
     return bool(_ELIGIBLE_OPS.match(name) or _ELIGIBLE_BACKWARD.search(name))
 
 
-@dataclass(frozen=True)
-class DeviceActivity:
+class DeviceActivity(msgspec.Struct, frozen=True):
     kernel_rows: list[KernelRow]
     summary: DeviceSummary
     busy: intervals.IntervalSet

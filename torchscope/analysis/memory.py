@@ -19,7 +19,6 @@ concatenated, growth is the span's with the most steps; the figures for the rule
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Optional
 
 import msgspec
@@ -59,8 +58,7 @@ def device_label(device_type: int, device_id: int) -> str:
     return kind if device_id < 0 else f"{kind}:{device_id}"
 
 
-@dataclass(frozen=True)
-class _Attribution:
+class _Attribution(msgspec.Struct, frozen=True):
     """Per memory event: the name code of its operator and of its call site, with the names."""
 
     op_codes: np.ndarray

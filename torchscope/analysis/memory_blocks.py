@@ -15,8 +15,8 @@ an ancestor covers it, all events of one tree level at a time.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
+import msgspec
 import numpy as np
 
 from torchscope.analysis.frames import is_library_code, is_module_call, is_user_frame, readable
@@ -31,8 +31,7 @@ from torchscope.trace.tables import EventTable
 _FRAME = re.compile(r"^.*\(\d+\): .+$")
 
 
-@dataclass(frozen=True)
-class DeviceMemory:
+class DeviceMemory(msgspec.Struct, frozen=True):
     """One device's `[memory]` events in time order (`rows` index the event table)."""
 
     rows: np.ndarray
@@ -51,8 +50,7 @@ class DeviceMemory:
         return bool(self.addr.size) and bool((self.addr >= 0).all())
 
 
-@dataclass(frozen=True)
-class MemoryEvents:
+class MemoryEvents(msgspec.Struct, frozen=True):
     """All `[memory]` events of a table in time order (`rows` index the table), their columns read once."""
 
     rows: np.ndarray
@@ -96,8 +94,7 @@ def device_memory(memory: MemoryEvents, at: np.ndarray) -> DeviceMemory:
     return DeviceMemory(memory.rows[at], memory.ts_us[at], nbytes, allocated, reserved if has_reserved else None, memory.addr[at])
 
 
-@dataclass(frozen=True)
-class Blocks:
+class Blocks(msgspec.Struct, frozen=True):
     """Blocks allocated inside the trace: position (in `DeviceMemory` order) of each allocation and of
     its free (-1: never freed in the trace); `orphan_frees` counts frees of blocks allocated before it."""
 
@@ -178,8 +175,7 @@ def _same_text(events: EventTable, ids: np.ndarray) -> np.ndarray:
     return lookup[ids]
 
 
-@dataclass(frozen=True)
-class Owners:
+class Owners(msgspec.Struct, frozen=True):
     """Per start event: the outermost CPU op below the user's frame (-1: none), the user's frame (-1:
     none) and the call that frame made (a module, else the outermost Python call below it; -1: none)."""
 

@@ -14,8 +14,8 @@ earlier step, are still alive at the end of the last step.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
+import msgspec
 import numpy as np
 
 from torchscope.analysis.memory_blocks import Blocks, DeviceMemory
@@ -26,8 +26,7 @@ from torchscope.report.model import MemoryGrowth, MemoryStepRow
 CONFIDENCE_Z = 1.645  # two-sided 90 %
 
 
-@dataclass(frozen=True)
-class StepTraffic:
+class StepTraffic(msgspec.Struct, frozen=True):
     """Per-step allocator figures of one device (arrays with one entry per step)."""
 
     at_start: np.ndarray

@@ -7,9 +7,9 @@ from sorted searches, not from a Python stack walk.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from functools import cached_property
 
+import msgspec
 import numpy as np
 
 from torchscope.arrays import count_at_or_below
@@ -20,10 +20,10 @@ NESTED_KINDS = (Kind.CPU_OP, Kind.USER_ANNOTATION, Kind.PYTHON_FUNCTION, Kind.RU
 MAX_TREE_DEPTH = 1024  # < 2**15: `HostTree.levels` sorts depths as int16
 
 
-@dataclass(frozen=True)
-class HostTree:
+class HostTree(msgspec.Struct, frozen=True, dict=True):
     """Parent (event index, -1 for roots and non-host events) and depth (-1 for non-host) per event."""
 
+    # dict=True: the cached_property values (`levels`, `linked`) are kept in the instance __dict__.
     parent: np.ndarray
     depth: np.ndarray
 

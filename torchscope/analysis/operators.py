@@ -8,8 +8,7 @@ launched directly, "total" includes its children's.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+import msgspec
 import numpy as np
 
 from torchscope.analysis.flops import event_flops
@@ -24,8 +23,7 @@ from torchscope.trace.tables import EventTable
 _SELF_TIME_CHILDREN = (Kind.CPU_OP, Kind.USER_ANNOTATION, Kind.RUNTIME, Kind.DRIVER)
 
 
-@dataclass(frozen=True)
-class OpTimes:
+class OpTimes(msgspec.Struct, frozen=True):
     """Per-event host/device times for CPU ops (arrays over all events; zero for others)."""
 
     op_mask: np.ndarray

@@ -18,7 +18,6 @@ The built-in analyses are listed in one place, `analysis/catalogue.py`; `registe
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Callable, Generic, TypeVar
 
 import msgspec
@@ -47,8 +46,7 @@ class Part(msgspec.Struct, Generic[E], kw_only=True, frozen=True):
     value: E
 
 
-@dataclass(frozen=True)
-class Analysis(Generic[E]):
+class Analysis(msgspec.Struct, Generic[E], frozen=True):
     """One registered analysis (see the module docstring)."""
 
     name: str

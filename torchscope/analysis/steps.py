@@ -10,8 +10,7 @@ When a trace has no step markers the whole traced span is one window, and the re
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+import msgspec
 import numpy as np
 
 from torchscope.analysis.nesting import launcher_of_device_events
@@ -22,8 +21,7 @@ from torchscope.trace.kinds import DEVICE_KINDS, Kind
 from torchscope.trace.tables import EventTable
 
 
-@dataclass(frozen=True)
-class StepWindows:
+class StepWindows(msgspec.Struct, frozen=True):
     """Step windows of one trace file, sorted by start; all arrays have one entry per step."""
 
     number: np.ndarray

@@ -37,8 +37,7 @@ of their time the fix cannot remove, read from the trace rather than assumed:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+import msgspec
 import numpy as np
 
 from torchscope.analysis import intervals
@@ -82,8 +81,7 @@ QUEUED_GAP_US = 2.0  # a device op starting this soon after its predecessor was 
 SYNC_FIXED_US = 5.0  # a synchronisation call's own cost when nothing is left to wait for
 
 
-@dataclass(frozen=True)
-class QueueScan:
+class QueueScan(msgspec.Struct, frozen=True):
     """What `_scan` needs of queued ops, sorted by segment, stream, then queue order, that does not depend
     on when they are ready: computed once per span, reused by every replay (a dozen per span). A *run* is
     one stream's ops within one segment."""
@@ -98,8 +96,7 @@ class QueueScan:
     lift_rank: np.ndarray  # the op's run's rank within its segment, from 1 (the segmented max's lift)
 
 
-@dataclass(frozen=True)
-class DeviceQueue:
+class DeviceQueue(msgspec.Struct, frozen=True):
     """The span's device ops as the replay needs them (times from span start), grouped by the sync
     before which they are launched (`segment`), and within a segment by stream, then queue order: the
     order each replay scans them in, computed once per span rather than once per replay."""
@@ -111,8 +108,7 @@ class DeviceQueue:
     scan: QueueScan  # one segment per sync, plus the tail
 
 
-@dataclass(frozen=True)
-class StepModel:
+class StepModel(msgspec.Struct, frozen=True):
     """One span as a host timeline, device queues and synchronisations (times from span start)."""
 
     steps: int
@@ -233,8 +229,7 @@ def replay(model: StepModel, removed: intervals.IntervalSet = intervals.EMPTY, k
     return _replays(model, [Replay(_removed_before(model, removed), 1.0 - kept, blocking_syncs)])[0]
 
 
-@dataclass(frozen=True)
-class RemovedBefore:
+class RemovedBefore(msgspec.Struct, frozen=True):
     """Removed host time before each launch and before each sync point (start, end, host end) of a model:
     the same for every kept share of one cause, so computed once per cause."""
 
@@ -242,8 +237,7 @@ class RemovedBefore:
     sync_points: np.ndarray
 
 
-@dataclass(frozen=True)
-class Replay:
+class Replay(msgspec.Struct, frozen=True):
     """One replay's inputs: the removed time before each point, the share of it removed, and whether the
     host waits at the syncs."""
 
