@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Optional
+
+import msgspec
 
 from torchscope.report.model import Finding, Report
 
 
-@dataclass(frozen=True)
-class Context:
+class Context(msgspec.Struct, frozen=True):
     """What a rule reads: the Report (its typed `measurements`, breakdown, steps, device) and figures
     derived from it once. `findings` holds the other rules' findings, for the verdicts that run after
     them (see `engine.VERDICTS`); it is empty for ordinary rules."""

@@ -9,9 +9,10 @@ they cost (most first); findings without a cost come last.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from typing import Any, Optional
+
+import msgspec
 
 from torchscope.diagnose import (
     rules_device,
@@ -74,7 +75,7 @@ def diagnose(report: Report) -> list[Finding]:
     """The ranked findings of a Report (reads its measurements, breakdown, steps, device and manifest)."""
     ctx = make_context(report)
     findings = run(RULES, ctx)
-    verdicts = run(VERDICTS, dataclasses.replace(ctx, findings=tuple(findings)))
+    verdicts = run(VERDICTS, msgspec.structs.replace(ctx, findings=tuple(findings)))
     return headline_verdicts(rank(_capped_by_trace_quality(ctx, findings + verdicts)), {f.id for f in verdicts})
 
 

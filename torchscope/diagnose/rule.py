@@ -15,7 +15,6 @@ holds only what is particular to it, and the catalogue (docs, tests, `tune`) rea
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Optional
 
 import msgspec
@@ -29,16 +28,14 @@ CRITICAL_SHARE = 0.30
 WARNING_SHARE = 0.05
 
 
-@dataclass(frozen=True)
-class Threshold:
+class Threshold(msgspec.Struct, frozen=True):
     """The number a rule compares against and where it comes from (as written in docs/rules.md)."""
 
     value: float
     source: str
 
 
-@dataclass(frozen=True)
-class Severities:
+class Severities(msgspec.Struct, frozen=True):
     """How a finding's severity follows from its time share: `base` below `warning_from`, warning from
     there, critical from `critical_from` (None: never reached by share)."""
 
@@ -64,8 +61,7 @@ def by_share(warning_from: float = WARNING_SHARE, critical_from: Optional[float]
     return Severities(warning_from=warning_from, critical_from=critical_from)
 
 
-@dataclass(frozen=True)
-class Verdict:
+class Verdict(msgspec.Struct, frozen=True):
     """What a rule's function decides: the finding's text and figures, and its fixes' concrete values.
 
     `share` is the share of the step a fix would save, within `share_range` (low, high) when the what-if
@@ -77,7 +73,7 @@ class Verdict:
     share: Optional[float]
     evidence: dict[str, Any]
     recommendation: str
-    fix_values: Mapping[str, FixValue] = field(default_factory=dict)
+    fix_values: Mapping[str, FixValue] = msgspec.field(default_factory=dict)
     fix_targets: Optional[tuple[str, ...]] = None
     share_range: Optional[tuple[float, float]] = None
 
@@ -85,8 +81,7 @@ class Verdict:
 Measure = Callable[[Context], Optional[Verdict]]
 
 
-@dataclass(frozen=True)
-class Rule:
+class Rule(msgspec.Struct, frozen=True):
     """One finding id, declared: category, threshold, severity grading, fixes, and its function."""
 
     id: str

@@ -7,8 +7,9 @@ costliest calls of ``__getitem__`` when the recorded stacks hold them (docs/rule
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Any, Optional
+
+import msgspec
 
 from torchscope.diagnose.context import Context, ms
 from torchscope.diagnose.rule import Threshold, Verdict, by_share, rule
@@ -37,8 +38,7 @@ NON_BLOCKING = Fix(
 )
 
 
-@dataclass(frozen=True)
-class Machine:
+class Machine(msgspec.Struct, frozen=True):
     """What the advice has to fit: CPUs per rank, the intra-op threads compute uses, the loader's workers."""
 
     cores_per_rank: Optional[int]  # None: the CPU count was not recorded
@@ -56,8 +56,7 @@ class Machine:
         return max(self.cores_per_rank - used, 0)
 
 
-@dataclass(frozen=True)
-class Advice:
+class Advice(msgspec.Struct, frozen=True):
     """The data-loading advice: workers (None: none advised), threads to give compute (None: unchanged),
     the predicted step (us) and the reason, in words."""
 
