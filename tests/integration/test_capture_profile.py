@@ -7,7 +7,6 @@ Trace files are checked by parsing their JSON directly, independently of torchsc
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import inspect
 import json
 import re
@@ -270,7 +269,7 @@ def test_capture_defaults_agree_everywhere() -> None:
     """`torchscope.profile()`'s keywords, `torchscope run`'s options and CaptureConfig() have one set of defaults."""
     config = CaptureConfig()
     keywords = inspect.signature(Profiler).parameters
-    assert {f.name: keywords[f.name].default for f in dataclasses.fields(CaptureConfig)} == dataclasses.asdict(config)
+    assert {f.name: keywords[f.name].default for f in msgspec.structs.fields(CaptureConfig)} == msgspec.structs.asdict(config)
     parser = argparse.ArgumentParser()
     add_capture_options(parser)
     assert config_from_args(parser.parse_args([])) == config

@@ -20,10 +20,11 @@ import runpy
 import sys
 import types
 import zipfile
-from dataclasses import asdict, dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Literal
+
+import msgspec
 
 from torchscope.errors import InputError, TorchscopeError
 from torchscope.rundir.config import CaptureConfig
@@ -33,8 +34,7 @@ if TYPE_CHECKING:  # pragma: no cover - the profiler imports torch; only run_tar
     from torchscope.capture.profiler import Profiler
 
 
-@dataclass(frozen=True)
-class Target:
+class Target(msgspec.Struct, frozen=True):
     """What to run: a script path or a module name, and its arguments."""
 
     kind: Literal["script", "module"]
@@ -53,8 +53,7 @@ class Target:
         return [*head, *self.args]
 
 
-@dataclass
-class RunOutcome:
+class RunOutcome(msgspec.Struct):
     """How the target ended, and where its capture went."""
 
     exit_code: int
@@ -98,7 +97,7 @@ def run_target(target: Target, config: CaptureConfig, verbose: bool = False) -> 
         from torchscope.capture.profiler import CaptureComplete, Profiler
 
     # The config's fields are the Profiler's first keywords.
-    profiler = Profiler(**asdict(config), name=target.run_name, auto_step=True, command=target.command, verbose=verbose)
+    profiler = Profiler(**msgspec.structs.asdict(config), name=target.run_name, auto_step=True, command=target.command, verbose=verbose)
     saved_argv, saved_path = sys.argv[:], sys.path[:]
     outcome: RunOutcome | None = None
     started_pid = os.getpid()

@@ -8,9 +8,10 @@ code is the script's. Under torchrun every rank captures; rank 0 reports.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import sys
 from typing import TYPE_CHECKING, Any, Callable, TextIO
+
+import msgspec
 
 from torchscope.cli.width import add_width_option, report_width
 from torchscope.errors import UsageError
@@ -110,7 +111,7 @@ def target_from_args(args: argparse.Namespace) -> Target:
 
 def config_from_args(args: argparse.Namespace) -> CaptureConfig:
     """The :class:`CaptureConfig` of the parsed ``run`` options (each option is stored under its field's name)."""
-    return CaptureConfig(**{field.name: getattr(args, field.name) for field in dataclasses.fields(CaptureConfig)})
+    return CaptureConfig(**{field.name: getattr(args, field.name) for field in msgspec.structs.fields(CaptureConfig)})
 
 
 def execute(args: argparse.Namespace) -> int:

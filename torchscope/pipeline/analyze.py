@@ -8,7 +8,6 @@ import os
 import time
 import warnings
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Collection, Iterator, Sequence
 
@@ -45,8 +44,7 @@ def default_jobs() -> int:
         return max(os.cpu_count() or 1, 1)
 
 
-@dataclass
-class RunAnalysis:
+class RunAnalysis(msgspec.Struct):
     """A run's Report and its sidecars (run-level data kept out of the Report, by name)."""
 
     report: Report

@@ -11,8 +11,9 @@ Thresholds, as given on the command line:
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import Literal
+
+import msgspec
 
 from torchscope.errors import UsageError
 from torchscope.report.diff import CategoryChange, GateResult, MetricChange, ReportDiff
@@ -21,8 +22,7 @@ DEFAULT_SLOWER_PCT = 5.0
 _SPEC = re.compile(r"^(?P<name>[A-Za-z0-9_.:\-]+)\+(?P<value>\d+(?:\.\d+)?)(?P<unit>%|pp)$")
 
 
-@dataclass(frozen=True)
-class Threshold:
+class Threshold(msgspec.Struct, frozen=True):
     name: str  # "step_time", a metric name, or a breakdown category
     value: float
     unit: Literal["%", "pp"]

@@ -17,15 +17,15 @@ from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import dataclass
 from typing import Sequence
+
+import msgspec
 
 MIN_SAMPLES = 3  # fewer steps a side cannot tell noise from change (the profiler recipe's 3 active steps)
 DEFAULT_RUN_NOISE_PCT = 4.0
 
 
-@dataclass(frozen=True)
-class Interval:
+class Interval(msgspec.Struct, frozen=True):
     """The change of the mean from base to new, relative to the base mean, in percent."""
 
     change_pct: float

@@ -4,7 +4,6 @@ table cache, else from parsing). This is what a process-pool task runs; only the
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -20,8 +19,7 @@ from torchscope.trace.load import load_trace_file
 from torchscope.trace.parse import BytesDone
 
 
-@dataclass
-class SpanExtracts:
+class SpanExtracts(msgspec.Struct):
     """Every analysis's extract of one trace file, by analysis name ("span" holds its SpanMeta)."""
 
     values: dict[str, Any]
@@ -32,8 +30,7 @@ class SpanExtracts:
         return meta
 
 
-@dataclass
-class RankExtracts:
+class RankExtracts(msgspec.Struct):
     rank: int
     worker: str
     spans: list[SpanExtracts]  # in capture order

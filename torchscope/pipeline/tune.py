@@ -23,7 +23,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional, Sequence, Union
 
@@ -61,8 +60,7 @@ ALTERNATIVES = (
 )
 
 
-@dataclass(frozen=True)
-class TuneOptions:
+class TuneOptions(msgspec.Struct, frozen=True):
     warmup: int = 2
     active: int = 5
     budget_s: float = 600.0  # no trial starts, and a running one is stopped, once this is spent
@@ -80,8 +78,7 @@ class TuneOptions:
     keep: Optional[Path] = None  # keep each trial's run directory here (by default deleted with the rest)
 
 
-@dataclass(frozen=True)
-class _Trial:
+class _Trial(msgspec.Struct, frozen=True):
     report: Report
     record: TrialRecord
     wall_s: float
@@ -91,14 +88,13 @@ class _Trial:
 _Outcome = Union[_Trial, str]  # a string: why the trial gave no measurement
 
 
-@dataclass
-class _Trials:
+class _Trials(msgspec.Struct):
     options: TuneOptions
     command: list[str]
     workdir: Path
     outdir: Path
     count: int = 0
-    started: float = field(default_factory=time.monotonic)
+    started: float = msgspec.field(default_factory=time.monotonic)
 
     def run(self, fixes: Sequence[Fix], limit_s: float) -> _Outcome:
         self.count += 1

@@ -8,7 +8,8 @@ and options from it (docs/capture.md says why each default is what it is).
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+
+import msgspec
 
 from torchscope.errors import CaptureError
 
@@ -17,8 +18,7 @@ SCHEDULE_MINIMUM = {"skip_first": 0, "wait": 0, "warmup": 0, "active": 1, "repea
 SCHEDULE_FIELDS = tuple(SCHEDULE_MINIMUM)
 
 
-@dataclass(frozen=True)
-class CaptureConfig:
+class CaptureConfig(msgspec.Struct, frozen=True):
     """Where the run directory goes and what ``torch.profiler`` records.
 
     The default schedule records steps 2-4: step 0 (lazy initialisation, allocator growth) is skipped and
