@@ -35,9 +35,9 @@ from __future__ import annotations
 import functools
 import os
 import threading
-from dataclasses import dataclass
 from typing import Any, Callable, Literal
 
+import msgspec
 import torch
 import torch.autograd
 import torch.optim.optimizer as optim_module
@@ -64,8 +64,7 @@ def _compiling() -> bool:
     return bool(torch.compiler.is_compiling())
 
 
-@dataclass
-class _OpenPhase:
+class _OpenPhase(msgspec.Struct):
     name: str
     key: int  # id() of the module or optimizer that opened it (0 for backward)
     thread: int

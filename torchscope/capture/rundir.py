@@ -21,9 +21,10 @@ import shutil
 import socket
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
+
+import msgspec
 
 from torchscope.errors import CaptureError
 from torchscope.rundir import layout
@@ -31,8 +32,7 @@ from torchscope.rundir import layout
 _MAX_SUFFIX = 1000
 
 
-@dataclass(frozen=True)
-class DistEnv:
+class DistEnv(msgspec.Struct, frozen=True):
     """The process's place in a distributed launch (0/1/0 when not distributed)."""
 
     rank: int = 0

@@ -4,14 +4,14 @@ computes an analysis."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any, Mapping, Protocol
+
+import msgspec
 
 from torchscope.report.model import Report
 
 
-@dataclass(frozen=True)
-class RenderOptions:
+class RenderOptions(msgspec.Struct, frozen=True):
     """Presentation choices; a renderer uses those that apply to it."""
 
     width: int | None = None  # terminal columns (None: 100)
@@ -20,7 +20,7 @@ class RenderOptions:
     top: int = 10  # rows per table
     # Run-level data kept beside the Report (`pipeline.analyze_run`), by name: the html page draws the
     # timeline lanes from it. Passed, never computed, by the renderer.
-    sidecars: Mapping[str, Any] = field(default_factory=dict)
+    sidecars: Mapping[str, Any] = msgspec.field(default_factory=dict)
 
 
 class Renderer(Protocol):

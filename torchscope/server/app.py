@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, quote, unquote, urlsplit
 
+import msgspec
+
 from torchscope.errors import InputError
 from torchscope.render.html import render_html
 from torchscope.server.runs import RunCache, RunSummary, find_runs
@@ -52,7 +54,7 @@ class _Handler(BaseHTTPRequestHandler):
             if path == "/":
                 self._send(200, "text/html", self._run_list_page())
             elif path == "/runs.json":
-                rows = [s.__dict__ for s in self._summaries()]
+                rows = [msgspec.structs.asdict(s) for s in self._summaries()]
                 self._send(200, "application/json", json.dumps(rows))
             elif path.startswith("/run/") and path.endswith("/"):
                 analysed = self.runs.analysis(path[len("/run/") : -1])

@@ -11,9 +11,10 @@ from __future__ import annotations
 import os
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import msgspec
 
 from torchscope.errors import InputError
 from torchscope.rundir.layout import is_manifest_name, is_trace_name, may_hold_traces
@@ -21,8 +22,7 @@ from torchscope.rundir.layout import is_manifest_name, is_trace_name, may_hold_t
 MAX_DEPTH = 4  # folders below the logdir searched for runs
 
 
-@dataclass(frozen=True)
-class RunSummary:
+class RunSummary(msgspec.Struct, frozen=True):
     """One row of the run list."""
 
     name: str  # path relative to the logdir, with `/`
