@@ -220,16 +220,18 @@ def _allocator_calls(events: EventTable, span: SpanInput) -> Memory:
 
 
 def _thin(t: np.ndarray, values: np.ndarray) -> list[list[float]]:
+    """At most `MAX_POINTS` points: the buckets of np.array_split (the first r hold one more), each kept
+    by the first position holding its maximum (the values are integer byte totals: no NaN)."""
     if t.size <= MAX_POINTS:
-        return [[float(a), float(b)] for a, b in zip(t.tolist(), values.tolist())]
-    q, r = divmod(t.size, MAX_POINTS)  # the buckets of np.array_split: the first r hold one more
-    edges = np.r_[0, np.cumsum(np.r_[np.full(r, q + 1), np.full(MAX_POINTS - r, q)])].astype(np.int64)
-    best = np.maximum.reduceat(values, edges[:-1])
-    # the first position in each bucket holding its maximum
-    hits = np.flatnonzero(values == np.repeat(best, np.diff(edges)))
-    bucket = np.searchsorted(edges, hits, side="right") - 1
-    first = hits[np.r_[True, bucket[1:] != bucket[:-1]]]
-    return [[float(a), float(b)] for a, b in zip(t[first].tolist(), values[first].tolist())]
+        return np.column_stack((t, values)).tolist() if t.size else []
+    q, r = divmod(t.size, MAX_POINTS)
+    # Two blocks of equal-sized buckets as 2-D rows: argmax per row is the first position of its maximum.
+    long, short = values[: r * (q + 1)].reshape(r, q + 1), values[r * (q + 1) :].reshape(MAX_POINTS - r, q)
+    first = np.concatenate((
+        long.argmax(axis=1) + np.arange(r) * (q + 1),
+        short.argmax(axis=1) + r * (q + 1) + np.arange(MAX_POINTS - r) * q,
+    ))  # fmt: skip
+    return np.column_stack((t[first], values[first])).tolist()
 
 
 def reduce_memory(parts: list[Part[MemoryExtract]]) -> dict[str, Any]:
