@@ -75,3 +75,18 @@ def test_thread_keys_and_rows() -> None:
     assert table.thread_keys(np.array([4, 1])).tolist() == [keys[4], keys[1]]
     assert table.thread_rows(keys[0]).tolist() == [0, 3] and table.thread_rows(keys[2]).tolist() == [2, 4]
     assert table.thread_rows(int(keys[1])).tolist() == [1]
+
+
+@pytest.mark.parametrize("matching", [0, 1, 3, 6, 7, 12])
+def test_masks_are_the_same_whether_few_or_many_names_match(matching: int) -> None:
+    from torchscope.trace import tables
+
+    strings = ["", *(f"op{i}" for i in range(20))]
+    name = np.random.default_rng(matching).integers(1, 16, 500).astype(np.int32)  # ops 16..19 unused
+    table = EventTable({"ts_us": np.zeros(name.size), "name": name}, strings)
+    wanted = {f"op{i}" for i in range(1, 1 + matching)}
+    expected = np.array([strings[i] in wanted for i in name.tolist()])
+    assert 1 <= tables._COMPARE_AT_MOST < 12  # both ways of building the mask are tried
+    assert table.name_mask(lambda s: s in wanted).tolist() == expected.tolist()
+    rows = np.arange(3, name.size, 7)
+    assert table.name_mask(lambda s: s in wanted, rows).tolist() == expected[rows].tolist()

@@ -148,17 +148,17 @@ class EventTable(msgspec.Struct, dict=True):
         The predicate runs once per distinct name of those events, not over the whole string table
         (which also holds shapes, stacks and thread names, often several times as many strings)."""
         names = self.name if rows is None else self.name[rows]
-        in_use = self.memo("name_ids", lambda: np.flatnonzero(np.bincount(self.name))) if rows is None else distinct(names)
+        present = self.memo("name_ids", lambda: np.flatnonzero(np.bincount(self.name))) if rows is None else distinct(names)
         strings = self.strings
         known = self._known_names(predicate)
         if known is None:
-            lookup = np.zeros(len(strings), dtype=bool)
+            lookup, new = np.zeros(len(strings), dtype=bool), present
         else:  # a named function: its answers are kept per string, asked again only for new ones
             lookup, evaluated = known
-            in_use = in_use[~evaluated[in_use]]
-            evaluated[in_use] = True
-        lookup[in_use] = np.fromiter((bool(predicate(strings[i])) for i in in_use.tolist()), bool, in_use.size)
-        return np.take(lookup, names)
+            new = present[~evaluated[present]]
+            evaluated[new] = True
+        lookup[new] = np.fromiter((bool(predicate(strings[i])) for i in new.tolist()), bool, new.size)
+        return _gather(lookup, present, names)
 
     def _known_names(self, predicate: Any) -> tuple[np.ndarray, np.ndarray] | None:
         """(answer, evaluated) per string for a module-level function without a closure, which is taken to
@@ -191,6 +191,23 @@ class EventTable(msgspec.Struct, dict=True):
             cache[key] = value
         asked.add(key)
         return value
+
+
+# A mask of the events of a few names is cheaper as one comparison per name than as a gather through the
+# lookup table: 0.025 ms a comparison against 0.25 ms for the gather, over 170k int32 ids. Most predicates
+# match no name or a few (40 of the 50 asked per analysed trace match 3 or fewer).
+_COMPARE_AT_MOST = 6
+
+
+def _gather(lookup: np.ndarray, present: np.ndarray, names: np.ndarray) -> np.ndarray:
+    """`lookup[names]`, given the distinct values `present` of `names`."""
+    matching = present[lookup[present]]
+    if matching.size > _COMPARE_AT_MOST:
+        return np.take(lookup, names)
+    mask = np.zeros(names.size, dtype=bool)
+    for name in matching.tolist():
+        mask |= names == name
+    return mask
 
 
 def _kinds_key(kinds: "Kind | tuple[Kind, ...]") -> tuple[Kind, ...]:
