@@ -19,7 +19,7 @@ import msgspec
 import numpy as np
 
 from torchscope.analysis.frames import MODULE_CALL_PREFIX, is_module_call
-from torchscope.analysis.nesting import HostTree, launcher_of_device_events, nearest_ancestor_of
+from torchscope.analysis.nesting import HostTree, launcher_of_device_events
 from torchscope.analysis.registry import Analysis, Part
 from torchscope.analysis.span import SpanInput
 from torchscope.analysis.steps import StepWindows
@@ -53,16 +53,18 @@ def module_rows(events: EventTable, tree: HostTree, steps: StepWindows) -> list[
     mod = np.flatnonzero(events.kind_mask(Kind.PYTHON_FUNCTION) & events.name_mask(is_module_call))
     if mod.size == 0:
         return []
-    is_module = np.zeros(len(events), dtype=bool)
-    is_module[mod] = True
-    ancestor = nearest_ancestor_of(tree, is_module)  # each event's innermost module call (or itself)
-    parent = _parent_module(tree, mod, ancestor)
+    # Each event's innermost module call (or itself) as its position in `mod` (-1: none): inherited down
+    # the tree from the calls' own positions, so no event-index-to-position table is needed afterwards.
+    position = np.full(len(events), -1, dtype=tree.parent.dtype)
+    position[mod] = np.arange(mod.size)
+    enclosing = tree.inherit(position)
+    parent = _parent_module(tree, mod, enclosing)
     depth = _depths(parent)
     path, path_parent, path_name = _paths(events.name[mod], parent, depth)
     dur = events.dur_us[mod]
     has_parent = parent >= 0
     self_us = dur - np.bincount(parent[has_parent], weights=dur[has_parent], minlength=mod.size)
-    device_us = _device_inclusive(events, ancestor, mod, parent, depth)
+    device_us = _device_inclusive(events, enclosing, mod, parent, depth)
     chosen = steps.index_of(events.ts_us[mod]) >= 0
     n = len(path_name)
     p = path[chosen]
@@ -82,14 +84,11 @@ def module_rows(events: EventTable, tree: HostTree, steps: StepWindows) -> list[
     return sorted(rows, key=lambda r: (-r.host_us, r.path))
 
 
-def _parent_module(tree: HostTree, mod: np.ndarray, ancestor: np.ndarray) -> np.ndarray:
+def _parent_module(tree: HostTree, mod: np.ndarray, enclosing: np.ndarray) -> np.ndarray:
     """For each module call (position in `mod`), the position of the module call enclosing it (-1: none);
-    `ancestor`: each event's nearest module call, ancestor-or-self, as an event index."""
+    `enclosing`: each event's nearest module call, ancestor-or-self, as a position in `mod`."""
     up = tree.parent[mod]
-    enclosing = np.where(up >= 0, ancestor[np.maximum(up, 0)], -1)
-    position = np.full(tree.parent.size, -1, dtype=np.int64)
-    position[mod] = np.arange(mod.size)
-    return np.where(enclosing >= 0, position[np.maximum(enclosing, 0)], -1)
+    return np.where(up >= 0, enclosing[np.maximum(up, 0)], -1).astype(np.int64)
 
 
 def _depths(parent: np.ndarray) -> np.ndarray:
@@ -123,19 +122,16 @@ def _paths(name: np.ndarray, parent: np.ndarray, depth: np.ndarray) -> tuple[np.
     return path, path_parent, path_name
 
 
-def _device_inclusive(events: EventTable, ancestor: np.ndarray, mod: np.ndarray, parent: np.ndarray, depth: np.ndarray) -> np.ndarray:
+def _device_inclusive(events: EventTable, enclosing: np.ndarray, mod: np.ndarray, parent: np.ndarray, depth: np.ndarray) -> np.ndarray:
     """Device time of the kernels launched inside each module call, its child modules' included
-    (`ancestor`: as for `_parent_module`)."""
+    (`enclosing`: as for `_parent_module`)."""
     device = events.kind_rows(DEVICE_KINDS)
     own = np.zeros(mod.size)
     if device.size == 0:
         return own
     launcher = launcher_of_device_events(events, device)
     launched = launcher >= 0
-    owner_event = ancestor[launcher[launched]]
-    position = np.full(len(events), -1, dtype=np.int64)
-    position[mod] = np.arange(mod.size)
-    owner = np.where(owner_event >= 0, position[np.maximum(owner_event, 0)], -1)
+    owner = enclosing[launcher[launched]]
     inside = owner >= 0
     own += np.bincount(owner[inside], weights=events.dur_us[device[launched]][inside], minlength=mod.size)
     for level in range(int(depth.max()), 0, -1):  # deepest first: children add into their parents
