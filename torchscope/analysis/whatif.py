@@ -37,6 +37,8 @@ of their time the fix cannot remove, read from the trace rather than assumed:
 
 from __future__ import annotations
 
+from typing import Callable
+
 import msgspec
 import numpy as np
 
@@ -153,7 +155,8 @@ def build_model(span: SpanInput) -> StepModel | None:
     host = _main_host_rows(events)
     host = host[(events.ts_us[host] >= t0) & (events.ts_us[host] < t1)]
     host_end = float(np.max(events.ts_us[host] + events.dur_us[host])) - t0 if host.size else 0.0
-    syncs = sync_mask(events) & (events.ts_us >= t0) & (events.ts_us < t1)
+    syncs = _sync_rows(events)
+    syncs = syncs[(events.ts_us[syncs] >= t0) & (events.ts_us[syncs] < t1)]
     order = np.argsort(events.ts_us[syncs], kind="stable")
     sync_start = events.ts_us[syncs][order] - t0
     return StepModel(
@@ -283,8 +286,28 @@ def _replays(model: StepModel, replays: list[Replay]) -> list[float]:
 
 def _main_host_rows(events: EventTable) -> np.ndarray:
     """The rows of the main thread's CPU ops and annotations (once per table: the model and every cause
-    start from them; shared, so read-only)."""
-    return events.memo("main_host_rows", lambda: read_only(np.flatnonzero(main_thread_mask(events) & events.kind_mask(HOST_RANGES))))
+    start from them; shared, so read-only). From the host ranges' rows, which other analyses keep too,
+    rather than two masks over every event."""
+    def compute() -> np.ndarray:
+        host = events.kind_rows(HOST_RANGES)
+        return read_only(host[main_thread_mask(events)[host]])
+
+    return events.memo("main_host_rows", compute)
+
+
+def _sync_rows(events: EventTable) -> np.ndarray:
+    """The rows of the synchronisation calls (a few per step): the model and the causes read their times
+    from these rather than masking every event's."""
+    return events.memo("whatif_sync_rows", lambda: read_only(np.flatnonzero(sync_mask(events))))
+
+
+def _main_names(span: SpanInput, predicate: Callable[[str], bool]) -> np.ndarray:
+    """Per main-thread host range (`_main_host_rows`): whether its name matches `predicate`, asked once
+    per distinct name among those rows (a table over their string ids, not a mask over every event)."""
+    events = span.events
+    ids, codes = group_ids(events.name[_main_host_rows(events)])
+    matches = np.fromiter((bool(predicate(events.strings[i])) for i in ids.tolist()), bool, ids.size)
+    return matches[codes.reshape(-1)]
 
 
 def _is_optimizer_step(name: str) -> bool:
@@ -295,12 +318,13 @@ def _is_zero_grad(name: str) -> bool:
     return name.startswith("Optimizer.zero_grad#")
 
 
-def _main_set(span: SpanInput, mask: np.ndarray | None, allowed: intervals.IntervalSet, t0: float) -> intervals.IntervalSet:
-    """Main-thread intervals of `mask`'s host ranges (None: all of them) within `allowed`, as times from `t0`."""
+def _main_set(span: SpanInput, keep: np.ndarray | None, allowed: intervals.IntervalSet, t0: float) -> intervals.IntervalSet:
+    """Main-thread intervals of the host ranges `keep` selects (a mask over `_main_host_rows`; None: all of
+    them) within `allowed`, as times from `t0`."""
     events = span.events
     chosen = _main_host_rows(events)
-    if mask is not None:
-        chosen = chosen[mask[chosen]]
+    if keep is not None:
+        chosen = chosen[keep]
     start = events.ts_us[chosen]
     found = intervals.intersect(intervals.union(start, start + events.dur_us[chosen]), allowed)
     return found[0] - t0, found[1] - t0
@@ -320,7 +344,7 @@ def cause_sets(span: SpanInput) -> dict[str, intervals.IntervalSet]:
     treats as waits of their own), as times from the span's first step start."""
     events, steps, t0 = span.events, span.steps, float(span.steps.start_us[0])
     phases = phase_masks(events)
-    syncs = sync_mask(events)
+    syncs = _sync_rows(events)
     sync_start = events.ts_us[syncs]
     allowed = intervals.subtract(intervals.union(steps.start_us, steps.end_us), intervals.union(sync_start, sync_start + events.dur_us[syncs]))
     host_ops = _main_set(span, None, allowed, 0.0)
@@ -328,10 +352,10 @@ def cause_sets(span: SpanInput) -> dict[str, intervals.IntervalSet]:
     outside = intervals.intersect((other_start, other_end), host_ops)
     compute = span.compute_set
     return {
-        "data_loading": _main_set(span, phases["data_loading"], allowed, t0),
+        "data_loading": _main_set(span, phases["data_loading"][_main_host_rows(events)], allowed, t0),
         # Less a closure's forward and backward (LBFGS, Lightning): they run inside the step range.
-        "optimizer_step": _main_set(span, events.name_mask(_is_optimizer_step), _less_closures(span, allowed), t0),
-        "zero_grad": _main_set(span, events.name_mask(_is_zero_grad), allowed, t0),
+        "optimizer_step": _main_set(span, _main_names(span, _is_optimizer_step), _less_closures(span, allowed), t0),
+        "zero_grad": _main_set(span, _main_names(span, _is_zero_grad), allowed, t0),
         "outside_steps": (outside[0] - t0, outside[1] - t0),
         "launch": intervals.intersect((compute[0] - t0, compute[1] - t0), (host_ops[0] - t0, host_ops[1] - t0)),
     }
