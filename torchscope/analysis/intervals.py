@@ -116,8 +116,6 @@ def overlap_per_window_of_each(sets: list[IntervalSet], window_starts: np.ndarra
     at = np.maximum(last_ws, 0)
     within = we < np.append(starts, np.inf)[last_ws + 1]
     across = np.flatnonzero(~within)
-    last_we = last_ws.copy()
-    last_we[across] = np.searchsorted(starts, we[across], side="right") - 1
     # Each end's cover by the set of its last interval: the part of that interval before it, plus the
     # set's sum before that interval (as `_covered_before` takes them).
     start_at, length_at, before_at = starts[at], lengths[at], own_before[at]
@@ -129,13 +127,14 @@ def overlap_per_window_of_each(sets: list[IntervalSet], window_starts: np.ndarra
     if across.size:
         # Straddling windows: each set's cover at an end is its sum before the end's last interval, plus,
         # for that interval's own set, the part of it before the end (computed above for the starts).
-        at_we = np.maximum(last_we[across], 0)
+        last_we = np.searchsorted(starts, we[across], side="right") - 1
+        at_we = np.maximum(last_we, 0)
         covered_we = np.minimum(we[across] - starts[at_we], lengths[at_we]) + own_before[at_we]
         cover_at = []
-        for last, clipped, covered in ((last_ws[across], at[across], covered_ws[across]), (last_we[across], at_we, covered_we)):
-            cover = before[:, last + 1]  # sets x windows
+        for last, clipped, covered in ((last_ws[across], at[across], covered_ws[across]), (last_we, at_we, covered_we)):
+            cover = before.take(last + 1, axis=1)  # sets x windows (take: a fraction of before[:, i]'s time)
             has = np.flatnonzero(last >= 0)
-            cover[owner[clipped[has]], has] = covered[has]
+            cover.reshape(-1)[owner[clipped[has]] * across.size + has] = covered[has]  # flat: faster than [rows, cols]
             cover_at.append(cover)
         out[:, across] = cover_at[1] - cover_at[0]
     return out
