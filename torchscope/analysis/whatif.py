@@ -410,6 +410,7 @@ def _covered(span: SpanInput, mask: np.ndarray, within: intervals.IntervalSet) -
 
 def _cpu_savings(span: SpanInput) -> Savings:
     n = len(span.steps)
+    leaves = _leaf_ops(span)  # once: the optimizer's arithmetic and the dispatch cost both read it
     low: dict[str, float] = {}
     high: dict[str, float] = {}
     t0 = float(span.steps.start_us[0])
@@ -424,7 +425,7 @@ def _cpu_savings(span: SpanInput) -> Savings:
             (python_low, python_high), (ops_low, ops_high) = KEPT_CPU_OPTIMIZER_PYTHON, KEPT_CPU_OPTIMIZER_OPS
             low[cause] = python * (1.0 - python_low) + ops * (1.0 - ops_low)
             high[cause] = python * (1.0 - python_high) + ops * (1.0 - ops_high)
-            arithmetic = min(_covered(span, _leaf_ops(span) & (span.events.dur_us >= TINY_OP_US), absolute) / n, ops)
+            arithmetic = min(_covered(span, leaves & (span.events.dur_us >= TINY_OP_US), absolute) / n, ops)
             low["optimizer_step_fused"], high["optimizer_step_fused"] = (
                 python * (1.0 - kept_python) + (ops - arithmetic) * (1.0 - kept_dispatch) + arithmetic * (1.0 - kept_arithmetic)
                 for kept_python, kept_dispatch, kept_arithmetic in zip(KEPT_CPU_FUSED_PYTHON, KEPT_CPU_FUSED_DISPATCH, KEPT_CPU_FUSED_ARITHMETIC)
@@ -434,7 +435,6 @@ def _cpu_savings(span: SpanInput) -> Savings:
     compute = span.compute_set
     compute_us = intervals.total_length(compute)
     if compute_us > 0:
-        leaves = _leaf_ops(span)
         long_leaves = leaves & (span.events.dur_us >= TINY_OP_US)
         low["dispatch"] = max(compute_us - _covered(span, leaves, compute), 0.0) / n
         high["dispatch"] = max(compute_us - _covered(span, long_leaves, compute), 0.0) / n
