@@ -114,7 +114,7 @@ def pair_blocks(memory: DeviceMemory) -> Blocks:
     position = np.arange(n)
     if not memory.has_addresses():  # nothing can be paired: no block is known
         return Blocks(position[:0], position[:0], 0)
-    order = np.lexsort((position, memory.addr))
+    order = np.argsort(memory.addr, kind="stable")  # by (address, position): ties keep time order
     addr, sign = memory.addr[order], np.sign(memory.nbytes[order])
     same_next = np.zeros(n, dtype=bool)
     same_next[:-1] = addr[1:] == addr[:-1]
