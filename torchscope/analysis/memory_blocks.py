@@ -259,7 +259,8 @@ def user_call_site(events: EventTable, found: Owners, roots: tuple[str, ...] = (
     seconds, second_code = group_ids(second + len(events.strings))  # call stacks negative
     pairs, inverse = group_ids(first_code * seconds.size + second_code)
     first_ids, second_ids = firsts[pairs // seconds.size].tolist(), (seconds[pairs % seconds.size] - len(events.strings)).tolist()
-    text = [_site_text(events.strings, a, b, roots) for a, b in zip(first_ids, second_ids)]
+    library = _LibraryLines()
+    text = [_site_text(events.strings, a, b, roots, library) for a, b in zip(first_ids, second_ids)]
     names = [""] + sorted({t for t in text if t})
     index = {name: i for i, name in enumerate(names)}
     code_of = np.array([index[t] for t in text], dtype=np.int64)
@@ -274,12 +275,22 @@ def _callee_text(name: str) -> str:
     return readable(name)
 
 
-def _site_text(strings: list[str], frame: int, second: int, roots: tuple[str, ...] = ()) -> str:
+class _LibraryLines(dict[str, bool]):
+    """`is_library_code` per `Call stack` line, judged once: the stacks of one trace share most of their
+    lines (torch's own frames, the training loop's), and each judgement is a few regular expressions."""
+
+    def __missing__(self, line: str) -> bool:
+        self[line] = found = is_library_code(line)
+        return found
+
+
+def _site_text(strings: list[str], frame: int, second: int, roots: tuple[str, ...] = (), library: dict[str, bool] | None = None) -> str:
     if frame > 0 and second > 0:
         return f"{readable(frame_at_call(strings[frame], strings[second], roots))} > {_callee_text(strings[second])}"
     if frame > 0:
         return readable(strings[frame])
+    library = _LibraryLines() if library is None else library
     for line in strings[-second].split(";") if second < 0 else ():
-        if line.strip() and not is_library_code(line):
+        if line.strip() and not library[line]:
             return readable(line.strip())
     return ""
