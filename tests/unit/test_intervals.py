@@ -84,6 +84,26 @@ def test_overlap_of_each_disjoint_set_is_the_per_set_overlap_to_the_bit() -> Non
             assert np.array_equal(row, intervals.overlap_per_window(part, ws, we))
 
 
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(interval_lists, min_size=1, max_size=5),
+    st.lists(st.tuples(st.integers(-10, 110), st.integers(-3, 90)), min_size=1, max_size=30),
+    st.sampled_from([1.0, 0.1, 1e-3]),
+)
+def test_overlap_of_each_equals_overlap_per_window_to_the_bit(
+    categories: list[list[tuple[int, int]]], windows: list[tuple[int, int]], unit: float
+) -> None:
+    """Windows straddling several sets' intervals, starting before every interval, empty or reversed:
+    each set's row is `overlap_per_window` of that set, bit for bit, at scales where sums round."""
+    parts = intervals.priority_partition([_as_set(c) for c in categories], (np.array([0.0]), np.array([100.0])))
+    parts = [(starts * unit, ends * unit) for starts, ends in parts]  # mutually disjoint, some maybe empty
+    ws = np.array([w[0] for w in windows], dtype=float) * unit
+    we = ws + np.array([w[1] for w in windows], dtype=float) * unit
+    got = intervals.overlap_per_window_of_each(parts, ws, we)
+    for part, row in zip(parts, got):
+        assert row.tobytes() == intervals.overlap_per_window(part, ws, we).tobytes()
+
+
 def test_overlap_of_each_with_no_sets_or_no_windows() -> None:
     assert intervals.overlap_per_window_of_each([], np.array([1.0]), np.array([2.0])).shape == (0, 1)
     one = (np.array([0.0]), np.array([10.0]))
