@@ -193,26 +193,34 @@ def _queue_scan(dur: np.ndarray, stream: np.ndarray, bounds: np.ndarray) -> Queu
     )  # fmt: skip
 
 
-def _scan_segment(plan: QueueScan, segment: int, ready: np.ndarray, carry: np.ndarray) -> np.ndarray:
+def _scan_segment(plan: QueueScan, segment: int, ready: np.ndarray, carry: np.ndarray, with_ends: bool = True) -> np.ndarray:
     """Replay one segment's queues, one replay per row: end_k = max(ready_k, end_{k-1}) + dur_k per stream,
     each starting after `carry[row, stream]`, which then holds each stream's last end. Returns the ops'
-    ends (`ready`, the rows' ready times of the segment's ops, is overwritten). Every row gets the
-    operations a replay alone would (row-wise reductions and accumulations), so the same floats."""
+    ends (none without `with_ends`: the replays read only the carry; `ready`, the rows' ready times of
+    the segment's ops, is overwritten). Every row gets the operations a replay alone would (row-wise
+    reductions and accumulations), so the same floats."""
     begin, end = int(plan.bounds[segment]), int(plan.bounds[segment + 1])
     runs = slice(int(plan.run_bounds[segment]), int(plan.run_bounds[segment + 1]))
     if begin == end:
         return ready
     first, streams = plan.run_first[runs], plan.run_stream[runs]
     ready[:, first] = np.maximum(ready[:, first], carry[:, streams])
-    value = ready - plan.cum_before[begin:end]
+    value = ready  # in place: the caller's copy
+    value -= plan.cum_before[begin:end]
     # Segmented running max: lift each run above all earlier ones, then take it back down.
     lift = plan.lift_rank[begin:end] * (value.max(axis=1) - value.min(axis=1) + 1.0)[:, None]  # np.ptp's arithmetic
     value += lift
     np.maximum.accumulate(value, axis=1, out=value)
+    # Within a stream ends only grow, so each run's last op holds its stream's new carry: the ends of
+    # those ops alone, with the arithmetic of every op's end below.
+    last = plan.run_last[runs]
+    last_ends = plan.cum[begin:end][last] + value[:, last]
+    last_ends -= lift[:, last]
+    carry[:, streams] = np.maximum(carry[:, streams], last_ends)
+    if not with_ends:
+        return value[:, :0]
     ends = plan.cum[begin:end] + value
     ends -= lift
-    # Within a stream ends only grow, so each run's last op holds its stream's new carry.
-    carry[:, streams] = np.maximum(carry[:, streams], ends[:, plan.run_last[runs]])
     return ends
 
 
@@ -271,7 +279,7 @@ def _replays(model: StepModel, replays: list[Replay]) -> list[float]:
     bounds = q.scan.bounds.tolist()
 
     def advance(segment: int) -> None:
-        _scan_segment(q.scan, segment, ready[:, bounds[segment] : bounds[segment + 1]] + extra[:, None], carry)
+        _scan_segment(q.scan, segment, ready[:, bounds[segment] : bounds[segment + 1]] + extra[:, None], carry, with_ends=False)
 
     fixed = np.minimum(model.sync_end_us - model.sync_start_us, SYNC_FIXED_US).tolist()
     for j in range(n_sync):
