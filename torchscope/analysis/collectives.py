@@ -281,9 +281,9 @@ def _phase_culprits(span: SpanInput) -> dict[str, dict[str, float]]:
     markers = own
     for mask in phase_masks(events).values():
         markers = markers | mask
-    rows = events.kind_rows((Kind.CPU_OP, Kind.USER_ANNOTATION, Kind.PYTHON_FUNCTION))
-    noise = own[rows] | events.name_mask(_is_measurement_frame)[rows] | encloses(span.tree, markers)[rows]
-    rows = rows[~noise]
+    # Whole-table masks combined, then one pass for the rows: cheaper than a gather of each per row.
+    noise = own | events.name_mask(_is_measurement_frame) | encloses(span.tree, markers)
+    rows = np.flatnonzero(events.kind_mask((Kind.CPU_OP, Kind.USER_ANNOTATION, Kind.PYTHON_FUNCTION)) & ~noise)
     if rows.size == 0 or len(span.steps) == 0:
         return {}
     start = events.ts_us[rows]
