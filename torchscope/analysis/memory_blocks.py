@@ -170,8 +170,11 @@ def _thread_key(events: EventTable, rows: np.ndarray) -> np.ndarray:
 def _same_text(events: EventTable, ids: np.ndarray) -> np.ndarray:
     in_use = distinct(ids)
     first: dict[str, int] = {}
+    same = [first.setdefault(events.strings[i], i) for i in in_use.tolist()]
+    if same == in_use.tolist():  # every id its own text (the usual case): no lookup to go through
+        return ids.astype(np.int64)
     lookup = np.zeros(int(in_use.max(initial=0)) + 1, dtype=np.int64)
-    lookup[in_use] = [first.setdefault(events.strings[i], i) for i in in_use.tolist()]
+    lookup[in_use] = same
     return lookup[ids]
 
 
