@@ -184,10 +184,15 @@ def _in_autograd(span: SpanInput, t_us: np.ndarray) -> np.ndarray:
     the autograd engine's functions; see memory_steps: churn). Markers, not the phase partition: that
     counts every unlabelled op as forward."""
     events = span.events
-    masks = phase_masks(events)
-    marked = np.flatnonzero(masks["forward"] | masks["backward"])
-    start = events.ts_us[marked]
-    return intervals.contains(intervals.union(start, start + events.dur_us[marked]), t_us)
+
+    def marked_set() -> intervals.IntervalSet:
+        masks = phase_masks(events)
+        marked = np.flatnonzero(masks["forward"] | masks["backward"])
+        start = events.ts_us[marked]
+        return intervals.union(start, start + events.dur_us[marked])
+
+    # Once per table, not once per device (a trace with host and GPU memory events asks twice).
+    return intervals.contains(events.memo("memory_autograd_set", marked_set), t_us)
 
 
 def _phase_at(span: SpanInput, t: float) -> str:
