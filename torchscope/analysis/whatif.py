@@ -313,9 +313,14 @@ def _main_names(span: SpanInput, predicate: Callable[[str], bool]) -> np.ndarray
     """Per main-thread host range (`_main_host_rows`): whether its name matches `predicate`, asked once
     per distinct name among those rows (a table over their string ids, not a mask over every event)."""
     events = span.events
-    ids, codes = group_ids(events.name[_main_host_rows(events)])
+
+    def distinct_names() -> tuple[np.ndarray, np.ndarray]:  # once per table: each cause asks
+        ids, codes = group_ids(events.name[_main_host_rows(events)])
+        return read_only(ids), read_only(codes.reshape(-1))
+
+    ids, codes = events.memo("whatif_main_names", distinct_names)
     matches = np.fromiter((bool(predicate(events.strings[i])) for i in ids.tolist()), bool, ids.size)
-    return matches[codes.reshape(-1)]
+    return matches[codes]
 
 
 def _is_optimizer_step(name: str) -> bool:
