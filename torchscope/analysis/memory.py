@@ -25,7 +25,7 @@ import msgspec
 import numpy as np
 
 from torchscope.analysis import intervals
-from torchscope.analysis.markers import phase_masks
+from torchscope.analysis.autograd_markers import autograd_marker_set
 from torchscope.analysis.source_lines import source_roots
 from torchscope.analysis.memory_blocks import (
     DeviceMemory, MemoryEvents, device_memory, enclosing_host_event, memory_events, owners, pair_blocks, user_call_site,
@@ -180,19 +180,9 @@ def _peak(
 
 
 def _in_autograd(span: SpanInput, t_us: np.ndarray) -> np.ndarray:
-    """Per time, whether a forward or backward marker runs then (`torchscope:forward`, DDP's forward,
-    the autograd engine's functions; see memory_steps: churn). Markers, not the phase partition: that
-    counts every unlabelled op as forward."""
-    events = span.events
-
-    def marked_set() -> intervals.IntervalSet:
-        masks = phase_masks(events)
-        marked = np.flatnonzero(masks["forward"] | masks["backward"])
-        start = events.ts_us[marked]
-        return intervals.union(start, start + events.dur_us[marked])
-
-    # Once per table, not once per device (a trace with host and GPU memory events asks twice).
-    return intervals.contains(events.memo("memory_autograd_set", marked_set), t_us)
+    """Per time, whether a forward or backward marker runs then (see memory_steps: churn). Markers, not
+    the phase partition: that counts every unlabelled op as forward."""
+    return intervals.contains(autograd_marker_set(span.events), t_us)
 
 
 def _phase_at(span: SpanInput, t: float) -> str:

@@ -43,6 +43,7 @@ import msgspec
 import numpy as np
 
 from torchscope.analysis import intervals
+from torchscope.analysis.autograd_markers import autograd_marker_set
 from torchscope.analysis.host import TINY_OP_US, main_thread_mask, sync_mask
 from torchscope.analysis.markers import HOST_RANGES, closure_mask, phase_masks
 from torchscope.analysis.nesting import launcher_of_device_events
@@ -345,11 +346,13 @@ def _main_set(span: SpanInput, keep: np.ndarray | None, allowed: intervals.Inter
 
 def _less_closures(span: SpanInput, allowed: intervals.IntervalSet) -> intervals.IntervalSet:
     events = span.events
-    phases = phase_masks(events)
-    nested = events.kind_rows(HOST_RANGES)  # every one of these masks is of host ranges
-    nested = nested[closure_mask(events)[nested] | phases["forward"][nested] | phases["backward"][nested]]
-    start = events.ts_us[nested]
-    return intervals.subtract(allowed, intervals.union(start, start + events.dur_us[nested]))
+    closures = np.flatnonzero(closure_mask(events))
+    start = events.ts_us[closures]
+    marked_start, marked_end = autograd_marker_set(events)  # the forward and backward markers, merged once per table
+    # A union only selects starts and running ends: merging the merged markers with the closures gives
+    # the set that merging all of their intervals at once gives.
+    both = intervals.union(np.concatenate((marked_start, start)), np.concatenate((marked_end, start + events.dur_us[closures])))
+    return intervals.subtract(allowed, both)
 
 
 def cause_sets(span: SpanInput) -> dict[str, intervals.IntervalSet]:
