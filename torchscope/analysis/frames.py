@@ -13,7 +13,6 @@ import functools
 import os
 import re
 import sys
-import sysconfig
 
 _BUILTIN_METHOD = re.compile(r"^<built-in method (?P<name>[\w.]+) of (?P<owner>[\w.]+) object at 0x[0-9a-fA-F]+>$")
 _BUILTIN_FUNCTION = re.compile(r"^<built-in function (?P<name>[\w.]+)>$")
@@ -74,9 +73,36 @@ def _is_library(name: str, match: re.Match[str] | None) -> bool:
 def _install_dirs() -> tuple[str, ...]:
     """This interpreter's standard-library and site-packages folders, `/`-separated with a trailing `/`:
     absolute frames of a trace captured here that the layout patterns miss (`lib64`, Windows `Lib`)."""
-    paths = sysconfig.get_paths()
+    paths = _scheme_paths()
     dirs = {paths[key] for key in ("stdlib", "platstdlib", "purelib", "platlib") if paths.get(key)}
     return tuple(sorted(os.path.abspath(d).replace("\\", "/").rstrip("/") + "/" for d in dirs))
+
+
+@functools.cache
+def _scheme_paths() -> dict[str, str]:
+    """`sysconfig.get_paths()`'s library folders (stdlib, platstdlib, purelib, platlib). In a virtual
+    environment they follow from `sys`'s prefixes with the fixed layout of sysconfig's `venv` scheme, which
+    no distribution patches; computing them saves the ~3 ms a process (every pool worker) that importing
+    sysconfig and parsing the build's configuration costs. Elsewhere (a distribution's own scheme, a macOS
+    framework) sysconfig answers."""
+    if sys.prefix == sys.base_prefix:
+        import sysconfig
+
+        return sysconfig.get_paths()
+    if os.name == "nt":
+        lib = {"stdlib": os.path.join(sys.base_prefix, "Lib"), "platstdlib": os.path.join(sys.prefix, "Lib")}
+        site = os.path.join(sys.prefix, "Lib", "site-packages")
+        lib.update(purelib=site, platlib=site)
+    else:
+        # `python3.13t` on a free-threaded build (sysconfig's `abi_thread`).
+        version = f"python{sys.version_info[0]}.{sys.version_info[1]}" + ("t" if "t" in getattr(sys, "abiflags", "") else "")
+        lib = {
+            "stdlib": os.path.join(sys.base_prefix, sys.platlibdir, version),
+            "platstdlib": os.path.join(sys.exec_prefix, sys.platlibdir, version),
+            "purelib": os.path.join(sys.prefix, "lib", version, "site-packages"),
+            "platlib": os.path.join(sys.exec_prefix, sys.platlibdir, version, "site-packages"),
+        }
+    return {key: os.path.normpath(path) for key, path in lib.items()}
 
 
 def _is_stdlib_relative(file: str, func: str | None) -> bool:
@@ -112,7 +138,7 @@ def _is_installed_relative(file: str, func: str | None) -> bool:
 
 @functools.cache
 def _site_dirs() -> tuple[str, ...]:
-    paths = sysconfig.get_paths()
+    paths = _scheme_paths()
     return tuple(dict.fromkeys(paths[key] for key in ("purelib", "platlib") if paths.get(key)))
 
 
@@ -147,7 +173,7 @@ def _stdlib_functions(file: str) -> frozenset[str] | None:
     """Names of the functions and classes defined in the standard library's `file` (relative): empty when
     this interpreter's standard library has no such source (a C module such as `math`: a frame in a
     `math.py` is the user's), None when it ships no sources at all (then the module name decides)."""
-    stdlib = sysconfig.get_paths()["stdlib"]
+    stdlib = _scheme_paths()["stdlib"]
     defined = _defined_in((stdlib,), file)
     if defined is not None:
         return defined
