@@ -95,3 +95,10 @@ def test_a_running_line_is_moved_to_its_functions_first_line(tmp_path: Path) -> 
     assert function_start(f"{path}(15): twice") == f"{path}(13): twice"  # the decorator's line, as co_firstlineno
     assert function_start(f"{path}(21): <module>") == f"{path}(21): <module>"  # module code has no def
     assert function_start("missing.py(6): step") == "missing.py(6): step"
+
+
+def test_a_file_edited_since_it_was_read_is_read_anew(tmp_path: Path) -> None:
+    path = _write(tmp_path)
+    assert call_line(str(path), 5, "step", "ones") == 7
+    path.write_text(SOURCE.replace("keep = []\n", "keep = []\n\n"))  # step moves down a line (parsed trees are cached)
+    assert call_line(str(path), 6, "step", "ones") == 8

@@ -19,7 +19,7 @@ import ast
 import functools
 import os
 from pathlib import Path
-from typing import Iterator, Optional
+from typing import Any, Iterator, Optional
 
 from torchscope.analysis.frames import _FRAME, readable  # _FRAME: a Python-function event's name
 from torchscope.rundir.manifest import read_manifests
@@ -58,8 +58,8 @@ def function_start(frame: str, roots: tuple[str, ...] = ()) -> str:
     """`frame` named by its function's first line where it was named by its running line (a frame active
     when profiling started), so that one function reads as one site; else `frame`."""
     match = _FRAME.match(frame)
-    tree = _parse(path) if match is not None and (path := _locate(match["file"], roots)) is not None else None
-    scope = _function_at(tree, int(match["line"]), match["func"]) if tree is not None and match is not None else None
+    source = _source(path) if match is not None and (path := _locate(match["file"], roots)) is not None else None
+    scope = source.function_at(int(match["line"]), match["func"]) if source is not None and match is not None else None
     if match is None or scope is None or not isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef)):
         return frame
     first = min((scope.lineno, *(d.lineno for d in scope.decorator_list)))
@@ -70,14 +70,14 @@ def call_line(path: Optional[str], first_line: int, function: str, callee: str) 
     """The one line of `function` (defined at, or running at, `path:first_line`; `<module>`: the module's
     own code) whose statements call `callee` by that name; None when there is none or more than one, or
     no source."""
-    tree = _parse(path) if path is not None else None
-    if tree is None:
+    source = _source(path) if path is not None else None
+    if source is None:
         return None
-    scope = tree if function == "<module>" else _function_at(tree, first_line, function)
+    scope = source.tree if function == "<module>" else source.function_at(first_line, function)
     if scope is None:
         return None
-    lines = {node.lineno for node in _own_nodes(scope) if isinstance(node, ast.Call) and _called(node.func) == callee}
-    return lines.pop() if len(lines) == 1 else None
+    lines = source.call_lines(scope).get(callee, ())
+    return next(iter(lines)) if len(lines) == 1 else None
 
 
 def _callee_name(callee: str) -> Optional[str]:
@@ -98,28 +98,61 @@ def _locate(file: str, roots: tuple[str, ...]) -> Optional[str]:
     return next((os.path.join(root, file) for root in roots if os.path.isfile(os.path.join(root, file))), None)
 
 
+def _source(path: str) -> Optional[_Source]:
+    """`path` parsed, from the cache while the file keeps its modification time and size (a long-lived
+    `view` server sees an edited file anew)."""
+    try:
+        stat = os.stat(path)
+    except (OSError, ValueError):
+        return None
+    return _parsed(path, stat.st_mtime_ns, stat.st_size)
+
+
 @functools.lru_cache(maxsize=64)
-def _parse(path: str) -> Optional[ast.Module]:
+def _parsed(path: str, mtime_ns: int, size: int) -> Optional[_Source]:
     try:
         with open(path, "rb") as source:
             text = source.read(_MAX_SOURCE_BYTES + 1)
         if len(text) > _MAX_SOURCE_BYTES:
             return None
-        return ast.parse(text, filename=path)
+        return _Source(ast.parse(text, filename=path))
     except (OSError, SyntaxError, ValueError, RecursionError, MemoryError):
         return None
 
 
-def _function_at(tree: ast.Module, line: int, function: str) -> Optional[ast.AST]:
-    """The function of that name whose code starts at `line` (its `def`, or its first decorator:
-    `co_firstlineno` of a decorated function), else the innermost one that holds `line` (a frame that
-    was already running when profiling started is named by its running line)."""
-    named = [node for node in ast.walk(tree) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == function]
-    for node in named:
-        if line in (node.lineno, *(d.lineno for d in node.decorator_list)):
-            return node
-    holding = [node for node in named if node.lineno <= line <= (node.end_lineno or node.lineno)]
-    return min(holding, key=lambda node: (node.end_lineno or node.lineno) - node.lineno, default=None)
+class _Source:
+    """A parsed file and what call sites ask of it, each worked out once: a trace asks about the same
+    file for many frames, and walking the whole tree per frame cost milliseconds each."""
+
+    def __init__(self, tree: ast.Module) -> None:
+        self.tree = tree
+        self._functions: dict[str, list[ast.AST]] = {}  # in ast.walk order, as a walk per frame found them
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                self._functions.setdefault(node.name, []).append(node)
+        self._calls: dict[int, dict[str, set[int]]] = {}  # id of a scope of `tree` (kept alive by it)
+
+    def function_at(self, line: int, function: str) -> Optional[ast.AST]:
+        """The function of that name whose code starts at `line` (its `def`, or its first decorator:
+        `co_firstlineno` of a decorated function), else the innermost one that holds `line` (a frame that
+        was already running when profiling started is named by its running line)."""
+        named: list[Any] = self._functions.get(function, [])
+        for node in named:
+            if line in (node.lineno, *(d.lineno for d in node.decorator_list)):
+                return node
+        holding = [node for node in named if node.lineno <= line <= (node.end_lineno or node.lineno)]
+        return min(holding, key=lambda node: (node.end_lineno or node.lineno) - node.lineno, default=None)
+
+    def call_lines(self, scope: ast.AST) -> dict[str, set[int]]:
+        """The lines of `scope`'s own code that call each name."""
+        found = self._calls.get(id(scope))
+        if found is None:
+            found = {}
+            for node in _own_nodes(scope):
+                if isinstance(node, ast.Call) and (name := _called(node.func)) is not None:
+                    found.setdefault(name, set()).add(node.lineno)
+            self._calls[id(scope)] = found
+        return found
 
 
 def _own_nodes(scope: ast.AST) -> Iterator[ast.AST]:
