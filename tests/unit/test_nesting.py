@@ -150,3 +150,21 @@ def test_parents_level_by_level_equal_one_search(depths: list[int]) -> None:
 
     depth = np.array(depths)
     assert _level_parents(depth).tolist() == _parents_in_one_search(depth).tolist()
+
+
+def test_launchers_of_the_device_rows_are_kept_and_equal_any_subset() -> None:
+    from torchscope.analysis.nesting import launcher_of_device_events
+    from torchscope.trace.kinds import DEVICE_KINDS
+
+    builder = TraceBuilder()
+    builder.launch(0, 5, 10, 3)
+    builder.launch(6, 5, 20, 3, name="Memcpy HtoD", runtime="cudaMemcpyAsync", cat="gpu_memcpy")
+    builder.launch(12, 5, 30, 3)
+    table = parse_trace_bytes(json.dumps(builder.document()).encode()).events
+    device = table.kind_rows(DEVICE_KINDS)
+    launcher = launcher_of_device_events(table, device)
+    assert launcher_of_device_events(table, device.copy()) is launcher  # kept for the same rows
+    assert not launcher.flags.writeable
+    assert list(table.text(table.name[launcher])) == ["cudaLaunchKernel", "cudaMemcpyAsync", "cudaLaunchKernel"]
+    part = device[[0, 2]]
+    assert np.array_equal(launcher_of_device_events(table, part), launcher[[0, 2]])

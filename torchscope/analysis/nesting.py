@@ -12,8 +12,8 @@ from functools import cached_property
 import msgspec
 import numpy as np
 
-from torchscope.arrays import count_at_or_below
-from torchscope.trace.kinds import Kind
+from torchscope.arrays import count_at_or_below, read_only
+from torchscope.trace.kinds import DEVICE_KINDS, Kind
 from torchscope.trace.tables import EventTable
 
 NESTED_KINDS = (Kind.CPU_OP, Kind.USER_ANNOTATION, Kind.PYTHON_FUNCTION, Kind.RUNTIME, Kind.DRIVER)
@@ -231,7 +231,16 @@ def outermost_ancestor_of(tree: HostTree, mask: np.ndarray, events_of_interest: 
 
 
 def launcher_of_device_events(events: EventTable, device: np.ndarray) -> np.ndarray:
-    """The host runtime call (event index) that launched each device event, by correlation id."""
+    """The host runtime call (event index) that launched each device event, by correlation id (read-only
+    for the table's device rows: steps, modules, operators and whatif all ask for those, so their answer
+    is kept per table: one int64 per device event)."""
+    every = events.kind_rows(DEVICE_KINDS)
+    if device.size == every.size and (device is every or np.array_equal(device, every)):
+        return events.memo("launchers_of_device_rows", lambda: read_only(_launchers(events, every)))
+    return _launchers(events, device)
+
+
+def _launchers(events: EventTable, device: np.ndarray) -> np.ndarray:
     corr, runtime = events.memo("launchers_by_correlation", lambda: _launchers_by_correlation(events))
     launcher = np.full(device.size, -1, dtype=np.int64)
     if runtime.size == 0 or device.size == 0:
