@@ -25,8 +25,8 @@ import msgspec
 import numpy as np
 
 from torchscope.analysis import intervals
-from torchscope.analysis.host import _encloses as encloses  # shared with outside_phases: one definition
-from torchscope.analysis.markers import COMM_OP_PREFIXES, HOST_RANGES, comm_kernel_mask, own_marker_mask, phase_masks
+from torchscope.analysis.host import _encloses as encloses, encloses_markers  # shared with outside_phases
+from torchscope.analysis.markers import COMM_OP_PREFIXES, HOST_RANGES, comm_kernel_mask, own_marker_mask
 from torchscope.analysis.span import SpanInput
 from torchscope.analysis.steps import StepWindows, step_marker_mask
 from torchscope.arrays import distinct as distinct_values  # np.unique imports numpy.ma
@@ -277,12 +277,11 @@ def _phase_culprits(span: SpanInput) -> dict[str, dict[str, float]]:
     (inclusive), largest first: what a rank's extra time in a phase is spent on. Frames that enclose a
     phase range or a step (the training loop, `<module>`) explain every phase, so none of them."""
     events = span.events
-    own = step_marker_mask(events) | own_marker_mask(events)
-    markers = own
-    for mask in phase_masks(events).values():
-        markers = markers | mask
+    steps = step_marker_mask(events)
+    own = steps | own_marker_mask(events)
+    enclosing = encloses_markers(events, span.tree) | encloses(span.tree, steps)  # the phases' and own markers' part is shared
     # Whole-table masks combined, then one pass for the rows: cheaper than a gather of each per row.
-    noise = own | events.name_mask(_is_measurement_frame) | encloses(span.tree, markers)
+    noise = own | events.name_mask(_is_measurement_frame) | enclosing
     rows = np.flatnonzero(events.kind_mask((Kind.CPU_OP, Kind.USER_ANNOTATION, Kind.PYTHON_FUNCTION)) & ~noise)
     if rows.size == 0 or len(span.steps) == 0:
         return {}

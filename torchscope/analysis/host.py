@@ -263,14 +263,12 @@ def outside_phases(
     Candidates are the outermost ops, ranges and Python frames that neither lie inside a phase range
     nor enclose one (a frame enclosing a phase, like the training loop itself, is not a culprit); each
     is credited with its overlap with `other`."""
-    phase = np.zeros(len(events), dtype=bool)
-    for mask in phase_masks(events).values():
-        phase |= mask
+    phase = _phase_mask(events)
     host = events.kind_mask((Kind.CPU_OP, Kind.USER_ANNOTATION, Kind.PYTHON_FUNCTION))
     own = own_marker_mask(events)
     inside_phase = nearest_ancestor_of(tree, phase) >= 0
     profiler_frames = events.name_mask(_is_profiler_frame)
-    candidate = host & ~own & ~profiler_frames & ~inside_phase & ~_encloses(tree, phase | own)
+    candidate = host & ~own & ~profiler_frames & ~inside_phase & ~encloses_markers(events, tree)
     parent = tree.parent
     chosen = np.flatnonzero(candidate & ((parent < 0) | ~candidate[np.maximum(parent, 0)]))
     if chosen.size == 0 or other[0].size == 0:
@@ -290,15 +288,32 @@ def _is_profiler_frame(name: str) -> bool:
     return "/torchscope/" in name or "torch/autograd/profiler" in name or "torch/profiler/" in name
 
 
+def encloses_markers(events: EventTable, tree: HostTree) -> np.ndarray:
+    """Events (of `tree`, the table's host tree) that enclose a phase range or one of torchscope's own
+    markers: the training loop, `<module>`. Once per table (read-only): host work outside the phases and
+    collectives' per-phase culprits both leave them out."""
+    return events.memo("host.encloses_markers", lambda: read_only(_encloses(tree, _phase_mask(events) | own_marker_mask(events))))
+
+
+def _phase_mask(events: EventTable) -> np.ndarray:
+    phase = np.zeros(len(events), dtype=bool)
+    for mask in phase_masks(events).values():
+        phase |= mask
+    return phase
+
+
 def _encloses(tree: HostTree, mask: np.ndarray) -> np.ndarray:
     """Events that have a descendant in `mask`."""
     flag = np.zeros(mask.size, dtype=bool)
-    carry = mask.copy()
-    for at_level in reversed(tree.levels[1:]):  # deepest first, each level's events only
-        at_level = at_level[carry[at_level] & (tree.parent[at_level] >= 0)]
-        parents = tree.parent[at_level]
-        flag[parents] = True
-        carry[parents] = True
+    # Up from the marked events only (markers are a small part of the table), one step a round; an
+    # ancestor already flagged has had its own ancestors flagged, so the climb stops there.
+    rows = tree.parent[mask]
+    rows = rows[rows >= 0]
+    while rows.size:
+        rows = rows[~flag[rows]]
+        flag[rows] = True
+        rows = tree.parent[rows]
+        rows = rows[rows >= 0]
     return flag
 
 
