@@ -108,13 +108,3 @@ def test_relative_frames_of_installed_packages_are_library_code(tmp_path, monkey
         for cached in (frames._installed_names, frames._defined_in):
             cached.cache_clear()
 
-
-def test_scheme_paths_match_sysconfig() -> None:
-    """The library folders computed without sysconfig are the ones sysconfig names."""
-    import sysconfig
-
-    from torchscope.analysis.frames import _scheme_paths
-
-    expected = sysconfig.get_paths()
-    for key in ("stdlib", "platstdlib", "purelib", "platlib"):
-        assert _scheme_paths()[key] == expected[key]

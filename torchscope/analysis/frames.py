@@ -80,29 +80,11 @@ def _install_dirs() -> tuple[str, ...]:
 
 @functools.cache
 def _scheme_paths() -> dict[str, str]:
-    """`sysconfig.get_paths()`'s library folders (stdlib, platstdlib, purelib, platlib). In a virtual
-    environment they follow from `sys`'s prefixes with the fixed layout of sysconfig's `venv` scheme, which
-    no distribution patches; computing them saves the ~3 ms a process (every pool worker) that importing
-    sysconfig and parsing the build's configuration costs. Elsewhere (a distribution's own scheme, a macOS
-    framework) sysconfig answers."""
-    if sys.prefix == sys.base_prefix:
-        import sysconfig
+    """This interpreter's sysconfig paths, read once (sysconfig parses the build's configuration on first
+    use); imported here because most analyses of a trace never ask."""
+    import sysconfig
 
-        return sysconfig.get_paths()
-    if os.name == "nt":
-        lib = {"stdlib": os.path.join(sys.base_prefix, "Lib"), "platstdlib": os.path.join(sys.prefix, "Lib")}
-        site = os.path.join(sys.prefix, "Lib", "site-packages")
-        lib.update(purelib=site, platlib=site)
-    else:
-        # `python3.13t` on a free-threaded build (sysconfig's `abi_thread`).
-        version = f"python{sys.version_info[0]}.{sys.version_info[1]}" + ("t" if "t" in getattr(sys, "abiflags", "") else "")
-        lib = {
-            "stdlib": os.path.join(sys.base_prefix, sys.platlibdir, version),
-            "platstdlib": os.path.join(sys.exec_prefix, sys.platlibdir, version),
-            "purelib": os.path.join(sys.prefix, "lib", version, "site-packages"),
-            "platlib": os.path.join(sys.exec_prefix, sys.platlibdir, version, "site-packages"),
-        }
-    return {key: os.path.normpath(path) for key, path in lib.items()}
+    return sysconfig.get_paths()
 
 
 def _is_stdlib_relative(file: str, func: str | None) -> bool:
