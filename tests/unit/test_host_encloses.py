@@ -1,11 +1,11 @@
-"""`host._encloses`: the events that have a descendant in a mask (climbing from the marked events only)
+"""`host.encloses`: the events that have a descendant in a mask (climbing from the marked events only)
 against a plain walk up each marked event's ancestors, on random forests."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from torchscope.analysis.host import _encloses
+from torchscope.analysis.host import encloses
 from torchscope.analysis.nesting import HostTree
 
 
@@ -39,4 +39,4 @@ def test_encloses_is_the_set_of_strict_ancestors_of_the_marked_events() -> None:
         tree = _forest(rng, n)
         for share in (0.0, 0.02, 0.3, 1.0):
             mask = rng.random(n) < share
-            assert np.array_equal(_encloses(tree, mask), _ancestors_of_marked(tree, mask))
+            assert np.array_equal(encloses(tree, mask), _ancestors_of_marked(tree, mask))

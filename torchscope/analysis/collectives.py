@@ -25,7 +25,7 @@ import msgspec
 import numpy as np
 
 from torchscope.analysis import intervals
-from torchscope.analysis.host import _encloses as encloses, encloses_markers  # shared with outside_phases
+from torchscope.analysis.host import encloses, encloses_markers  # shared with outside_phases
 from torchscope.analysis.markers import COMM_OP_PREFIXES, HOST_RANGES, comm_kernel_mask, own_marker_mask
 from torchscope.analysis.span import SpanInput
 from torchscope.analysis.steps import StepWindows, step_marker_mask

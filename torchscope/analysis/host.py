@@ -292,7 +292,7 @@ def encloses_markers(events: EventTable, tree: HostTree) -> np.ndarray:
     """Events (of `tree`, the table's host tree) that enclose a phase range or one of torchscope's own
     markers: the training loop, `<module>`. Once per table (read-only): host work outside the phases and
     collectives' per-phase culprits both leave them out."""
-    return events.memo("host.encloses_markers", lambda: read_only(_encloses(tree, _phase_mask(events) | own_marker_mask(events))))
+    return events.memo("host.encloses_markers", lambda: read_only(encloses(tree, _phase_mask(events) | own_marker_mask(events))))
 
 
 def _phase_mask(events: EventTable) -> np.ndarray:
@@ -302,7 +302,7 @@ def _phase_mask(events: EventTable) -> np.ndarray:
     return phase
 
 
-def _encloses(tree: HostTree, mask: np.ndarray) -> np.ndarray:
+def encloses(tree: HostTree, mask: np.ndarray) -> np.ndarray:
     """Events that have a descendant in `mask`."""
     flag = np.zeros(mask.size, dtype=bool)
     # Up from the marked events only (markers are a small part of the table), one step a round; an
