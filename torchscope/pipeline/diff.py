@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import statistics
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Optional, Sequence
 
 import msgspec
 
@@ -200,18 +200,26 @@ def _categories(base: Report, new: Report, table: Callable[[Report], dict[str, C
     ]
 
 
+# An operator's calls the report lists no call site for (outside its top sites, or with no user frame).
+OTHER_SITES = "(other call sites)"
+RowKey = tuple[str, Optional[str], Optional[str]]  # name, input shapes, call site
+RowTimes = dict[RowKey, tuple[float, int]]  # key -> (host + device self us, calls), totals over the run
+
+
 def _rows(base: Report, new: Report, kernels: bool) -> list[RowChange]:
-    """Operators by (name, input shapes) when shapes were recorded, else by name; kernels by name. Times
-    per step, so runs of different lengths compare; the largest movers first."""
+    """Operators matched by (name, input shapes, call site), kernels by name (see `operator_keys` and
+    `kernel_keys`); times per step, so runs of different lengths compare; the largest movers first."""
     b_steps, n_steps = max(len(step_samples(base)), 1), max(len(step_samples(new)), 1)
-    b_rows, n_rows = _row_times(base, kernels), _row_times(new, kernels)
+    b_rows, n_rows = kernel_keys(base, new) if kernels else operator_keys(base, new)
+    launchers = {k.name: k.launched_by for k in (*base.kernels, *new.kernels) if k.launched_by} if kernels else {}
     out = []
     for key in list(b_rows) + [k for k in n_rows if k not in b_rows]:
         bt, bc = b_rows.get(key, (0.0, 0))
         nt, nc = n_rows.get(key, (0.0, 0))
         status = "added" if key not in b_rows else "removed" if key not in n_rows else "changed"
         out.append(RowChange(
-            name=key[0], input_shapes=key[1], base_us_per_step=bt / b_steps, new_us_per_step=nt / n_steps,
+            name=key[0], input_shapes=key[1], call_site=key[2], launched_by=launchers.get(key[0]),
+            base_us_per_step=bt / b_steps, new_us_per_step=nt / n_steps,
             change_us_per_step=nt / n_steps - bt / b_steps, base_calls_per_step=bc / b_steps,
             new_calls_per_step=nc / n_steps, status=status,  # type: ignore[arg-type]
         ))
@@ -219,11 +227,85 @@ def _rows(base: Report, new: Report, kernels: bool) -> list[RowChange]:
     return out[:TOP_ROWS]
 
 
-def _row_times(report: Report, kernels: bool) -> dict[tuple[str, str | None], tuple[float, int]]:
-    if kernels:
-        return {(k.name, None): (k.total_us, k.calls) for k in report.kernels}
-    rows = report.operators_by_shape if _has_shapes(report) else report.operators
-    return {(r.name, r.input_shapes): (r.host_self_us + r.device_self_us, r.calls) for r in rows}
+def kernel_keys(base: Report, new: Report) -> tuple[RowTimes, RowTimes]:
+    """Kernels by name: the report's kernel table has one row per name, and its `launched_by` is the
+    most common launching operator, a label rather than a partition (keying on it would list a kernel as
+    removed and added whenever its majority launcher flipped), so it is shown, not matched on."""
+    return ({(k.name, None, None): (k.total_us, k.calls) for k in base.kernels},
+            {(k.name, None, None): (k.total_us, k.calls) for k in new.kernels})
+
+
+def operator_keys(base: Report, new: Report) -> tuple[RowTimes, RowTimes]:
+    """Each side's operator times keyed by (name, input shapes, call site), at the finest grain BOTH
+    reports recorded, so nothing is added or removed only because one side recorded more:
+
+    * input shapes when both reports have the by-shape table, else None (name only);
+    * call sites for an operator both reports list sites for (report.call_sites: the top operators' top
+      user-code frames; none without stacks or in older reports). Its time is split by site instead of
+      by shape (the report keeps sites and shapes apart, not jointly), plus an OTHER_SITES row for the
+      calls without a listed site. A site listed on one side only is added/removed only when the other
+      side's list is complete (every call has a site); otherwise it may be hiding in that side's
+      unlisted rest, and both go to OTHER_SITES.
+    """
+    shapes = _has_shapes(base) and _has_shapes(new)
+    b_sites, n_sites = _sites(base), _sites(new)
+    sited = b_sites.keys() & n_sites.keys()
+    b_rows, n_rows = _by_shape(base, shapes, sited), _by_shape(new, shapes, sited)
+    for name in sited:
+        b_total, n_total = _operator_total(base, name), _operator_total(new, name)
+        b_keep = _kept_sites(b_sites[name], n_sites[name], n_total)
+        n_keep = _kept_sites(n_sites[name], b_sites[name], b_total)
+        _add_sites(b_rows, name, b_sites[name], b_keep, b_total)
+        _add_sites(n_rows, name, n_sites[name], n_keep, n_total)
+    return b_rows, n_rows
+
+
+def _by_shape(report: Report, shapes: bool, skip: set[str]) -> RowTimes:
+    rows = report.operators_by_shape if shapes else report.operators
+    out: RowTimes = {}
+    for r in rows:
+        if r.name not in skip:
+            key = (r.name, r.input_shapes if shapes else None, None)
+            us, calls = out.get(key, (0.0, 0))
+            out[key] = (us + r.host_self_us + r.device_self_us, calls + r.calls)
+    return out
+
+
+def _sites(report: Report) -> dict[str, dict[str, tuple[float, int]]]:
+    """operator -> site -> (host + device self us, calls), from report.call_sites."""
+    out: dict[str, dict[str, tuple[float, int]]] = {}
+    for r in report.call_sites:
+        us, calls = out.setdefault(r.operator, {}).get(r.site, (0.0, 0))
+        out[r.operator][r.site] = (us + r.host_self_us + r.device_self_us, calls + r.calls)
+    return out
+
+
+def _operator_total(report: Report, name: str) -> tuple[float, int] | None:
+    """The operator's whole time and calls (None when the table left it out)."""
+    for r in report.operators:
+        if r.name == name:
+            return r.host_self_us + r.device_self_us, r.calls
+    return None
+
+
+def _kept_sites(mine: dict[str, tuple[float, int]], other: dict[str, tuple[float, int]], other_total: tuple[float, int] | None) -> set[str]:
+    """My sites matched on their own: those the other side lists too, and all of mine if the other
+    side's list is complete (its sites hold every call of the operator)."""
+    complete = other_total is not None and sum(calls for _, calls in other.values()) >= other_total[1]
+    return set(mine) if complete else set(mine) & set(other)
+
+
+def _add_sites(rows: RowTimes, name: str, sites: dict[str, tuple[float, int]], keep: set[str], total: tuple[float, int] | None) -> None:
+    kept_us, kept_calls = 0.0, 0
+    for site in keep:
+        rows[(name, None, site)] = sites[site]
+        kept_us += sites[site][0]
+        kept_calls += sites[site][1]
+    if total is None:  # no total to take the rest from: the listed sites it is
+        total = (sum(us for us, _ in sites.values()), sum(c for _, c in sites.values()))
+    rest_us, rest_calls = max(total[0] - kept_us, 0.0), max(total[1] - kept_calls, 0)
+    if rest_calls > 0:
+        rows[(name, None, OTHER_SITES)] = (rest_us, rest_calls)
 
 
 def _has_shapes(report: Report) -> bool:

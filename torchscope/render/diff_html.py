@@ -71,11 +71,16 @@ def _metrics(diff: ReportDiff) -> str:
     return f"<h2>Metrics that moved beyond noise</h2><table><tr><th>metric</th><th>base</th><th>new</th><th>change</th><th></th></tr>{body}</table>"
 
 
+def _muted(text: str | None) -> str:
+    return f" <span class=muted>{escape(text)}</span>" if text else ""
+
+
 def _movers(title: str, rows: list[RowChange], top: int) -> str:
     if not rows:
         return ""
     body = "".join(
-        f"<tr><td>{escape(r.name)}{' <span class=muted>' + escape(r.input_shapes) + '</span>' if r.input_shapes else ''}</td>"
+        f"<tr><td>{escape(r.name)}{_muted(r.input_shapes)}{_muted('@ ' + r.call_site if r.call_site else None)}"
+        f"{_muted('by ' + r.launched_by if r.launched_by else None)}</td>"
         f"<td>{duration(r.base_us_per_step)}</td><td>{duration(r.new_us_per_step)}</td>"
         f"<td class='{'slower' if r.change_us_per_step > 0 else 'faster'}'>{'+' if r.change_us_per_step >= 0 else '-'}{duration(abs(r.change_us_per_step))}</td>"
         f"<td>{'' if r.status == 'changed' else r.status}</td></tr>"

@@ -88,7 +88,8 @@ def _movers(title: str, rows: list[RowChange], top: int) -> Table | None:
     for column in ("name", "base", "new", "change", ""):
         table.add_column(column, justify="left" if column in ("name", "") else "right", overflow="fold")
     for r in rows[:top]:
-        name = r.name + (f" {r.input_shapes}" if r.input_shapes else "")
+        name = r.name + (f" {r.input_shapes}" if r.input_shapes else "") + (f" @ {r.call_site}" if r.call_site else "")
+        name += f" (by {r.launched_by})" if r.launched_by else ""
         sign = "+" if r.change_us_per_step >= 0 else "-"
         table.add_row(_text(name), duration(r.base_us_per_step), duration(r.new_us_per_step), f"{sign}{duration(abs(r.change_us_per_step))}",
                       r.status if r.status != "changed" else "")

@@ -67,10 +67,14 @@ class CategoryChange(msgspec.Struct, kw_only=True):
 
 
 class RowChange(msgspec.Struct, kw_only=True):
-    """An operator (name and input shapes) or kernel: time per step in both runs; absent in one run = 0."""
+    """An operator (name, input shapes, call site: the key it is matched on; pipeline/diff.py
+    `operator_keys`) or kernel (name; `launched_by` shown, not matched on): time per step in both runs;
+    absent in one run = 0."""
 
     name: str
     input_shapes: Optional[str] = None
+    call_site: Optional[str] = None  # "func (file.py:42)", "(other call sites)"; None: not split by site
+    launched_by: Optional[str] = None  # kernels: the operator that launches it most often
     base_us_per_step: float
     new_us_per_step: float
     change_us_per_step: float
