@@ -1,5 +1,6 @@
 """`torchscope view` over a logdir of two runs: the run list, both dashboards in the browser, paths
-confined to the logdir (`..`, a symlink out), a run created after the start, and the CLI's own start."""
+confined to the logdir (`..`, a symlink out), a run created after the start, two runs picked from the
+list and diffed or opened side by side, and the CLI's own start."""
 
 from __future__ import annotations
 
@@ -40,7 +41,7 @@ def _status(base: str, path: str) -> int:
 
 
 def _run_names(tab: Any) -> list[str]:
-    return [str(t) for t in tab.locator("#runs tbody tr td:first-child a").all_inner_texts()]
+    return [str(t) for t in tab.locator("#runs tbody tr td:nth-child(2) a").all_inner_texts()]
 
 
 def test_lists_two_runs_and_serves_both(page: Page, server: str) -> None:
@@ -93,6 +94,30 @@ def test_compare_opens_two_runs_side_by_side(page: Page, server: str) -> None:
         frame = tab.frame_locator(f"iframe[title='{frame_name}']")
         frame.locator("#view-overview.active").wait_for()
     assert page.errors == []
+
+
+def test_two_runs_picked_in_the_list_are_diffed_and_compared(page: Page, server: str) -> None:
+    tab = page.page
+    tab.goto(server + "/")
+    tab.check("input[name=run][value=hta_two_ranks_nccl]")
+    tab.check("input[name=run][value=resnet50_num_workers_0]")
+    tab.click("button[formaction='/diff']")
+    tab.wait_for_selector("h1:has-text('torchscope diff')")
+    assert tab.url.startswith(server + "/diff?")
+    text = tab.locator("body").inner_text()
+    assert "base hta_two_ranks_nccl" in text and "new resnet50_num_workers_0" in text
+    assert "Step time" in text and tab.locator("table").count() >= 2
+    tab.click("text=side by side")  # the diff page links to the two dashboards
+    for frame_name in ("hta_two_ranks_nccl", "resnet50_num_workers_0"):
+        tab.frame_locator(f"iframe[title='{frame_name}']").locator("#view-overview.active").wait_for()
+    tab.click("text=diff these runs")  # and back
+    tab.wait_for_selector("h1:has-text('torchscope diff')")
+    tab.goto(server + "/")
+    tab.check("input[name=run][value=resnet50_num_workers_0]")
+    tab.click("button[formaction='/diff']")  # one run ticked: a clean 400 page, not a traceback
+    assert "pick exactly two runs" in tab.locator("body").inner_text()
+    assert _status(server, "/diff?a=resnet50_num_workers_0&b=../outside") == 404
+    assert [e for e in page.errors if "400" not in e] == []  # Chromium logs the 400 itself as a console error
 
 
 def test_the_view_command_listens_on_loopback_and_stops_on_interrupt(logdir: Path) -> None:
