@@ -264,6 +264,30 @@ def _fifo_manifest(directory: Path) -> Path:
     return directory
 
 
+def _with_frame(frame: Callable[[Path], str], make: Callable[[Path], None] = lambda d: None) -> Callable[[Path], Path]:
+    """A trace whose steps run in the Python frame `frame(directory)` (a `python_function` event around
+    each matmul): the call-site and user-code analyses look up the source file it names."""
+
+    def build(directory: Path) -> Path:
+        make(directory)
+        events = synthetic_events()
+        for e in list(events):
+            if e.get("name") == "aten::mm":
+                events.append(event(cat="python_function", name=frame(directory), ts=e["ts"] - 50, dur=e["dur"] + 100))
+        target = directory / "frames.pt.trace.json"
+        target.write_bytes(dumps(synthetic_trace(events)))
+        return target
+
+    return build
+
+
+def _source_fifo(directory: Path) -> None:
+    os.mkfifo(directory / "src.py")  # opened without the guarded opener, it would block for ever
+
+
+_CLIMB = "../" * 40  # more than any folder depth: from the standard library up to /
+
+
 def _with_manifest(manifest: bytes) -> Callable[[Path], Path]:
     def build(directory: Path) -> Path:
         (directory / "host_1.1700000000000.pt.trace.json").write_bytes(dumps(synthetic_trace()))
@@ -279,6 +303,12 @@ def _unreadable_directory(directory: Path) -> Path:
     (target / "trace.json").write_bytes(dumps(synthetic_trace()))
     target.chmod(0)
     return target
+
+
+def _unreadable_sub_folder(directory: Path) -> Path:
+    (directory / "rank0.pt.trace.json").write_bytes(dumps(synthetic_trace()))
+    _unreadable_directory(directory)  # locked/trace.json below, in a folder no one but root may list
+    return directory
 
 
 def _root_reason() -> str | None:
@@ -339,6 +369,8 @@ CORPUS: tuple[BadInput, ...] = (
     BadInput("empty_directory", lambda d: d, ERROR, r"no trace files \(\*\.json, \*\.json\.gz\) found"),
     BadInput("unreadable_directory", _unreadable_directory, ERROR, r"cannot list directory \(Permission denied\)",
              skip_reason=_root_reason),
+    BadInput("unreadable_sub_folder", _unreadable_sub_folder, OK, r"locked: cannot list directory \(Permission denied\); "
+             r"skipped$", names_file=False, skip_reason=_root_reason, check=_files_analysed(1)),
     BadInput("directory_named_x_json", _directory_named_json, ERROR, r"x\.json: no trace files"),
     BadInput("empty_file", _file("empty.json", b""), ERROR, r"empty file"),
     BadInput("whitespace_only", _file("blank.json", b" \n\t\r\n  "), ERROR, r"empty file"),
@@ -450,6 +482,13 @@ CORPUS: tuple[BadInput, ...] = (
          "environment": "cpu_count=4"})),
         OK, ""),
     BadInput("manifest_is_a_fifo", _fifo_manifest, OK, ""),
+    # source files named by the trace's Python frames (issue 14): read through the same guarded opener
+    BadInput("frame_source_is_a_fifo", _with_frame(lambda d: f"{d}/src.py(3): step", _source_fifo), OK, ""),
+    BadInput("frame_stdlib_path_climbs_to_a_fifo",
+             _with_frame(lambda d: f"json/{_CLIMB}{str(d).lstrip('/')}/src.py(3): step", _source_fifo), OK, ""),
+    BadInput("frame_source_is_dev_zero", _with_frame(lambda d: "/dev/zero(3): step"), OK, "", max_rss_mb=300),
+    BadInput("frame_stdlib_path_climbs_to_dev_zero", _with_frame(lambda d: f"json/{_CLIMB}dev/zero(3): step"), OK, "",
+             max_rss_mb=300),
     BadInput("manifest_not_an_object", _with_manifest(b"[1, 2, 3]"), OK, ""),
     BadInput("one_rank_truncated", _two_ranks_one_truncated, OK, r"host_rank2\.1700000000000\.pt\.trace\.json: "
              r"truncated JSON .* \(rank skipped\)", check=_ranks([0, 1])),

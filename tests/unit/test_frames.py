@@ -108,3 +108,16 @@ def test_relative_frames_of_installed_packages_are_library_code(tmp_path, monkey
         for cached in (frames._installed_names, frames._defined_in):
             cached.cache_clear()
 
+
+
+def test_a_relative_frame_climbing_out_of_the_standard_library_is_not_read(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """`json/../../../tmp/x.py` names a stdlib module first: looking its functions up under the standard
+    library's folder must not read a file outside it (a FIFO there would block, /dev/zero fill memory)."""
+    from torchscope.analysis import frames
+
+    target = tmp_path / "planted.py"
+    target.write_text("def step(): pass\n")
+    climbing = "json/" + "../" * 40 + str(target).lstrip("/")
+    assert frames._defined_in((frames._scheme_paths()["stdlib"],), climbing) is None
+    assert is_user_frame(f"{climbing}(1): step")  # read, `step` would have made it the standard library's
+    assert not is_user_frame("json/decoder.py(332): decode")  # the real module is still read

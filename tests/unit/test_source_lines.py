@@ -5,6 +5,7 @@ the source tells which line made the call, when exactly one did."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 from torchscope.analysis.source_lines import call_line, frame_at_call, function_start, source_roots
@@ -102,3 +103,25 @@ def test_a_file_edited_since_it_was_read_is_read_anew(tmp_path: Path) -> None:
     assert call_line(str(path), 5, "step", "ones") == 7
     path.write_text(SOURCE.replace("keep = []\n", "keep = []\n\n"))  # step moves down a line (parsed trees are cached)
     assert call_line(str(path), 6, "step", "ones") == 8
+
+
+def test_a_relative_frame_path_climbing_out_of_the_runs_folders_is_not_read(tmp_path: Path) -> None:
+    code = tmp_path / "project"
+    code.mkdir()
+    _write(code)  # project/train.py: found under the root
+    _write(tmp_path)  # train.py one folder up: only a crafted `../train.py` reaches it
+    roots = (str(code),)
+    assert frame_at_call("train.py(5): step", ONES, roots) == "train.py(7): step"
+    assert frame_at_call("../train.py(5): step", ONES, roots) == "../train.py(5): step"
+    assert function_start("sub/../../train.py(6): step", roots) == "sub/../../train.py(6): step"
+
+
+def test_a_frame_naming_a_fifo_or_a_device_has_no_source_line_and_does_not_block(tmp_path: Path) -> None:
+    fifo = tmp_path / "src.py"
+    os.mkfifo(fifo)  # a blocking open() would wait for a writer for ever
+    assert frame_at_call(f"{fifo}(5): step", ONES) == f"{fifo}(5): step"
+    assert call_line(str(fifo), 5, "step", "ones") is None
+    assert frame_at_call("/dev/zero(5): step", ONES) == "/dev/zero(5): step"
+    fifo.unlink()
+    _write(tmp_path).rename(fifo)  # a regular file at the same path is read (the FIFO's answer was not kept)
+    assert frame_at_call(f"{fifo}(5): step", ONES) == f"{fifo}(7): step"

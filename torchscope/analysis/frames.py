@@ -13,6 +13,9 @@ import functools
 import os
 import re
 import sys
+from pathlib import Path
+
+from torchscope.files import read_regular
 
 _BUILTIN_METHOD = re.compile(r"^<built-in method (?P<name>[\w.]+) of (?P<owner>[\w.]+) object at 0x[0-9a-fA-F]+>$")
 _BUILTIN_FUNCTION = re.compile(r"^<built-in function (?P<name>[\w.]+)>$")
@@ -33,6 +36,9 @@ _DEF = re.compile(r"^[ \t]*(?:async[ \t]+)?(?:def|class)[ \t]+(\w+)", re.MULTILI
 # Code names every sizeable module has; `<module>` is left out: a bare `<module>` frame is the user's script.
 _GENERIC_CODE_NAMES = frozenset({"<lambda>", "<genexpr>", "<listcomp>", "<dictcomp>", "<setcomp>"})
 _STDLIB_NAMES = frozenset(getattr(sys, "stdlib_module_names", ()))
+# Source files read to tell library code from the user's: generous for generated modules (the largest
+# installed .py files are a few MB), small enough that a trace naming a huge file cannot exhaust memory.
+MAX_LIBRARY_SOURCE_BYTES = 16 << 20
 # Owners whose methods users call as functions of a module (torch.stack, not type.stack).
 _OWNER_PREFIX = {"type": "torch.", "PyCapsule": "", "module": "", "builtin_function_or_method": ""}
 _TENSOR_OWNERS = ("Tensor", "TensorBase", "_TensorBase")
@@ -110,6 +116,8 @@ def _is_installed_relative(file: str, func: str | None) -> bool:
     theirs even where a package put a `utils` folder there, unless it has that very file). A bare file (`six.py`) is a
     library's only when the installed module of that name defines the frame's function: a user's
     `utils.py(3): load` next to their script stays theirs."""
+    if climbs(file):
+        return False
     top, sep, _ = file.partition("/")
     if sep:
         return top in _installed_names() and any(os.path.isfile(os.path.join(d, *file.split("/"))) for d in _site_dirs())
@@ -141,13 +149,22 @@ def _installed_names() -> frozenset[str]:
 def _defined_in(directories: tuple[str, ...], file: str) -> frozenset[str] | None:
     """Functions and classes defined in `file` (relative) under the first of `directories` that has it;
     None when none has it."""
+    if climbs(file):  # `json/../../../tmp/x.py` would read outside the folder
+        return None
     for directory in directories:
         try:
-            with open(os.path.join(directory, *file.split("/")), encoding="utf-8", errors="replace") as source:
-                return frozenset(_DEF.findall(source.read()))
-        except OSError:
+            # The guarded opener: the path comes from a trace, and a FIFO or /dev/zero there must not block.
+            text = read_regular(Path(directory, *file.split("/")), MAX_LIBRARY_SOURCE_BYTES)
+        except (OSError, ValueError):  # ValueError: a NUL byte in the name
             continue
+        return frozenset(_DEF.findall(text.decode("utf-8", errors="replace")))
     return None
+
+
+def climbs(file: str) -> bool:
+    """Whether a relative frame path has a `..` part: PyTorch's tracer never writes one (it cuts a sys.path
+    prefix off a real path), so such a path is crafted and may lead out of the folder it is looked up in."""
+    return ".." in file.replace("\\", "/").split("/")
 
 
 @functools.cache

@@ -18,10 +18,12 @@ from __future__ import annotations
 import ast
 import functools
 import os
+import stat
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
-from torchscope.analysis.frames import _FRAME, readable  # _FRAME: a Python-function event's name
+from torchscope.analysis.frames import _FRAME, climbs, readable  # _FRAME: a Python-function event's name
+from torchscope.files import read_regular
 from torchscope.rundir.manifest import read_manifests
 
 _MAX_SOURCE_BYTES = 4 << 20  # a Python source file beyond this is not the user's training code
@@ -95,26 +97,29 @@ def _callee_name(callee: str) -> Optional[str]:
 def _locate(file: str, roots: tuple[str, ...]) -> Optional[str]:
     if os.path.isabs(file):
         return file
+    if climbs(file):  # a crafted `../../x.py` would lead out of the run's folders
+        return None
     return next((os.path.join(root, file) for root in roots if os.path.isfile(os.path.join(root, file))), None)
 
 
 def _source(path: str) -> Optional[_Source]:
     """`path` parsed, from the cache while the file keeps its modification time and size (a long-lived
-    `view` server sees an edited file anew)."""
+    `view` server sees an edited file anew). None (no source line) for anything but a regular file within
+    the size bound: the path comes from the trace, and may name a FIFO, a device or a huge file."""
     try:
-        stat = os.stat(path)
+        info = os.stat(path)
     except (OSError, ValueError):
         return None
-    return _parsed(path, stat.st_mtime_ns, stat.st_size)
+    if not stat.S_ISREG(info.st_mode) or info.st_size > _MAX_SOURCE_BYTES:
+        return None
+    return _parsed(path, info.st_mtime_ns, info.st_size)
 
 
 @functools.lru_cache(maxsize=64)
 def _parsed(path: str, mtime_ns: int, size: int) -> Optional[_Source]:
     try:
-        with open(path, "rb") as source:
-            text = source.read(_MAX_SOURCE_BYTES + 1)
-        if len(text) > _MAX_SOURCE_BYTES:
-            return None
+        # The guarded opener again: the file may have been swapped for a FIFO since the stat above.
+        text = read_regular(Path(path), _MAX_SOURCE_BYTES)
         return _Source(ast.parse(text, filename=path))
     except (OSError, SyntaxError, ValueError, RecursionError, MemoryError):
         return None
