@@ -8,6 +8,7 @@ Examples run in-process through `torchscope.cli.main`; derandomized (the same ex
 from __future__ import annotations
 
 import contextlib
+import errno
 import io
 import json
 import math
@@ -215,6 +216,34 @@ def test_the_same_trace_given_twice_or_through_a_link_counts_once(tmp_path: Path
     (tmp_path / "b.json").symlink_to(trace)
     report = analyze([trace, trace, tmp_path / "b.json", tmp_path], jobs=1)
     assert sum(len(rank.files) for rank in report.ranks) == 1
+
+
+@pytest.mark.parametrize("error, reason", [(PermissionError(errno.EACCES, "Permission denied"), "Permission denied"),
+                                           (OSError(errno.EIO, "Input/output error"), "Input/output error")])
+def test_a_sub_folder_that_cannot_be_listed_is_one_warning_and_the_rest_is_analysed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, error: OSError, reason: str) -> None:
+    """Walk errors are warnings, also when running as root (root lists a chmod 000 folder, so the
+    corpus case `unreadable_sub_folder` skips there): the listing of one sub-folder fails, as it would for
+    another user's folder or a failing disk."""
+    (tmp_path / "rank0.pt.trace.json").write_bytes(_dumps(synthetic_trace()))
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    (locked / "rank1.pt.trace.json").write_bytes(_dumps(synthetic_trace()))
+    real_scandir = os.scandir
+
+    def scandir(path: Any = ".") -> Any:
+        if Path(path) == locked:
+            raise type(error)(error.errno, error.strerror, str(path))
+        return real_scandir(path)
+
+    monkeypatch.setattr(os, "scandir", scandir)
+    code, stdout, stderr = _analyze(str(tmp_path), "--format", "json", "--no-cache")
+    assert code == 0, stderr
+    assert stderr.splitlines() == [f"torchscope: warning: partial report: {locked}: cannot list directory ({reason}); "
+                                   "skipped"], stderr
+    report = json.loads(stdout)
+    assert report["run"]["partial"] is True
+    assert [file for rank in report["ranks"] for file in rank["files"]] == [str(tmp_path / "rank0.pt.trace.json")]
 
 
 # --- caches ----------------------------------------------------------------------------------------
