@@ -1,6 +1,7 @@
 """The Memory view (render/assets/view_memory.js) in headless Chromium, on a real CPU run that keeps a
 tensor every step: the allocated line, the peak marked at the Report's time with its operator, the
-growth per step and the per-step rows, with no console error."""
+growth per step and the per-step rows, with no console error; and on synthetic CUDA `[memory]` events,
+the reserved line drawn when they carry `Total Reserved` and absent when they do not."""
 
 from __future__ import annotations
 
@@ -82,4 +83,68 @@ def test_peak_to_timeline_and_back_to_memory_at_the_same_time(page: Page, leaky:
     pixel_us = (end - start) / (width - 190)
     assert marked == pytest.approx(peak.t_us, abs=2 * pixel_us + 1)
     assert chart.locator("line.cursor").count() == 1
+    assert page.errors == []
+
+
+def _gpu_memory_page(folder: Path, reserved: bool) -> tuple[Any, Path]:
+    """A synthetic CUDA trace (Kineto's `[memory]` events) of 4 steps that each allocate 8 MiB more and free
+    it; the caching allocator's reserve grows in 20 MiB segments (to 40 MiB) and is never given back. With
+    `reserved=False` the events carry no `Total Reserved`, as some PyTorch builds write them."""
+    from helpers.trace_builder import HOST_PID, HOST_TID, TraceBuilder
+
+    from torchscope.pipeline.analyze import analyze_run
+    from torchscope.render.html import render_html
+
+    mib = 1 << 20
+    b = TraceBuilder().gpu()
+    allocated, segments = 0, 0
+    for i in range(4):
+        t0 = 100.0 + i * 1000.0
+        b.step(i, t0, 990.0)
+        b.op("aten::empty", t0 + 100, 50)
+        for delta, ts in (((i + 1) * 8 * mib, t0 + 110), (-(i + 1) * 8 * mib, t0 + 600)):
+            allocated += delta
+            segments = max(segments, -(-allocated // (20 * mib)))
+            args = {"Addr": 5000 + i, "Bytes": delta, "Total Allocated": allocated, "Device Type": 1, "Device Id": 0}
+            if reserved:
+                args["Total Reserved"] = segments * 20 * mib
+            b.events.append({"ph": "i", "s": "t", "name": "[memory]", "pid": HOST_PID, "tid": HOST_TID, "ts": ts, "args": args})
+    trace = b.write(folder / "trace.json")
+    run = analyze_run(trace, jobs=1, use_cache=False)
+    page = folder / "gpu_memory.html"
+    page.write_text(render_html(run.report, run.sidecars), encoding="utf-8")
+    return run.report, page
+
+
+def _ys(d: str) -> list[float]:
+    return [float(p.split(",")[1]) for p in d.replace("M", "L").split("L") if p]
+
+
+def test_the_reserved_line_is_drawn_when_memory_events_carry_total_reserved(page: Page, tmp_path: Path) -> None:
+    report, html = _gpu_memory_page(tmp_path, reserved=True)
+    reserved = report.memory.reserved_timeline["cuda:0"]
+    assert max(v for _, v in reserved) == report.memory.peak_reserved_bytes["cuda:0"] == 40 << 20
+    tab = page.page
+    tab.goto(html.as_uri() + "#memory")
+    tab.wait_for_selector("#view-memory.active")
+    chart = tab.locator("#view-memory svg.ts-memory-chart[data-device='cuda:0']")
+    assert chart.locator("path.reserved").count() == 1 and chart.locator("path.allocated").count() == 1
+    drawn = chart.locator("path.reserved").get_attribute("d") or ""
+    assert drawn.startswith("M") and drawn.count("L") == len(reserved) - 1
+    # The reserve tops the chart (40 MiB, above the 32 MiB allocated peak) and never dips (never given back).
+    ys, allocated_ys = _ys(drawn), _ys(chart.locator("path.allocated").get_attribute("d") or "")
+    assert min(ys) < min(allocated_ys) and all(a >= b for a, b in zip(ys, ys[1:]))
+    assert "reserved" in tab.locator("#view-memory .legend").first.inner_text()
+    assert "peak reserved" in (text := tab.locator("#view-memory").inner_text())
+    assert size(40 << 20).replace(" ", "") in text.replace(" ", "")
+    assert page.errors == []
+
+
+def test_no_reserved_line_without_total_reserved(page: Page, tmp_path: Path) -> None:
+    report, html = _gpu_memory_page(tmp_path, reserved=False)
+    assert "cuda:0" in report.memory.timeline and "cuda:0" not in report.memory.reserved_timeline
+    tab = page.page
+    tab.goto(html.as_uri() + "#memory")
+    chart = tab.locator("#view-memory svg.ts-memory-chart[data-device='cuda:0']")
+    assert chart.locator("path.allocated").count() == 1 and chart.locator("path.reserved").count() == 0
     assert page.errors == []
