@@ -50,3 +50,39 @@ def test_an_unreachable_scheduler_is_one_line(monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.setattr(cluster, "CONNECT_TIMEOUT_S", 1)
     with pytest.raises(InputError, match="cannot reach the Dask scheduler"):
         analyze(TRACES / "hta_two_ranks_nccl", cluster="tcp://127.0.0.1:9")
+
+
+def test_tasks_in_flight_stay_bounded_as_ranks_grow(scheduler: tuple[str, object], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ranks are submitted as earlier ones complete, so the cluster never holds more than a window of them
+    (submitting all at once handed every rank's task to the workers: their memory grew with the rank count)."""
+    from distributed.diagnostics.plugin import SchedulerPlugin
+
+    from torchscope.pipeline import cluster
+
+    class MostAlive(SchedulerPlugin):  # the largest number of rank tasks the scheduler held at once
+        name = "most-alive-rank-tasks"
+
+        def __init__(self) -> None:
+            self.alive: set[str] = set()
+            self.most = 0
+
+        def transition(self, key: object, start: str, finish: str, *args: object, **kwargs: object) -> None:
+            if not str(key).startswith("_extract_or_error"):
+                return
+            (self.alive.discard if finish in ("released", "forgotten", "memory") else self.alive.add)(str(key))
+            self.most = max(self.most, len(self.alive))
+
+    address, client = scheduler
+    spec = importlib.util.spec_from_file_location("ranks_scale", Path(__file__).resolve().parents[2] / "benchmarks" / "ranks_scale.py")
+    assert spec is not None and spec.loader is not None
+    ranks_scale = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ranks_scale)
+    ranks_scale.write_ranks(tmp_path, 12)
+    monkeypatch.setattr(cluster, "IN_FLIGHT_PER_THREAD", 1)
+    plugin = MostAlive()
+    client.register_plugin(plugin)  # type: ignore[attr-defined]
+    on_cluster = analyze(tmp_path, cluster=address, use_cache=False)
+    held = client.run_on_scheduler(lambda dask_scheduler: dask_scheduler.plugins[MostAlive.name].most)  # type: ignore[attr-defined]
+    assert len(on_cluster.distributed.ranks) == 12
+    assert 1 <= held <= 2  # window: 1 per thread x 2 threads, out of 12 ranks
+    assert encode_report(on_cluster) == encode_report(analyze(tmp_path, jobs=2, use_cache=False))
