@@ -130,19 +130,30 @@ def test_a_fifo_or_device_given_as_a_report_is_refused_without_blocking(tmp_path
 
 
 def test_a_saved_version_1_report_is_a_valid_baseline(tmp_path: Path) -> None:
-    golden = Path(__file__).resolve().parents[1] / "golden" / "data" / "resnet50_num_workers_0.dir.json.gz"
-    v1 = json.loads(gzip.decompress(golden.read_bytes()))
+    # A report written by version 1 (`signals`, no `measurements` or `metrics`): the golden of
+    # resnet50_num_workers_0 before it was rewritten, its header (schema_version, torchscope_version)
+    # restored, as test_pipeline does.
+    stored = Path(__file__).resolve().parents[1] / "data" / "reports" / "v1_resnet50_num_workers_0.json.gz"
+    v1 = json.loads(gzip.decompress(stored.read_bytes()))
+    assert "signals" in v1 and "measurements" not in v1 and "metrics" not in v1
     v1.update(schema_version=1, torchscope_version="0.1.0")
     saved = tmp_path / "baseline.json"
     saved.write_text(json.dumps(v1))
-    assert load_report(saved).schema_version == 2
+    upgraded = load_report(saved)
+    assert upgraded.schema_version == 2
+    assert upgraded.measurements.sync.syncs_per_step == v1["signals"]["sync"]["syncs_per_step"]
     cut = Path(__file__).resolve().parents[1] / "data" / "traces" / "resnet50_num_workers_4"
     diff = diff_paths(saved, cut, jobs=1, use_cache=False)
-    assert diff.base.schema_version == 2 and diff.base.steps == 4
+    assert diff.base.schema_version == 2 and diff.base.torchscope_version == "0.1.0" and diff.base.steps == len(v1["steps"])
+    assert diff.step_time.base_us == pytest.approx(sum(s["duration_us"] for s in v1["steps"]) / len(v1["steps"]))
     data = {c.category: c for c in diff.breakdown}["data_loading"]
+    assert data.base_percent == pytest.approx(v1["breakdown"]["data_loading"]["percent"])
     assert data.change_pp < -25  # num_workers=4 hides the loading that num_workers=0 exposed
     assert any(f.id == "data_loading.exposed" and f.new_share is not None and f.base_share is not None
                and f.new_share < f.base_share for f in diff.findings)
+    # Both sides recorded shapes: operators match by (name, shapes), and rows of the old report are found.
+    matched = [r for r in diff.operators if r.status == "changed"]
+    assert matched and all(r.input_shapes is not None for r in matched)
 
 
 def test_the_html_diff_is_one_static_page_with_user_text_escaped(tmp_path: Path) -> None:
