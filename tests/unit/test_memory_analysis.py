@@ -185,3 +185,58 @@ def test_memory_columns_read_as_indexing_them(tmp_path: Path) -> None:
         expected = np.asarray(getattr(events, column)[memory.rows])
         assert read.dtype == expected.dtype and read.tolist() == expected.tolist(), column
     assert memory.addr.tolist() == [-1, 1, 1] and memory.nbytes.tolist() == [2 * MIB, MIB, -MIB]
+
+
+def _caching_allocator(tmp_path: Path, events: int) -> tuple[Report, list[tuple[float, int, int, int]]]:
+    """A caching allocator's totals: reserved grows in 20 MiB segments and is kept when blocks are freed
+    (so it is no function of allocated); a CPU device writes its own `[memory]` events with reserved 0.
+    Returns the report and the events written: (ts, device type, allocated, reserved)."""
+    b = TraceBuilder().gpu()
+    for i in range(3):
+        b.step(i, 100.0 + i * STEP_US, STEP_US - 10)
+    written: list[tuple[float, int, int, int]] = []
+    allocated, reserved = 0, 0
+    for n in range(events):
+        ts = 150.0 + n * (3 * STEP_US - 100) / events
+        delta = (n % 7 + 1) * 3 * MIB if n % 3 != 2 else -allocated // 2  # grow, grow, give half back
+        allocated += delta
+        reserved = max(reserved, -(-allocated // (20 * MIB)) * 20 * MIB)
+        b.memory(ts, allocated=allocated, reserved=reserved, delta=delta)
+        written.append((ts, 1, allocated, reserved))
+        if n % 10 == 0:
+            b.memory(ts + 1, allocated=n * 1024, reserved=0, device_type=0, device_id=-1, delta=1024)
+            written.append((ts + 1, 0, n * 1024, 0))
+    report = torchscope.analyze(b.write(tmp_path / "trace.json"), jobs=1, use_cache=False)
+    return report, written
+
+
+def test_allocated_and_reserved_over_time_come_from_the_events_totals(tmp_path: Path) -> None:
+    """Both series per device, read from each event's `Total Allocated` and `Total Reserved` (times from
+    the first step's start), reserved staying up while allocated falls, as the caching allocator keeps
+    freed segments (a CPU's zero `Total Reserved` draws no reserved series)."""
+    report, written = _caching_allocator(tmp_path, events=60)
+    memory = report.memory
+    origin = 100.0
+    gpu = [(ts - origin, a, r) for ts, kind, a, r in written if kind == 1]
+    assert memory.timeline["cuda:0"] == [[t, float(a)] for t, a, _ in gpu]
+    assert memory.reserved_timeline["cuda:0"] == [[t, float(r)] for t, _, r in gpu]
+    assert memory.reserved_timeline["cuda:0"] != memory.timeline["cuda:0"]
+    assert any(r_after == r_before and a_after < a_before  # freed blocks leave reserved where it was
+               for (_, a_before, r_before), (_, a_after, r_after) in zip(gpu, gpu[1:]))
+    assert memory.peak_reserved_bytes["cuda:0"] == max(r for _, _, r in gpu)
+    assert memory.peak_allocated_bytes["cuda:0"] == max(a for _, a, _ in gpu)
+    # The CPU allocator reserves nothing ahead (its `Total Reserved` stays 0): an allocated series only.
+    assert "cpu" not in memory.reserved_timeline and "cpu" not in memory.peak_reserved_bytes
+    assert [value for _, value in memory.timeline["cpu"]] == [float(a) for _, kind, a, _ in written if kind == 0]
+
+
+def test_a_long_reserved_series_is_thinned_without_losing_its_peak(tmp_path: Path) -> None:
+    from torchscope.analysis.memory import MAX_POINTS
+
+    report, written = _caching_allocator(tmp_path, events=3 * MAX_POINTS + 7)
+    series = report.memory.reserved_timeline["cuda:0"]
+    gpu = {ts - 100.0: r for ts, kind, _, r in written if kind == 1}
+    assert len(series) == MAX_POINTS
+    assert all(gpu[t] == value for t, value in series)  # thinned to events, not interpolated
+    assert max(value for _, value in series) == max(gpu.values()) == report.memory.peak_reserved_bytes["cuda:0"]
+    assert [t for t, _ in series] == sorted(t for t, _ in series)
