@@ -3,6 +3,7 @@ folder, the hostile label and the views (a module of its own: `conftest` is a na
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,3 +27,11 @@ class Page:
     page: Any
     errors: list[str] = field(default_factory=list)
     dialogs: list[str] = field(default_factory=list)
+
+
+def screenshot(tab: Any, name: str) -> None:
+    """Save `tab` as DIR/name.png when TORCHSCOPE_SCREENSHOTS=DIR is set (the docs' screenshots)."""
+    folder = os.environ.get("TORCHSCOPE_SCREENSHOTS")
+    if folder:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        tab.screenshot(path=str(Path(folder) / f"{name}.png"))

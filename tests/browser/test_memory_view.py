@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from browser_env import Page
+from browser_env import Page, screenshot
 
 from torchscope.render.memory_terminal import size
 
@@ -58,6 +58,7 @@ def test_memory_view_draws_lines_peak_growth_and_steps(page: Page, leaky: tuple[
     rows = [r for r in report.memory.per_step if r.device == "cpu"]
     assert tab.locator("#view-memory table.ts-memory-steps tbody tr").count() == len(rows) == 5
     assert page.errors == []
+    screenshot(tab, "leaky-memory")
 
 
 def test_peak_to_timeline_and_back_to_memory_at_the_same_time(page: Page, leaky: tuple[Any, Path]) -> None:
@@ -102,6 +103,7 @@ def _gpu_memory_page(folder: Path, reserved: bool) -> tuple[Any, Path]:
         t0 = 100.0 + i * 1000.0
         b.step(i, t0, 990.0)
         b.op("aten::empty", t0 + 100, 50)
+        b.launch(t0 + 200, 10, t0 + 220, 300)  # a kernel: a CUDA run, as the memory events say
         for delta, ts in (((i + 1) * 8 * mib, t0 + 110), (-(i + 1) * 8 * mib, t0 + 600)):
             allocated += delta
             segments = max(segments, -(-allocated // (20 * mib)))
@@ -138,6 +140,7 @@ def test_the_reserved_line_is_drawn_when_memory_events_carry_total_reserved(page
     assert "peak reserved" in (text := tab.locator("#view-memory").inner_text())
     assert size(40 << 20).replace(" ", "") in text.replace(" ", "")
     assert page.errors == []
+    screenshot(tab, "cuda-memory-reserved")
 
 
 def test_no_reserved_line_without_total_reserved(page: Page, tmp_path: Path) -> None:
