@@ -6,8 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from test_rules_support import finding, fixes, gpu, report
-from torchscope.diagnose.rules_input import Machine, advise
+from torchscope.diagnose.rules_input import MAX_SUGGESTED_WORKERS, Machine, advise
 from torchscope.report.measurements import DataLoader, Getitem, Measurements, ProfilerOverhead
 
 MS = 1000.0
@@ -125,3 +127,63 @@ def test_rule_reads_waiting_from_the_fetches_own_cpu_time_first() -> None:
     assert f.evidence["loading_waits"] is True and fixes(f)["num_workers"][1] >= 2
     computes = {**TWO_CORES, "step_times": {"fetch_cpu_per_wall": 0.6, "rest_cpu_per_wall": 0.9}}
     assert _run(computes).evidence["loading_waits"] is False
+
+
+def test_a_fetch_that_kept_both_threads_busy_gets_no_worker_on_two_cores() -> None:
+    # The demo's figures (2 cores, 2 intra-op threads): loading 47 ms of a 60 ms step at CPU/wall 1.99, the
+    # rest at 1.96. A worker runs one intra-op thread: a batch costs it up to 47 * 1.99 = 94 ms, slower than
+    # the whole step now, and no worker/thread split beats 60 ms.
+    demo = _machine(fetch_cpu_per_wall=1.99, compute_cpu_per_wall=1.96)
+    advice = advise(demo, data_us=47 * MS, step_us=60 * MS)
+    assert advice.workers is None and advice.threads is None
+    assert "take its core from compute" in advice.reason and "94 ms" in advice.reason
+    # The same loading on one thread (CPU/wall 1): the worker fetches as fast as the main process, and one
+    # worker for one of compute's threads predicts max(47, 13 * 2) = 47 ms: advised.
+    single = advise(_machine(fetch_cpu_per_wall=1.0, compute_cpu_per_wall=1.96), data_us=47 * MS, step_us=60 * MS)
+    assert (single.workers, single.threads) == (1, 1) and single.predicted_step_us == 47 * MS
+
+
+def test_a_computing_fetch_gets_workers_only_on_cores_free_of_compute() -> None:
+    # 8 cores, 2 intra-op threads: 6 free. The fetch kept 2 threads busy (94 ms a batch in a worker): the
+    # 13 ms of compute needs 8 workers to keep up, 6 fit (94 / 6 = 15.7 ms; all the work, 26 + 94 ms, fits 8
+    # cores in 15 ms); compute keeps its threads. On 4 cores, 3 workers and one thread for compute (26 ms)
+    # beat 2 workers beside 2 threads: 94 / 3 = 31 ms against 47 ms.
+    advice = advise(_machine(cores_per_rank=8, fetch_cpu_per_wall=2.0, compute_cpu_per_wall=2.0), 47 * MS, 60 * MS)
+    assert (advice.workers, advice.threads) == (6, None)
+    assert advice.predicted_step_us == pytest.approx(94 * MS / 6)
+    advice = advise(_machine(cores_per_rank=4, fetch_cpu_per_wall=2.0, compute_cpu_per_wall=2.0), 47 * MS, 60 * MS)
+    assert (advice.workers, advice.threads, advice.predicted_step_us) == (3, 1, pytest.approx(94 * MS / 3))
+
+
+def test_a_sleeping_fetch_gets_more_workers_than_cores_and_says_why() -> None:
+    # slow_getitem's figures: the fetches used a CPU 3 % of their time (time.sleep); 48 ms of a 50 ms step.
+    sleeping = _machine(waiting=True, fetch_cpu_per_wall=0.03, compute_cpu_per_wall=1.9)
+    advice = advise(sleeping, data_us=48 * MS, step_us=50 * MS)
+    assert advice.workers == MAX_SUGGESTED_WORKERS and advice.threads is None
+    assert "more workers than the 2 core(s)" in advice.reason and "almost no CPU" in advice.reason
+    assert advice.predicted_step_us == 6 * MS  # 48 / 8 ms a batch, above the 2 ms of compute
+
+
+DEMO_TIMES = {"step_times": {"fetch_cpu_per_wall": 1.99, "rest_cpu_per_wall": 1.96}}
+
+
+def test_rule_gives_a_cpu_bound_fetch_on_two_cores_no_worker_but_names_getitem() -> None:
+    getitem = Getitem(frames=["__getitem__ (demo_train.py:39)"], calls_per_step=32, getitem_us_per_step=40_000.0,
+                      calls_us_per_step={"avg_pool2d": 22_000.0, "torch.rand": 5_600.0})
+    measurements = Measurements(dataloader=DataLoader(single_process_fetches=8), getitem=getitem)
+    f = _run({**TWO_CORES, **DEMO_TIMES, "dataloaders": [{"num_workers": 0, "iterations": 1}]}, measurements)
+    assert "num_workers" not in fixes(f) and "torch.set_num_threads" not in fixes(f)
+    assert fixes(f)["Dataset.__getitem__"][0] == "code_change"
+    assert "More workers would not help: a worker would take its core from compute" in f.recommendation
+    assert "avg_pool2d 55 %" in f.recommendation
+    assert f.evidence["predicted_step_us"] is None
+
+
+def test_rule_counts_the_cores_of_a_rank_among_the_ranks_of_its_node() -> None:
+    # 16 CPUs: 8 ranks get 2 cores each, too few for a worker beside 2 intra-op threads; 2 ranks get 8.
+    node = {"cpu_count": 16, "torch_num_threads": 2, **DEMO_TIMES, "dataloaders": [{"num_workers": 0, "iterations": 1}]}
+    crowded = _run({**node, "local_world_size": 8})
+    assert crowded.evidence["cores_per_rank"] == 2 and "num_workers" not in fixes(crowded)
+    roomy = _run({**node, "local_world_size": 2})
+    assert roomy.evidence["cores_per_rank"] == 8 and fixes(roomy)["num_workers"][1] >= 2
+    assert "torch.set_num_threads" not in fixes(roomy)  # the workers have free cores: compute keeps its threads

@@ -39,13 +39,16 @@ NON_BLOCKING = Fix(
 
 
 class Machine(msgspec.Struct, frozen=True):
-    """What the advice has to fit: CPUs per rank, the intra-op threads compute uses, the loader's workers."""
+    """What the advice has to fit: CPUs per rank, the intra-op threads compute uses, the loader's workers,
+    and what the main process's fetches and the rest of its step cost in CPU (capture step clock)."""
 
     cores_per_rank: Optional[int]  # None: the CPU count was not recorded
     threads: int  # intra-op threads compute runs on (capped at the cores)
     workers: Optional[int]  # the DataLoader's num_workers (None: unknown)
     device: bool  # compute runs on an accelerator (the host's threads then mostly launch)
     waiting: bool  # the loading waits (I/O, sleep) rather than computes: workers need no core of their own
+    fetch_cpu_per_wall: Optional[float] = None  # CPU seconds per wall second of the main-process fetches
+    compute_cpu_per_wall: Optional[float] = None  # the same for the rest of the step (compute)
 
     @property
     def spare_cores(self) -> Optional[int]:
@@ -54,6 +57,23 @@ class Machine(msgspec.Struct, frozen=True):
             return None
         used = 1 if self.device else max(self.threads, 1)
         return max(self.cores_per_rank - used, 0)
+
+    @property
+    def fetch_threads(self) -> float:
+        """Threads a fetch keeps busy in the main process: its CPU/wall, at most the intra-op threads, at
+        least 1 (a waiting fetch still needs its wall time). A worker runs one intra-op thread (torch sets it
+        in each worker), so a fetch costs a worker up to this many times its main-process wall time."""
+        if self.fetch_cpu_per_wall is None or self.waiting:
+            return 1.0  # not recorded: a worker fetches as fast as the main process (no better guess)
+        return min(max(self.fetch_cpu_per_wall, 1.0), float(max(self.threads, 1)))
+
+    @property
+    def compute_threads(self) -> float:
+        """Threads compute keeps busy: its CPU/wall where recorded, at most the intra-op threads (1 on an
+        accelerator, whose host thread mostly launches, when not recorded)."""
+        if self.compute_cpu_per_wall is not None:
+            return min(max(self.compute_cpu_per_wall, 1.0), float(max(self.threads, 1)))
+        return 1.0 if self.device else float(max(self.threads, 1))
 
 
 class Advice(msgspec.Struct, frozen=True):
@@ -66,13 +86,30 @@ class Advice(msgspec.Struct, frozen=True):
     reason: str
 
 
-def advise(machine: Machine, data_us: float, step_us: float) -> Advice:
-    """Workers that fit the machine. Loading in workers overlaps it with compute when the workers have
-    cores of their own (or only wait); on a machine whose cores all run compute's intra-op threads, a worker
-    takes them from compute (measured on the demo, 2 cores: 2 workers made forward 5 -> 14 ms), so it
-    pays only when loading is longer than compute and one intra-op thread is given up for it."""
+def predict_step(machine: Machine, data_us: float, step_us: float, workers: int, threads: int) -> float:
+    """The step (us) with `workers` DataLoader workers and compute on `threads` intra-op threads, for a
+    loading that computes: the slowest of compute on its threads, a worker's batch over the workers, and
+    all the CPU work (the fetch's as measured, compute's) spread over the rank's cores."""
     compute_us = max(step_us - data_us, 1.0)
-    needed = max(math.ceil(data_us / compute_us), 1)  # workers that keep up, each as fast as the main process
+    busy = machine.compute_threads
+    compute_wall = compute_us * max(busy / max(threads, 1), 1.0)  # fewer threads than it kept busy: slower
+    worker_batch = data_us * machine.fetch_threads  # one thread does what `fetch_threads` did
+    cpu_work = compute_us * busy + data_us * machine.fetch_threads
+    cores = machine.cores_per_rank or 1
+    return max(compute_wall, worker_batch / max(workers, 1), cpu_work / cores)
+
+
+def advise(machine: Machine, data_us: float, step_us: float) -> Advice:
+    """Workers that fit the machine, advised only where the predicted step is faster (docs/rules.md).
+
+    Loading that waits (sleep, I/O) overlaps in workers without cores, so more workers than cores can be
+    right. Loading that computes is priced from the fetch's own CPU time: a worker runs one intra-op
+    thread, so a fetch that kept `fetch_threads` threads busy in the main process costs a worker that many
+    times its wall time; workers get only cores free of compute's threads (oversubscribed, compute's
+    OpenMP threads stall: measured on the demo, 2 cores, 2 workers made forward 5 -> 14 ms), and all the
+    work must fit the rank's cores. Giving compute fewer threads is tried where it frees a core."""
+    compute_us = max(step_us - data_us, 1.0)
+    needed = max(math.ceil(data_us / compute_us), 1)  # waiting workers that keep up
     wanted = min(max(2 * needed, 2), MAX_SUGGESTED_WORKERS)  # a margin: IPC, uneven samples
     spare = machine.spare_cores
     if machine.workers is None:  # several workers, how many was not recorded: no number to raise it to
@@ -84,26 +121,59 @@ def advise(machine: Machine, data_us: float, step_us: float) -> Advice:
         workers = min(workers, MAX_SUGGESTED_WORKERS)
         if workers <= current:
             return Advice(None, None, None, f"the loading waits (I/O or sleep) and num_workers={current} is already the cap")
+        cores = machine.cores_per_rank
+        beyond = (f"; more workers than the {cores} core(s) is right here, since a waiting worker uses "
+                  "almost no CPU (torch's warning about a suggested maximum counts cores)") if cores and workers > cores else ""
         return Advice(workers, None, max(compute_us, data_us / workers),
-                      "the loading mostly waits (the process used under half a CPU): workers overlap the waits without needing cores")
+                      "the loading mostly waits (its fetches used a CPU a fraction of their time): workers "
+                      f"overlap the waits without needing cores{beyond}")
     if spare is None:
         return Advice(None if current else wanted, None, None, "the CPU count was not recorded")
-    if spare >= 1:
+    if current:  # workers that do not keep up: more, on the cores free of compute
         workers = min(wanted, spare)
         if workers <= current:
             return Advice(None, None, None, f"num_workers={current} already uses the {spare} spare core(s)")
-        beside = "the main process" if machine.device else f"compute's {machine.threads} intra-op thread(s)"
-        return Advice(workers, None, max(compute_us, data_us / workers), f"{spare} core(s) are free beside {beside}")
+        return Advice(workers, None, max(compute_us, data_us / workers), f"{spare} core(s) are free beside compute")
+    return _advise_computing(machine, data_us, step_us)
+
+
+def _advise_computing(machine: Machine, data_us: float, step_us: float) -> Advice:
+    """num_workers=0 and a loading that computes: the (workers, threads) with the fastest predicted step,
+    advised only when it beats the step by MIN_GAIN."""
     cores = machine.cores_per_rank or 1
-    if current == 0 and cores >= 2 and machine.threads >= 2:
-        threads = machine.threads - 1
-        predicted = max(data_us, compute_us * machine.threads / threads)  # compute slowed by the lost thread
-        if predicted <= (1 - MIN_GAIN) * step_us:
-            return Advice(1, threads, predicted,
-                          f"all {cores} cores run compute's intra-op threads: one worker is worth one of them "
-                          f"because loading ({data_us / 1000:.0f} ms) is longer than compute ({compute_us / 1000:.0f} ms)")
-    return Advice(None, None, None, f"all {cores} core(s) run compute's {machine.threads} intra-op thread(s): "
-                  "a worker would take its core from compute")
+    options = []  # (predicted, -threads, workers): fastest, then more threads kept, then fewer workers
+    for threads in ([machine.threads] if machine.device else range(machine.threads, 0, -1)):
+        free = cores - (1 if machine.device else threads)
+        for workers in range(1, min(free, MAX_SUGGESTED_WORKERS) + 1):
+            options.append((predict_step(machine, data_us, step_us, workers, threads), -threads, workers))
+    fetch = _fetch_words(machine, data_us)
+    if not options:
+        return Advice(None, None, None, f"all {cores} core(s) run compute's {machine.threads} intra-op thread(s) "
+                      f"and a worker would take its core from compute{fetch}")
+    best = min(options)[0]
+    predicted, negative_threads, workers = min(o for o in options if o[0] <= best * 1.01)
+    threads = -negative_threads
+    if predicted > (1 - MIN_GAIN) * step_us:
+        return Advice(None, None, None, f"a worker would take its core from compute{fetch}: the best choice on "
+                      f"{cores} core(s) ({workers} worker(s), {threads} intra-op thread(s)) predicts a step of "
+                      f"{predicted / 1000:.0f} ms against {step_us / 1000:.0f} ms now")
+    workers = min(2 * workers, cores - (1 if machine.device else threads), MAX_SUGGESTED_WORKERS)  # margin
+    if threads == machine.threads:
+        beside = "the main process" if machine.device else f"compute's {threads} intra-op thread(s)"
+        return Advice(workers, None, predicted, f"{cores - (1 if machine.device else threads)} core(s) are free beside {beside}{fetch}")
+    return Advice(workers, threads, predicted,
+                  f"all {cores} cores run compute's intra-op threads: giving {machine.threads - threads} of them "
+                  f"to workers pays because loading ({data_us / 1000:.0f} ms) is longer than compute "
+                  f"({max(step_us - data_us, 1.0) / 1000:.0f} ms){fetch}")
+
+
+def _fetch_words(machine: Machine, data_us: float) -> str:
+    """What a worker's batch costs, in words, where the fetch kept more than one thread busy."""
+    if machine.fetch_threads <= 1.05:
+        return ""
+    return (f"; a fetch keeps {machine.fetch_threads:.1f} threads busy in the training process (CPU/wall), and a "
+            f"worker runs one intra-op thread, so a batch could take a worker up to "
+            f"{data_us * machine.fetch_threads / 1000:.0f} ms")
 
 
 @rule(
@@ -235,12 +305,16 @@ def _machine(ctx: Context, settings: dict[str, Any], single: bool) -> Machine:
     workers = _int(settings.get("num_workers"))
     if workers is None and single:
         workers = 0
+    times = environment.get("step_times")
+    times = times if isinstance(times, dict) else {}
     return Machine(
         cores_per_rank=cores,
         threads=min(threads, cores) if cores else threads,
         workers=workers,
         device=ctx.has_device,
         waiting=_waiting(environment) and (workers or 0) == 0,
+        fetch_cpu_per_wall=_number(times.get("fetch_cpu_per_wall")),
+        compute_cpu_per_wall=_number(times.get("rest_cpu_per_wall")),
     )
 
 
