@@ -1,9 +1,10 @@
 """A small CPU training loop for the CI regression-gate example (docs/ci.md) and its tests.
 
-    python examples/ci/train_step_time.py --out runs/base [--num-workers N] [--extra-ms MS]
+    python examples/ci/train_step_time.py --out runs/base [--num-workers N] [--extra-ms MS] [--extra-mb MB]
 
 Profiles 6 steps (`--steps`) with torchscope.profile and prints the run directory. `--extra-ms` plants a
-regression: that much more host work in every step.
+regression: that much more host work in every step; `--extra-mb` one in memory: that many more MB held
+during every step (with `--profile-memory`). `--with-stack` records call sites.
 """
 
 from __future__ import annotations
@@ -37,21 +38,27 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", required=True)
     parser.add_argument("--num-workers", type=int, default=0)
     parser.add_argument("--extra-ms", type=float, default=0.0)
+    parser.add_argument("--extra-mb", type=float, default=0.0)
     parser.add_argument("--steps", type=int, default=6, help="profiled steps")
+    parser.add_argument("--with-stack", action="store_true", help="record Python call stacks (call sites)")
+    parser.add_argument("--profile-memory", action="store_true", help="record allocations (peak memory)")
     args = parser.parse_args(argv)
     torch.manual_seed(0)
     torch.set_num_threads(1)  # one intra-op thread: step times that do not swing with the machine's load
     model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     loader = DataLoader(Samples(), batch_size=32, num_workers=args.num_workers, collate_fn=decode_batch)
-    with torchscope.profile(out=args.out, wait=1, warmup=1, active=args.steps, with_stack=False, profile_memory=False) as prof:
+    with torchscope.profile(out=args.out, wait=1, warmup=1, active=args.steps, with_stack=args.with_stack,
+                           profile_memory=args.profile_memory) as prof:
         for step, (x, y) in enumerate(loader):
+            ballast = torch.ones(int(args.extra_mb * (1 << 20)), dtype=torch.uint8) if args.extra_mb else None
             loss = torch.nn.functional.cross_entropy(model(x), y)
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
             if args.extra_ms:
                 time.sleep(args.extra_ms / 1000)  # the planted regression
+            del ballast  # held through the step: the planted memory regression
             prof.step()
             if step == args.steps + 2:
                 break

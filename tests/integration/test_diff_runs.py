@@ -1,11 +1,15 @@
 """`diff` and the regression gate on real CPU training runs (examples/ci/train_step_time.py): a real
 fix shows as faster beyond noise, identical runs do not trip the gate, a planted 20 % regression does,
-and the CI example of docs/ci.md runs as written."""
+a planted memory regression trips a peak-memory threshold, operators match by call site across runs
+with and without stacks, a saved version-1 report is a usable baseline, and the CI example of docs/ci.md
+runs as written."""
 
 from __future__ import annotations
 
+import gzip
 import importlib.util
 import itertools
+import json
 import os
 import re
 import subprocess
@@ -16,7 +20,7 @@ from types import ModuleType
 import pytest
 
 from torchscope import cli
-from torchscope.pipeline.diff import diff_paths
+from torchscope.pipeline.diff import diff_paths, load_report
 from torchscope.pipeline.gate import DEFAULT_SLOWER_PCT, evaluate
 
 pytestmark = pytest.mark.slow
@@ -48,6 +52,11 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     base_ms = diff_paths(out["same0"], out["same0"], jobs=1).step_time.base_us / 1000
     example.main(["--out", str(root / "slower"), "--steps", str(STEPS), "--extra-ms", f"{0.2 * base_ms:.3f}"])
     out["slower"] = root / "slower"
+    # With call stacks and allocations recorded; the second holds 16 MB more through every step.
+    memory = ["--steps", "4", "--with-stack", "--profile-memory"]
+    example.main(["--out", str(root / "stacks"), *memory])
+    example.main(["--out", str(root / "more_memory"), *memory, "--extra-mb", "16"])
+    out["stacks"], out["more_memory"] = root / "stacks", root / "more_memory"
     return out
 
 
@@ -87,3 +96,59 @@ def test_the_ci_example_in_the_docs_runs_as_written(runs: dict[str, Path], tmp_p
     bad = subprocess.run(["bash", "-euo", "pipefail", "-c", block.group(1)], cwd=tmp_path, env=env, capture_output=True, text=True)
     assert bad.returncode == 1, bad.stdout + bad.stderr
     assert "FAIL: Regression" in bad.stdout
+
+
+PEAK = "memory.peak_allocated_bytes.cpu"
+
+
+def test_a_planted_memory_regression_trips_a_peak_memory_threshold(runs: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    base, more = str(runs["stacks"]), str(runs["more_memory"])
+    assert cli.main(["diff", base, more, "--fail-on", f"{PEAK}+10%", "--jobs", "1"]) == 1
+    out = " ".join(capsys.readouterr().out.split())
+    assert f"FAIL: Regression: {PEAK} +" in out and "(worse, beyond noise), limit 10 % worse" in out
+    # The other way round the peak falls: never a regression.
+    assert cli.main(["diff", more, base, "--fail-on", f"{PEAK}+10%", "--jobs", "1"]) == 0
+    assert "PASS" in capsys.readouterr().out
+    peak = next(m for m in diff_paths(base, more, jobs=1).metrics if m.name == PEAK)
+    assert peak.base is not None and peak.new is not None and peak.new - peak.base >= 15 * (1 << 20)
+
+
+def test_real_runs_match_operators_by_call_site_and_without_stacks_by_shape(runs: dict[str, Path]) -> None:
+    diff = diff_paths(runs["stacks"], runs["more_memory"], jobs=1)
+    sited = [r for r in diff.operators if r.call_site]
+    assert sited, "with_stack runs should give call sites (report.call_sites)"
+    # The model's operators come from main() on both sides: matched there, not added or removed.
+    model = [r for r in sited if r.name in ("aten::addmm", "aten::mm") and r.call_site.startswith("main (")]
+    assert model and all(r.status == "changed" for r in model)
+    # The ballast is allocated in main(): an allocation from a new call site, listed as added (the
+    # baseline's list of aten::empty sites is complete, so it is not hidden in an unlisted rest).
+    assert any(r.name == "aten::empty" and r.call_site and r.call_site.startswith("main (") and r.status == "added" for r in sited)
+    # One side without stacks: matched by (name, input shapes), nothing added or removed for it.
+    for base, new in ((runs["stacks"], runs["same0"]), (runs["same0"], runs["stacks"])):
+        rows = diff_paths(base, new, jobs=1).operators
+        assert rows and {r.status for r in rows} == {"changed"} and all(r.call_site is None for r in rows)
+        assert any(r.input_shapes for r in rows)
+
+
+def test_a_torch_cpu_run_diffs_against_a_saved_version_1_report(runs: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The stored version-1 report (a GPU ResNet-50 run: `signals`, no `measurements` or `metrics`;
+    its header restored as test_pipeline does) against a torch 2.13 CPU run, both ways, and as check's baseline."""
+    v1 = json.loads(gzip.decompress((REPO / "tests" / "data" / "reports" / "v1_resnet50_num_workers_0.json.gz").read_bytes()))
+    v1.update(schema_version=1, torchscope_version="0.1.0")
+    saved = tmp_path / "baseline.json"
+    saved.write_text(json.dumps(v1))
+    assert load_report(saved).measurements.sync.syncs_per_step == v1["signals"]["sync"]["syncs_per_step"]
+    diff = diff_paths(saved, runs["same0"], jobs=1)
+    assert diff.base.torchscope_version == "0.1.0" and diff.new.device_kind == "cpu" and diff.new.steps == STEPS
+    assert any("different devices" in w for w in diff.warnings)
+    assert diff.step_time.base_us == pytest.approx(sum(s["duration_us"] for s in v1["steps"]) / len(v1["steps"]))
+    assert diff.step_time.verdict == "faster"  # a 150 ms GPU ResNet-50 step against a ~20 ms toy CPU step
+    data = {c.category: c for c in diff.breakdown}["data_loading"]
+    assert data.base_percent == pytest.approx(v1["breakdown"]["data_loading"]["percent"]) and data.new_percent > 0
+    # The v1 report has no metrics: each of the new run's is listed, not comparable, never a failure.
+    assert diff.metrics and all(m.verdict == "not comparable" for m in diff.metrics)
+    assert diff.operators and diff.kernels and all(r.status == "removed" for r in diff.kernels)  # no GPU on the CPU run
+    assert cli.main(["diff", str(runs["same0"]), str(saved), "--format", "json", "--jobs", "1"]) == 0
+    assert json.loads(capsys.readouterr().out)["step_time"]["verdict"] == "slower"
+    assert cli.main(["check", str(runs["same0"]), "--baseline", str(saved), "--jobs", "1"]) == 0
+    assert "PASS" in capsys.readouterr().out
