@@ -189,12 +189,35 @@ class _Strings:
         return [self.id(text) for text in events.text(trace_ids)]
 
     def details(self, events: Any, rows: np.ndarray) -> list[int]:
-        """Shapes and call stack of host ops; grid and block of kernels: what a click shows."""
+        """What a click shows besides name and times: the args the trace tables keep (`_DETAIL_TEXT`,
+        `_DETAIL_NUMBERS`), one `title: value` line each where the event has it. Per-event ids (External
+        id, Seq, Addr) are left out: each would make every event's text unique and the page large."""
+        if not rows.size:
+            return []
         parts = []
-        for column, title in (("input_dims", "shapes"), ("call_stack", "stack"), ("grid", "grid"), ("block", "block")):
+        for column, title in _DETAIL_TEXT:
             ids = getattr(events, column)[rows]
             parts.append([f"{title}: {t}" if t else "" for t in events.text(ids)])
-        return [self.id("\n".join(p for p in row if p)) for row in zip(*parts)] if rows.size else []
+        for column, title in _DETAIL_NUMBERS:
+            values = np.asarray(getattr(events, column)[rows])
+            has = ~np.isnan(values) if values.dtype.kind == "f" else values >= 0
+            if has.any():
+                line = np.full(rows.size, "", dtype=object)
+                line[has] = [f"{title}: {v:.4g}" if isinstance(v, float) else f"{title}: {v}" for v in values[has].tolist()]
+                parts.append(line.tolist())
+        return [self.id("\n".join(p for p in row if p)) for row in zip(*parts)]
+
+
+# (column, title) of the args a click on an event shows, in this order; absent values are skipped.
+_DETAIL_TEXT = (
+    ("input_dims", "shapes"), ("input_type", "types"), ("concrete_inputs", "concrete inputs"), ("call_stack", "stack"),
+    ("grid", "grid"), ("block", "block"), ("comm_name", "collective"), ("pg_name", "process group"), ("comm_dtype", "dtype"),
+)
+_DETAIL_NUMBERS = (
+    ("nbytes", "bytes"), ("bandwidth_gbps", "memory bandwidth (GB/s)"), ("registers_per_thread", "registers per thread"),
+    ("blocks_per_sm", "blocks per SM"), ("occupancy_pct", "est. achieved occupancy %"), ("group_size", "group size"),
+    ("in_nelems", "in msg nelems"), ("out_nelems", "out msg nelems"),
+)
 
 
 def reduce_timeline(parts: list[Part[Timeline]]) -> dict[str, Any]:
