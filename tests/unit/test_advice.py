@@ -187,3 +187,19 @@ def test_rule_counts_the_cores_of_a_rank_among_the_ranks_of_its_node() -> None:
     roomy = _run({**node, "local_world_size": 2})
     assert roomy.evidence["cores_per_rank"] == 8 and fixes(roomy)["num_workers"][1] >= 2
     assert "torch.set_num_threads" not in fixes(roomy)  # the workers have free cores: compute keeps its threads
+
+
+def test_the_demo_hint_follows_the_finding(tmp_path: Any) -> None:
+    import json
+
+    from torchscope.cli.demo import advised_hint
+
+    path = tmp_path / "report.json"
+    fix = {"kind": "dataloader_kwarg", "target": "num_workers", "value": 1}
+    threads = {"kind": "torch_flag", "target": "torch.set_num_threads", "value": 1}
+    getitem = {"kind": "code_change", "target": "Dataset.__getitem__", "value": "__getitem__ (demo_train.py:39): ..."}
+    path.write_text(json.dumps({"findings": [{"id": "data_loading.exposed", "fixes": [fix, threads, getitem]}]}))
+    assert advised_hint(path).endswith("demo_train --num-workers 1 --threads 1`")
+    path.write_text(json.dumps({"findings": [{"id": "data_loading.exposed", "fixes": [getitem]}]}))
+    assert "cheaper __getitem__, not workers" in advised_hint(path)
+    assert "see the report" in advised_hint(tmp_path / "missing.json")

@@ -3,10 +3,12 @@
 A little CNN learns to classify synthetic 32x32 images. Each sample is "decoded and augmented" on the
 fly -- made at 96x96, blurred a few times, resized -- the kind of per-sample CPU work a real image
 pipeline does. With ``num_workers=0`` that work runs in the training loop, between steps, and takes most
-of the step: the diagnosis should say so and suggest DataLoader workers.
+of the step: the diagnosis should say so, name the costly calls of ``__getitem__``, and advise DataLoader
+workers only where the machine has the cores for them (on 2 cores the fetch's torch ops already keep both
+intra-op threads busy, and a worker, which runs one thread, would not make the step faster).
 
-    python -m torchscope.examples.demo_train [--steps N] [--num-workers N]
-    torchscope run -m torchscope.examples.demo_train --num-workers 2   # the fix, measured
+    python -m torchscope.examples.demo_train [--steps N] [--num-workers N] [--threads N]
+    torchscope run -m torchscope.examples.demo_train --num-workers N   # workers, where the finding advises them
 
 Nothing is downloaded; everything is generated from the sample index (deterministic).
 """
@@ -81,7 +83,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--steps", type=int, default=12, help="training steps (default 12)")
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--num-workers", type=int, default=0, help="DataLoader workers (default 0: the bottleneck)")
+    parser.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (default 0: torch's)")
     args = parser.parse_args(argv)
+    if args.threads > 0:
+        torch.set_num_threads(args.threads)
     last_loss = train(args.steps, args.batch_size, args.num_workers)
     print(f"demo_train: {args.steps} steps, batch {args.batch_size}, num_workers={args.num_workers}, "
           f"last loss {last_loss:.3f}")
