@@ -203,3 +203,14 @@ def test_the_demo_hint_follows_the_finding(tmp_path: Any) -> None:
     path.write_text(json.dumps({"findings": [{"id": "data_loading.exposed", "fixes": [getitem]}]}))
     assert "cheaper __getitem__, not workers" in advised_hint(path)
     assert "see the report" in advised_hint(tmp_path / "missing.json")
+
+
+def test_a_busy_machine_reads_the_fetch_relative_to_the_rest_of_the_step() -> None:
+    # Load 10 on 2 CPUs: the fetches ran at CPU/wall 0.6 and the rest at 0.55, both descheduled alike. Read
+    # as they are, the fetch would look single-threaded and a worker as fast as the main process; read
+    # relative to the rest, it kept both threads busy: no worker.
+    busy = {**TWO_CORES, "step_times": {"fetch_cpu_per_wall": 0.6, "rest_cpu_per_wall": 0.55},
+            "contention": {"load_average_1m": 10.0}, "dataloaders": [{"num_workers": 0, "iterations": 1}]}
+    assert "num_workers" not in fixes(_run(busy))
+    quiet = {**busy, "contention": {"load_average_1m": 1.2}}  # as recorded: a fetch on one thread of two
+    assert fixes(_run(quiet))["num_workers"][1] == 1

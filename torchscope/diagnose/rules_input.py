@@ -305,17 +305,33 @@ def _machine(ctx: Context, settings: dict[str, Any], single: bool) -> Machine:
     workers = _int(settings.get("num_workers"))
     if workers is None and single:
         workers = 0
-    times = environment.get("step_times")
-    times = times if isinstance(times, dict) else {}
+    fetch, rest = _cpu_per_wall(environment, min(threads, cores) if cores else threads)
     return Machine(
         cores_per_rank=cores,
         threads=min(threads, cores) if cores else threads,
         workers=workers,
         device=ctx.has_device,
         waiting=_waiting(environment) and (workers or 0) == 0,
-        fetch_cpu_per_wall=_number(times.get("fetch_cpu_per_wall")),
-        compute_cpu_per_wall=_number(times.get("rest_cpu_per_wall")),
+        fetch_cpu_per_wall=fetch,
+        compute_cpu_per_wall=rest,
     )
+
+
+def _cpu_per_wall(environment: dict[str, Any], threads: int) -> tuple[Optional[float], Optional[float]]:
+    """The fetches' and the rest of the step's CPU/wall (capture step clock). Where the machine ran more
+    threads than it has CPUs (1-minute load average above the CPU count by half a CPU), descheduling lowers
+    both alike: they are then read relative to each other, the busier one as the `threads` it could keep
+    busy (a fetch at 0.5 beside compute at 0.5 on 2 threads is a fetch on 2 threads, not on one)."""
+    times = environment.get("step_times")
+    times = times if isinstance(times, dict) else {}
+    fetch, rest = _number(times.get("fetch_cpu_per_wall")), _number(times.get("rest_cpu_per_wall"))
+    recorded = environment.get("contention")
+    contention: dict[str, Any] = recorded if isinstance(recorded, dict) else {}
+    load, cpus = _number(contention.get("load_average_1m")), _number(environment.get("cpu_count"))
+    if fetch is None or rest is None or load is None or not cpus or load <= cpus + 0.5:
+        return fetch, rest
+    scale = max(threads / max(fetch, rest, 1e-3), 1.0)
+    return min(fetch * scale, float(threads)), min(rest * scale, float(threads))
 
 
 def _number(value: Any) -> Optional[float]:
