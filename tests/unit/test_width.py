@@ -50,7 +50,9 @@ def test_columns_then_the_terminal_decide(monkeypatch: pytest.MonkeyPatch) -> No
 
 
 @pytest.mark.parametrize(
-    "command", [["run", "x.py"], ["demo"], ["analyze", "t.json"], ["diff", "a", "b"], ["memory", "s.pickle"]]
+    "command",
+    [["run", "x.py"], ["demo"], ["analyze", "t.json"], ["diff", "a", "b"], ["memory", "s.pickle"],
+     ["tune", "x.py"], ["check", "r", "--baseline", "b.json"]],
 )
 def test_every_reporting_command_takes_width(command: list[str]) -> None:
     args = build_parser().parse_args([command[0], "--width", "64", *command[1:]])
@@ -79,3 +81,41 @@ def test_a_wider_terminal_shows_longer_names(tmp_path: Path) -> None:
     report = analyze(str(b.write(tmp_path / "long.pt.trace.json")), use_cache=False)
     assert name not in render_terminal(report, width=100)  # cut to the 100-column layout
     assert name in render_terminal(report, width=200)
+
+
+def test_check_fits_the_width(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("COLUMNS", raising=False)
+    for width in (60, 120):
+        assert main(["check", str(TRACE), "--baseline", str(TRACE), "--width", str(width), "--no-cache"]) == 0
+        lines = capsys.readouterr().out.splitlines()
+        assert lines and max(len(line) for line in lines) <= width
+
+
+def test_tune_result_fits_the_width() -> None:
+    from torchscope.render.tune_terminal import render_tune_terminal
+    from torchscope.report.tune import Candidate, TuneResult
+    from torchscope.report.model import Fix
+
+    change = ["--- /home/someone/projects/a_training_script_with_a_long_path/train.py:42",
+              "- loader = DataLoader(dataset, batch_size=64, shuffle=True, num_workers=0, collate_fn=collate)",
+              "+ loader = DataLoader(dataset, batch_size=64, shuffle=True, num_workers=2, collate_fn=collate)"]
+    candidate = Candidate(fix="num_workers=2", description="data_loading.exposed: " + "the loading runs in the "
+                          "training process and the step waits for it; " * 3, fixes=[Fix(kind="dataloader_kwarg", target="num_workers", value=2)],
+                          status="faster", speedup=1.8, ci_low=1.5, ci_high=2.1, predicted_saving=0.4,
+                          measured_saving=0.45, change=change)
+    result = TuneResult(command=["/home/someone/projects/a_training_script_with_a_long_path/train.py", "--epochs", "1"],
+                        baseline_step_us=52_000.0, baseline_steps=15, noise_pct=3.0, candidates=[candidate],
+                        trials=4, elapsed_s=80.0, verdict="best: num_workers=2 (1.80x)")
+    wide = render_tune_terminal(result, width=200)
+    assert max(len(line) for line in wide.splitlines()) > 100  # nothing wraps when there is room
+    for width in (60, 80):
+        text = render_tune_terminal(result, width=width)
+        assert max(len(line) for line in text.splitlines()) <= width
+        assert "".join(text.split()) == "".join(wide.split())  # the same text, only the line breaks differ
+
+
+def test_check_help_prints(capsys: pytest.CaptureFixture[str]) -> None:
+    # The gate's default ("5%") went into the help unescaped: argparse's %-formatting raised a traceback.
+    with pytest.raises(SystemExit) as exit_:
+        build_parser().parse_args(["check", "--help"])
+    assert exit_.value.code == 0 and "--width" in capsys.readouterr().out

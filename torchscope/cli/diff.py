@@ -17,7 +17,7 @@ DIFF_FORMATS = ("terminal", "json", "html")
 def add_gate_options(parser: argparse.ArgumentParser, default_slower: str | None) -> None:
     group = parser.add_argument_group("regression gate (exit 1 when a change is beyond noise and threshold)")
     group.add_argument("--fail-if-slower", metavar="PCT", default=default_slower,
-                       help="mean step time up by more than PCT, e.g. 5%%" + (f" (default {default_slower})" if default_slower else ""))
+                       help="mean step time up by more than PCT, e.g. 5%%" + (f" (default {default_slower})".replace("%", "%%") if default_slower else ""))
     group.add_argument("--run-noise", metavar="PCT", default="4%",
                        help="how much a run's mean step time varies from run to run on its own, beyond what its "
                        "steps show (default 4%%, docs/ci.md); widens every interval")

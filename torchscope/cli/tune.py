@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from torchscope.cli.width import add_width_option, report_width
 from torchscope.errors import InputError, UsageError
 
 FORMATS = ("terminal", "json", "html")
@@ -47,6 +48,7 @@ def register(subparsers: Any) -> None:
                         help="keep each trial's capture under DIR (open one with torchscope analyze or view)")
     parser.add_argument("--format", choices=FORMATS, default="terminal")
     parser.add_argument("-o", "--output", metavar="FILE", help="write the result to FILE instead of stdout")
+    add_width_option(parser)
     parser.add_argument("-m", dest="module", nargs=argparse.REMAINDER, metavar="module")
     parser.add_argument("target", nargs=argparse.REMAINDER, metavar="script.py [args ...]")
     parser.set_defaults(func=execute)
@@ -74,17 +76,18 @@ def execute(args: argparse.Namespace) -> int:
                          "least 1, --nproc-per-node at least 0, --confidence in [0.5, 1)")
     if args.only and not args.extra:
         raise UsageError("--only needs at least one --try candidate")
+    width = report_width(args.width, None if args.output else sys.stdout)  # checked before the trials run
     options = TuneOptions(warmup=args.warmup, active=args.active, budget_s=args.budget, in_place=args.in_place,
                           loss_tolerance=args.loss_tolerance, baselines=args.baselines, repeats=args.repeats,
                           confidence=args.confidence,
                           nproc_per_node=args.nproc_per_node, extra=tuple(parse_try(t) for t in args.extra), only=args.only,
                           keep=args.keep.resolve() if args.keep else None)
     result = tune(command, options, progress=lambda line: print(f"torchscope tune: {line}", file=sys.stderr, flush=True))
-    _write(args.output, _render(args.format, result))
+    _write(args.output, _render(args.format, result, width))
     return INTERRUPTED_EXIT if result.interrupted else 0
 
 
-def _render(fmt: str, result: Any) -> str:
+def _render(fmt: str, result: Any, width: int) -> str:
     if fmt == "json":
         import msgspec
 
@@ -95,7 +98,7 @@ def _render(fmt: str, result: Any) -> str:
         return render_tune_html(result)
     from torchscope.render.tune_terminal import render_tune_terminal
 
-    return render_tune_terminal(result)
+    return render_tune_terminal(result, width=width)
 
 
 def _write(output: str | None, text: str) -> None:

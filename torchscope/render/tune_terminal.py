@@ -3,12 +3,18 @@ diagnosis's prediction next to the measured saving, and for a winner the code ch
 
 from __future__ import annotations
 
+import textwrap
+
 from torchscope.render.units import duration
 from torchscope.report.tune import Candidate, TuneResult
 from torchscope.text import printable
 
 
-def render_tune_terminal(result: TuneResult) -> str:
+DEFAULT_WIDTH = 100
+
+
+def render_tune_terminal(result: TuneResult, width: int = DEFAULT_WIDTH) -> str:
+    """The result as text, every line within `width` columns (longer ones wrap under their own indent)."""
     lines = [
         printable(f"torchscope tune: {' '.join(result.command)}"),
         f"baseline step time {duration(result.baseline_step_us)} over {result.baseline_steps} steps, run-to-run "
@@ -22,7 +28,16 @@ def render_tune_terminal(result: TuneResult) -> str:
     if result.combination is not None:
         lines += ["combination:", *_candidate(result.combination, result.confidence)]
     lines += [printable(f"note: {note}") for note in result.notes]
-    return "\n".join(lines) + "\n"
+    return "".join(line + "\n" for text in lines for line in _wrap(text, width))
+
+
+def _wrap(line: str, width: int) -> list[str]:
+    """`line` cut into lines of at most `width` columns at spaces (a longer word is split), the follow-on
+    lines indented 4 more than the first: a code change or a path stays readable and copyable piece by piece."""
+    if len(line) <= width:
+        return [line]
+    indent = " " * min(len(line) - len(line.lstrip(" ")) + 4, width // 2)
+    return textwrap.wrap(line, width, subsequent_indent=indent, break_on_hyphens=False, drop_whitespace=True) or [line[:width]]
 
 
 def speedup_text(c: Candidate, confidence: float = 0.95) -> str:
