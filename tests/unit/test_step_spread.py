@@ -11,6 +11,7 @@ from helpers.trace_builder import TraceBuilder
 
 from torchscope.pipeline.noise import student_t_quantile
 from torchscope.pipeline.step_spread import spread, t_quantile_975
+from torchscope.report.model import Report
 
 
 @pytest.mark.parametrize("df", [1, 2, 3, 4, 7, 29, 200])
@@ -56,3 +57,33 @@ def test_steps_for_a_ten_percent_interval() -> None:
         n = steps_for(cv, 10.0)
         assert t_quantile_975(n - 1) * cv / math.sqrt(n) <= 10.0 < t_quantile_975(n - 2) * cv / math.sqrt(n - 1)
     assert steps_for(12.0, 10.0) == 9
+
+
+def _report_of_steps(path: Path, durations: list[float]) -> "Report":
+    from torchscope.pipeline.analyze import analyze
+
+    b = TraceBuilder()
+    t = 0.0
+    for step, dur in enumerate(durations):
+        b.step(step, t, dur)
+        b.op("aten::mm", t + 10, dur - 20)
+        t += dur
+    b.write(path / "w.pt.trace.json")
+    return analyze([str(path)], jobs=1, use_cache=False)
+
+
+def test_a_wide_interval_suggests_how_many_steps_to_record(tmp_path: Path) -> None:
+    """The default window records 3 steps (docs/capture.md): when their mean is known to worse than ±25 %,
+    the step line says which --active gives ±10 %; a tight interval says nothing more."""
+    from torchscope.pipeline.step_spread import steps_for
+    from torchscope.render.terminal import render_terminal
+
+    wide = _report_of_steps(tmp_path / "wide", [1000.0, 1400.0, 700.0])
+    st = wide.measurements.step_time
+    assert st.ci_half_percent > 25
+    n = steps_for(st.cv_percent, 10.0)
+    assert n > 3 and st.steps_for_10_percent == n
+    assert f"--active {n} for ±10%" in render_terminal(wide, width=100)
+    tight = _report_of_steps(tmp_path / "tight", [1000.0, 1010.0, 990.0])
+    assert tight.measurements.step_time.ci_half_percent < 25
+    assert "--active" not in render_terminal(tight, width=100)
