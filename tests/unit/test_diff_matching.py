@@ -102,3 +102,18 @@ def test_kernels_match_by_name_and_show_their_launcher() -> None:
     rows = {r.name: r for r in diff_reports(base, new).kernels}
     assert {n: r.status for n, r in rows.items()} == {"sgemm_64x64": "changed", "relu_kernel": "removed", "gelu_kernel": "added"}
     assert rows["sgemm_64x64"].change_us_per_step == 200.0 / STEPS and rows["gelu_kernel"].launched_by == "aten::gelu"
+
+
+def test_call_sites_and_launchers_are_shown_and_escaped() -> None:
+    from torchscope.render.diff_html import render_diff_html
+    from torchscope.render.diff_terminal import render_diff_terminal
+
+    hostile = "<script>alert(1)</script> (evil.py:1)"
+    base = _report({MM: (8, 800.0)}, {("aten::mm", hostile): (8, 800.0)},
+                   kernels=[KernelRow(name="sgemm", calls=4, total_us=40.0, mean_us=10.0, min_us=10.0, max_us=10.0, launched_by="aten::mm")])
+    new = _report({MM: (8, 900.0)}, {("aten::mm", hostile): (8, 900.0)})
+    diff = diff_reports(base, new)
+    page = render_diff_html(diff)
+    assert hostile not in page and "@ &lt;script&gt;alert(1)&lt;/script&gt; (evil.py:1)" in page and "by aten::mm" in page
+    text = " ".join(render_diff_terminal(diff, width=200).split())
+    assert f"aten::mm @ {hostile}" in text and "sgemm (by aten::mm)" in text
