@@ -31,6 +31,14 @@ def test_two_nccl_ranks(page: Page, tmp_path: Path) -> None:
     assert view.locator("svg.ts-heat").first.locator("rect").count() == 2
     if report.distributed.straggler is not None:
         assert f"Why rank {report.distributed.straggler.rank} is late" in text
+    # compute / non-compute per rank side by side, and the overlap per step, as the Report holds them
+    side = view.locator("div.card", has_text="Ranks side by side").inner_text()
+    overlap = view.locator("div.card", has_text="overlapped by compute, per step").inner_text()
+    for row in report.distributed.ranks:
+        assert row.compute_pct is not None and row.non_compute_pct is not None and row.overlap_pct_by_step
+        assert f"{row.compute_pct:.1f} %" in side and f"{row.non_compute_pct:.1f} %" in side
+        for step, pct in row.overlap_pct_by_step.items():
+            assert f"step {step}" in overlap and f"{pct:.1f} %" in overlap
     assert page.errors == []
 
 

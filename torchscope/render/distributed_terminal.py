@@ -16,6 +16,7 @@ from torchscope.report.distributed import Distributed, RankDistributed
 from torchscope.text import printable
 
 MAX_RANK_ROWS = 16  # beyond this, the summary per metric instead of one row per rank
+MAX_STEP_COLUMNS = 10  # per-step overlap: the first steps only, so the table fits a terminal
 _PHASES = (("data_loading", "data"), ("forward", "fwd"), ("backward", "bwd"), ("optimizer", "opt"), ("other", "outside"))
 _STAT_LABELS = {
     "step_us": "step",
@@ -33,7 +34,13 @@ def distributed_section(section: Distributed) -> Group | None:
     if not section.present or not section.ranks:
         return None
     blocks: list[Any] = [_headline(section)]
-    blocks.append(_per_rank(section) if len(section.ranks) <= MAX_RANK_ROWS else _summary(section))
+    if len(section.ranks) <= MAX_RANK_ROWS:
+        blocks.append(_per_rank(section))
+        device = _device_time(section)
+        if device is not None:
+            blocks.append(device)
+    else:
+        blocks.append(_summary(section))
     return Group(*blocks)
 
 
@@ -55,9 +62,7 @@ def _headline(section: Distributed) -> Text:
 
 def _per_rank(section: Distributed) -> Table:
     table = Table(title="Ranks side by side (ms per step)", box=box.SIMPLE_HEAD, title_justify="left", padding=(0, 1), pad_edge=False)
-    device = any(r.comm_compute_overlap_pct is not None for r in section.ranks)
     columns = ["rank", "step", *(label for _, label in _PHASES), "coll", "wait", "xfer", "late"]
-    columns += ["idle%", "ovl%"] if device else []
     for column in columns:
         table.add_column(column, justify="right", no_wrap=True)
     late_rank = section.straggler.rank if section.straggler else None
@@ -65,7 +70,6 @@ def _per_rank(section: Distributed) -> Table:
         cells = [str(row.rank) + ("*" if row.rank == late_rank else ""), _ms(row.step_us)]
         cells += [_ms(row.phases_us_per_step.get(phase, 0.0)) for phase, _ in _PHASES]
         cells += [_ms(row.comm_us_per_step), _ms(row.wait_us_per_step), _ms(row.transfer_us_per_step), _late(row)]
-        cells += [_pct(row.idle_pct), _pct(row.comm_compute_overlap_pct)] if device else []
         table.add_row(*cells)
     table.caption = (
         "coll: in collectives = wait (for the last rank) + xfer (transfer: the shortest instance across ranks); "
@@ -73,6 +77,32 @@ def _per_rank(section: Distributed) -> Table:
     )
     table.caption_justify = "left"
     return table
+
+
+def _device_time(section: Distributed) -> Table | None:
+    """GPU traces: each rank's idle / compute / non-compute share of the device's traced time, and the share
+    of its communication overlapped by compute over the run and in each step (the first MAX_STEP_COLUMNS)."""
+    if not any(r.comm_compute_overlap_pct is not None or r.compute_pct is not None for r in section.ranks):
+        return None
+    steps = sorted({step for r in section.ranks for step in r.overlap_pct_by_step}, key=_step_order)
+    shown = steps[:MAX_STEP_COLUMNS]
+    table = Table(title="Device time per rank (%)", box=box.SIMPLE_HEAD, title_justify="left", padding=(0, 1), pad_edge=False)
+    for column in ["rank", "idle", "compute", "non-compute", "overlap", *(f"#{step}" for step in shown)]:
+        table.add_column(column, justify="right", no_wrap=True)
+    for row in section.ranks:
+        table.add_row(str(row.rank), _pct(row.idle_pct), _pct(row.compute_pct), _pct(row.non_compute_pct),
+                      _pct(row.comm_compute_overlap_pct), *(_pct(row.overlap_pct_by_step.get(step)) for step in shown))
+    caption = "idle / compute / non-compute: of the device's traced time; overlap: of the rank's communication, overlapped by compute"
+    if shown:
+        caption += "; #N: the same in step N"
+    if len(steps) > len(shown):
+        caption += f" ({len(steps) - len(shown)} more step(s) in the JSON report)"
+    table.caption, table.caption_justify = caption, "left"
+    return table
+
+
+def _step_order(step: str) -> tuple[int, str]:
+    return (int(step), "") if step.lstrip("-").isdigit() else (1 << 62, step)
 
 
 def _summary(section: Distributed) -> Table:

@@ -46,8 +46,23 @@ window.tsDistributedView = function (root, R, h) {
     { key: "wait_us_per_step", title: "waiting", num: true, fmt: ms }, { key: "transfer_us_per_step", title: "transfer", num: true, fmt: ms },
     { key: "exposed_transfer_us_per_step", title: "transfer not overlapped", num: true, fmt: ms },
     { key: "lateness_us_per_step", title: "late by", num: true, fmt: ms }, { key: "clock_offset_us", title: "clock offset", num: true, fmt: ms },
-    { key: "idle_pct", title: "device idle", num: true, fmt: pctv }, { key: "comm_compute_overlap_pct", title: "comm/compute overlap", num: true, fmt: pctv },
+    { key: "idle_pct", title: "device idle", num: true, fmt: pctv }, { key: "compute_pct", title: "device compute", num: true, fmt: pctv },
+    { key: "non_compute_pct", title: "device non-compute", num: true, fmt: pctv },
+    { key: "comm_compute_overlap_pct", title: "comm/compute overlap", num: true, fmt: pctv },
   ], rows, { sort: "lateness_us_per_step" })));
+
+  // GPU traces: the share of each rank's communication overlapped by compute, step by step (the Report's
+  // overlap_pct_by_step; a step a rank has no collective in shows "-").
+  const overlapSteps = [...new Set(D.ranks.flatMap((r) => Object.keys(r.overlap_pct_by_step || {})))]
+    .sort((a, b) => Number(a) - Number(b) || (a < b ? -1 : a > b ? 1 : 0));
+  if (overlapSteps.length) {
+    const byStep = D.ranks.map((r) => Object.assign({ rank: r.rank, all: r.comm_compute_overlap_pct },
+      Object.fromEntries(overlapSteps.map((s) => ["step_" + s, (r.overlap_pct_by_step || {})[s]]))));
+    root.append(card("Communication overlapped by compute, per step (% of the rank's time in collectives)", table([
+      { key: "rank", title: "rank", num: true }, { key: "all", title: "whole run", num: true, fmt: pctv },
+      ...overlapSteps.map((s) => ({ key: "step_" + s, title: `step ${s}`, num: true, fmt: pctv })),
+    ], byStep, { sort: "rank" })));
+  }
 
   if ((D.collectives || []).length) {
     root.append(card("Collectives", table([{ key: "name", title: "collective" }, { key: "group", title: "process group" },
@@ -63,7 +78,8 @@ window.tsDistributedView = function (root, R, h) {
       ["step_us", "step", ms], ["comm_us_per_step", "in collectives", ms], ["wait_us_per_step", "waiting", ms],
       ["exposed_transfer_us_per_step", "transfer not overlapped", ms], ["lateness_us_per_step", "late by", ms],
       ["phase_data_loading", "data loading", ms], ["phase_forward", "forward", ms], ["phase_other", "outside the phases", ms],
-      ["idle_pct", "device idle", pctv], ["comm_compute_overlap_pct", "comm/compute overlap", pctv],
+      ["idle_pct", "device idle", pctv], ["compute_pct", "device compute", pctv], ["non_compute_pct", "device non-compute", pctv],
+      ["comm_compute_overlap_pct", "comm/compute overlap", pctv],
     ];
     const perRow = Math.min(64, rows.length), cell = rows.length > 256 ? 8 : 14;
     return metrics.filter(([key]) => rows.some((r) => r[key] != null)).map(([key, label, fmt]) => {
