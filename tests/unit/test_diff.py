@@ -53,6 +53,13 @@ def test_the_interval_holds_the_true_change_and_says_when_steps_are_too_few() ->
     assert not few.significant and few.low_pct is None and "too few steps" in few.method
 
 
+def test_the_interval_never_reaches_below_minus_100_percent() -> None:
+    # A much faster, very spread run: the symmetric interval would extend below -100 %, a negative time.
+    interval = relative_change_interval([100.0, 101.0, 99.0, 100.0], [1.0, 60.0, 2.0, 1.0])
+    assert interval.low_pct == -100.0 and interval.high_pct is not None and interval.high_pct > interval.change_pct
+    assert interval.change_pct == pytest.approx(-84.0)
+
+
 def test_a_slower_run_is_slower_beyond_noise_and_an_equal_one_is_not(tmp_path: Path) -> None:
     base = _trace(tmp_path / "a" / "t.pt.trace.json", 10_000, seed=1)
     same = _trace(tmp_path / "b" / "t.pt.trace.json", 10_000, seed=2)

@@ -65,7 +65,7 @@ def relative_change_interval(
     scale = 100.0 / base_mean
     return Interval(
         change,
-        change - half * scale,
+        max(change - half * scale, -100.0),  # step times are positive: no mean falls by more than 100 %
         change + half * scale,
         f"Welch's t interval, {confidence:.0%}, df={df:.1f}, {len(base)} and {len(new)} steps, run-to-run floor {run_noise_pct:g} %",
     )
@@ -124,7 +124,7 @@ def run_level_interval(
     scale = 100.0 / base_mean
     return Interval(
         change,
-        change - half * scale,
+        max(change - half * scale, -100.0),  # step times are positive: no mean falls by more than 100 %
         change + half * scale,
         f"Student's t interval over run means, {confidence:.0%}, df={df}, {len(base)} and {len(new)} runs, "
         f"run-to-run spread {100.0 * spread / base_mean:.1f} % (at least {run_noise_pct:g} %)",
