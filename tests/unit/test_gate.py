@@ -17,11 +17,13 @@ PEAK = "memory.peak_allocated_bytes.cuda:0"
 UTIL = "device.utilization_pct"
 
 
-def _report(peak: float, util: float = 60.0) -> Report:
-    """Four equal steps and two metrics without per-step samples: one lower-, one higher-is-better."""
+def _report(peak: float, util: float = 60.0, step_us: float = 1000.0, contention: dict[str, float] | None = None) -> Report:
+    """Four equal steps and two metrics without per-step samples: one lower-, one higher-is-better;
+    `contention`: the manifest's figures of the capture's machine (capture/machine.py)."""
+    manifest = {"environment": {"cpu_count": 2, "contention": contention}} if contention else {}
     return Report(
-        torchscope_version="test", run=RunInfo(paths=[], trace_files=[], ranks=[0], device_kind="cuda"),
-        steps=[StepRow(rank=0, span=0, step=i, start_us=i * 1000.0, duration_us=1000.0, breakdown={}) for i in range(4)],
+        torchscope_version="test", run=RunInfo(paths=[], trace_files=[], ranks=[0], device_kind="cuda", manifest=manifest),
+        steps=[StepRow(rank=0, span=0, step=i, start_us=i * step_us, duration_us=step_us, breakdown={}) for i in range(4)],
         breakdown={},
         metrics=[Metric(name=PEAK, value=peak, unit="bytes", better="lower"),
                  Metric(name=UTIL, value=util, unit="percent", better="higher")],
@@ -89,3 +91,26 @@ def test_a_metric_missing_from_a_report_is_not_checked_and_an_unknown_one_is_bad
     assert cli.main(["diff", base, base, "--fail-on", "memory.peak_reserved_bytes.cpu+10%"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("torchscope: error: no metric ") and err.count("\n") == 1
+
+
+def test_a_run_captured_on_a_busy_machine_is_flagged_and_a_timing_failure_says_so() -> None:
+    slower = _report(1e9, step_us=1300.0)  # +30 %: beyond the 4 % run-to-run floor
+    quiet = {"cpus": 2, "load_average_1m": 1.2, "other_share": 0.05}
+    busy = {"cpus": 2, "load_average_1m": 8.5, "other_share": 0.89}
+    diff = diff_reports(_report(1e9, contention=quiet), slower)
+    assert not any("busy machine" in w for w in diff.warnings)
+    gate = evaluate(diff, 5.0, [])
+    assert gate.failed and "Note:" not in gate.explanation
+    diff = diff_reports(_report(1e9, contention=busy), slower)
+    assert diff.warnings == ["the base run was captured on a busy machine (load average 8.5 on 2 CPUs, other processes used 89% "
+                             "of its CPUs): its times carry that load, so timing verdicts may be the load, not the code"]
+    gate = evaluate(diff, 5.0, [])
+    assert gate.failed and gate.explanation.endswith(
+        "Note: the base run was captured on a busy machine (see the warnings): a timing regression may be the load; "
+        "rerun both on an idle machine before trusting it.")
+    # A memory regression is not the load's doing: no note.
+    more = _report(2e9, contention=busy)
+    memory = evaluate(diff_reports(_report(1e9, contention=busy), more), None, [parse_threshold(f"{PEAK}+10%")])
+    assert memory.failed and "Note:" not in memory.explanation
+    # Either figure alone is enough: other processes busy on a machine whose load average is low.
+    assert any("busy machine" in w for w in diff_reports(slower, _report(1e9, contention={"cpus": 2, "other_share": 0.4})).warnings)

@@ -27,6 +27,8 @@ from torchscope.report.model import CategoryTime, Metric, Report, StepRow, decod
 
 # Metrics without per-step samples (peaks, utilisation) have no noise estimate: a change this large counts.
 UNSAMPLED_TOLERANCE_PCT = 2.0
+# Other processes' share of the capture's CPUs above which a run's timings are called load-bound.
+BUSY_SHARE = 0.25
 MAX_REPORT_BYTES = 64 << 20
 TOP_ROWS = 50
 
@@ -73,6 +75,7 @@ def diff_reports(
         warnings.append(f"the runs ran on different devices ({base.run.device_kind} and {new.run.device_kind})")
     if base.run.step_source != "profiler_step" or new.run.step_source != "profiler_step":
         warnings.append("a run has no ProfilerStep markers: its 'step' is the whole trace")
+    warnings += [w for w in (busy_machine(base, "base"), busy_machine(new, "new")) if w]
     return ReportDiff(
         base=_ref(base, base_path),
         new=_ref(new, new_path),
@@ -85,6 +88,28 @@ def diff_reports(
         findings=_findings(base, new),
         warnings=warnings,
     )
+
+
+def busy_machine(report: Report, label: str) -> str | None:
+    """A warning when the run was captured on a busy machine (the manifest's `environment.contention`,
+    capture/machine.py): more runnable threads than CPUs (1-minute load average above the CPU count by
+    half a CPU, as rules_input reads it) or other processes using over BUSY_SHARE of the CPUs. Its
+    step times then carry that load, which changes from run to run beyond what `--run-noise` models."""
+    environment = report.run.manifest.get("environment")
+    contention = environment.get("contention") if isinstance(environment, dict) else None
+    if not isinstance(contention, dict):
+        return None
+    load, cpus, others = (contention.get(k) for k in ("load_average_1m", "cpus", "other_share"))
+    load = load if isinstance(load, (int, float)) else None
+    cpus = cpus if isinstance(cpus, int) and cpus > 0 else None
+    others = others if isinstance(others, (int, float)) else None
+    if not ((load is not None and cpus is not None and load > cpus + 0.5) or (others is not None and others > BUSY_SHARE)):
+        return None
+    figures = ", ".join(
+        ([f"load average {load:g} on {cpus} CPUs"] if load is not None and cpus is not None else [])
+        + ([f"other processes used {others:.0%} of its CPUs"] if others is not None else [])
+    )
+    return f"the {label} run was captured on a busy machine ({figures}): its times carry that load, so timing verdicts may be the load, not the code"
 
 
 def _ref(report: Report, path: str) -> RunRef:

@@ -58,6 +58,12 @@ def evaluate(diff: ReportDiff, slower_pct: float | None, thresholds: list[Thresh
         explanation = "No regression beyond noise and the thresholds: " + "; ".join(text for _, text in checks) + "."
     else:
         explanation = "No threshold was given: nothing to gate."
+    busy = [side for side in ("base", "new") if any(w.startswith(f"the {side} run was captured on a busy machine") for w in diff.warnings)]
+    timing = [text for (bad, text), spec in zip(checks, [None, *thresholds] if slower_pct is not None else thresholds)
+              if bad and not (spec is not None and spec.name.startswith("memory."))]
+    if timing and busy:
+        explanation += (f" Note: the {' and '.join(busy)} run{'s were' if len(busy) > 1 else ' was'} captured on a busy machine"
+                        " (see the warnings): a timing regression may be the load; rerun both on an idle machine before trusting it.")
     if diff.step_time.method.startswith("too few steps"):
         explanation += f" Note: {diff.step_time.method}, so no change can be called beyond noise; profile more steps."
     return GateResult(failed=bool(failed), checks=[text for _, text in checks], explanation=explanation)
