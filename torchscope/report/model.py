@@ -103,13 +103,16 @@ class ModuleRow(msgspec.Struct, kw_only=True):
 
 
 class CallSiteRow(msgspec.Struct, kw_only=True):
-    """Where a top operator is called from: the innermost frame of the user's code (analysis/callsites.py)."""
+    """Where a top operator is called from: the innermost frame of the user's code, and the user's call
+    stack above the op (analysis/callsites.py)."""
 
     operator: str
     site: str  # "func (file.py:42)"
     calls: int
     host_self_us: float  # totals over the whole trace, as in the operator table
     device_self_us: float = 0.0
+    stack: list[str] = []  # the user's frames, outermost first, ending with `site`; the costliest path where several reach it
+    stack_share: float = 0.0  # that path's part of the row's self time (0 without a stack)
 
 
 class DeviceSummary(msgspec.Struct, kw_only=True):
