@@ -6,7 +6,8 @@ script is timed by its own ``perf_counter`` around the fetch, the forward+loss, 
 optimizer (zero_grad and step), as torchscope's phases split a step, on every step no profiler recorded
 (runs before and after ``torchscope run``, and that run's own steps outside its window: medians over all of
 them, so a load change on the shared machine hits both sides), and the reported data-loading and compute
-shares must be within 7 percentage points of those. The script runs its compute on one intra-op thread, as its loading runs on
+shares must be within 7 percentage points of those; each compute phase (forward, backward, optimizer) must be
+within 7 points of the script's timer of the very steps the capture's clock timed unprofiled. The script runs its compute on one intra-op thread, as its loading runs on
 one: CPU contention from other processes then slows both alike instead of shifting the shares (the
 busy-machine effect trace_quality.busy_machine reports), which is not what this test is about.
 """
@@ -89,6 +90,16 @@ def _median_shares(steps: list[list[float]]) -> dict[str, float]:
     return {name: 100.0 * statistics.median(step[i] / sum(step) for step in steps) for i, name in enumerate(PHASES)}
 
 
+def _compute_split(steps: list[list[float]], data_share: float) -> dict[str, float]:
+    """Each compute phase's share of the step, in percent: the step less data loading (`data_share`) split
+    in proportion to the phases' median times per step. Per-phase medians of shares do not add up on a
+    busy machine (a descheduling lands 8-12 ms in one phase of a step: the 4 medians summed to 88-94 %),
+    and this is the statistic the correction states (measured data share, the rest by per-step medians)."""
+    medians = {name: statistics.median(step[i] for step in steps) for i, name in enumerate(PHASES) if i}
+    total = sum(medians.values())
+    return {name: (100.0 - data_share) * us / total for name, us in medians.items()}
+
+
 def test_reported_shares_match_an_unprofiled_timer(tmp_path: Path) -> None:
     script = tmp_path / "python_heavy.py"
     script.write_text(SCRIPT)
@@ -106,6 +117,7 @@ def test_reported_shares_match_an_unprofiled_timer(tmp_path: Path) -> None:
     during = json.loads((tmp_path / "during.json").read_text())[FIRST_UNPROFILED:]
     reference = _median_shares(before + during + after)
     compute_reference = 100.0 - reference["data_loading"]
+    reference |= _compute_split(before + during + after, reference["data_loading"])
 
     report = torchscope.analyze(tmp_path / "run", jobs=1, use_cache=False)
     overhead = report.measurements.profiler_overhead
@@ -117,17 +129,30 @@ def test_reported_shares_match_an_unprofiled_timer(tmp_path: Path) -> None:
     clock = json.loads((tmp_path / "run" / "run.json").read_text())["environment"]["step_times"]
     same_steps = during[: len(clock["unprofiled_step_us"])]
     captured = 100.0 * statistics.median(f / s for f, s in zip(clock["unprofiled_fetch_us"], clock["unprofiled_step_us"]))
-    assert abs(captured - _median_shares(same_steps)["data_loading"]) <= SAME_STEPS_PP, (captured, same_steps)
+    paired = _median_shares(same_steps)["data_loading"]
+    assert abs(captured - paired) <= SAME_STEPS_PP, (captured, paired, same_steps)
     corrected = overhead.corrected_percent
     recorded = {name: report.phases[name].percent for name in PHASES}
     sources = {name: round(_median_shares(steps)["data_loading"], 1) for name, steps in
                (("before", before), ("during", during), ("after", after))}
-    summary = f"reference {reference} (data loading by source {sources}), corrected {corrected}, recorded {recorded}"
+    per_phase_medians = {k: round(v, 1) for k, v in _median_shares(before + during + after).items()}
+    summary = (f"reference {reference} (data loading by source {sources}; each phase's median share "
+               f"{per_phase_medians}), corrected {corrected}, recorded {recorded}")
     print(summary)
     assert abs(corrected["data_loading"] - reference["data_loading"]) <= TOLERANCE_PP, summary
     # The script's forward timer holds the functional loss (cross_entropy is no module: torchscope's "other").
     compute = sum(corrected.get(n, 0.0) for n in ("forward", "backward", "optimizer", "other"))
     assert abs(compute - compute_reference) <= TOLERANCE_PP, summary
+    # Each compute phase on its own (issue 13, A3), forward with "other" (the functional loss, above), against
+    # the script's timer of the steps the capture's clock timed unprofiled: across processes the phases move
+    # by more than the tolerance on the loaded 2-core machine (a descheduling doubles a 2 ms forward), within
+    # the same steps they do not (docs/capture.md). The pooled reference is printed beside it.
+    paired_split = _compute_split(same_steps, paired)
+    phases = {"forward": corrected.get("forward", 0.0) + corrected.get("other", 0.0)}
+    phases |= {name: corrected.get(name, 0.0) for name in ("backward", "optimizer")}
+    print(f"compute phases: corrected {phases}, same steps' timer {paired_split}")
+    for name, share in phases.items():
+        assert abs(share - paired_split[name]) <= TOLERANCE_PP, (name, phases, paired_split, summary)
     # The step time's spread and the interval of its mean, over the recorded and the unprofiled steps.
     st = report.measurements.step_time
     assert st.steps == 3 and st.ci_low_us < st.mean_us < st.ci_high_us and st.cv_percent > 0, st

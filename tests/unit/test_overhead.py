@@ -126,3 +126,53 @@ def test_too_few_events_to_distort_is_negligible_whatever_the_clock_says() -> No
     overhead.correct(rep)
     assert rep.measurements.profiler_overhead.method == "negligible"
     assert rep.measurements.profiler_overhead.corrected_percent["data_loading"] == 50.0
+
+
+def test_step_clock_times_the_phases_of_unprofiled_steps_only() -> None:
+    from torchscope.rundir.labels import BACKWARD, CLOSURE, FORWARD
+
+    clock = StepClock(CaptureConfig())  # steps 2-4 recorded
+    clock.start()
+    for _ in range(8):
+        clock.phase_ended(FORWARD, 0.002)
+        clock.phase_ended(BACKWARD, 0.001)
+        clock.phase_ended(BACKWARD, 0.001)  # two backward calls in a step add up
+        clock.phase_ended(CLOSURE, 0.5)  # not a phase
+        clock.step_ended()
+        clock.step_started()
+    clock.stop()
+    phases = clock.summary()["unprofiled_phase_us"]
+    assert len(phases["forward"]) == len(clock.unprofiled_us) == 3  # steps 5-7, not the recorded 2-4
+    # Each step's time is capped at the step's own duration (the loop above takes microseconds).
+    assert all(0 < us <= step for us, step in zip(phases["backward"], clock.unprofiled_us))
+    assert phases["optimizer"] == [0.0, 0.0, 0.0]
+
+
+def test_phase_clock_splits_compute_by_the_unprofiled_phase_medians() -> None:
+    # Recorded (3 steps on a busy machine): forward 3 ms, backward 1 ms, other 0.5 ms. Unprofiled, timed by
+    # the phase clock: forward 1 ms, backward 2 ms, 1 ms untimed (other), 2 ms fetch in a 6 ms step.
+    section = ProfilerOverhead(python_events_per_step={"data_loading": 20_000, "forward": 2_000})
+    times = {
+        "unprofiled_step_us": [6000.0] * 3,
+        "unprofiled_fetch_us": [2000.0] * 3,
+        "profiled_step_us": [10_000.0] * 3,
+        "unprofiled_phase_us": {"forward": [1000.0, 900.0, 5000.0], "backward": [2000.0] * 3, "optimizer": [0.0] * 3},
+    }
+    rep = _report(section, times, data_loading=0.6, forward=0.3, backward=0.1, other=0.05)
+    overhead.correct(rep)
+    result = rep.measurements.profiler_overhead
+    assert result.method == "fetch_clock"
+    shares = result.corrected_percent
+    assert shares["data_loading"] == pytest.approx(100 / 3)
+    # Medians: forward 1 ms (the 5 ms descheduled step does not count), backward 2 ms, the untimed remainder
+    # (step - fetch - phases: 1.0, 1.1 and 0 ms) 1 ms, all "other" (the only untimed phase recorded).
+    assert shares["forward"] == pytest.approx((200 / 3) * 1000 / 4000)
+    assert shares["backward"] == pytest.approx((200 / 3) * 2000 / 4000)
+    assert shares["other"] == pytest.approx((200 / 3) * 1000 / 4000)
+    assert sum(shares.values()) == pytest.approx(100.0)
+    # Not paired with the unprofiled steps: the event-priced estimate stands.
+    times["unprofiled_phase_us"] = {"forward": [1000.0]}
+    rep = _report(ProfilerOverhead(python_events_per_step={"data_loading": 20_000, "forward": 2_000}), times,
+                  data_loading=0.6, forward=0.3, backward=0.1, other=0.05)
+    overhead.correct(rep)
+    assert rep.measurements.profiler_overhead.corrected_percent["forward"] > shares["forward"]

@@ -15,8 +15,11 @@ Two measurements correct it:
   of the latter):
 
   - ``fetch_clock`` (when fetch times were recorded): the data-loading share is measured directly, the
-    median over the unprofiled steps of fetch time over step time; the other phases share the rest in
-    their recorded proportions. A ratio within the same steps, so a load change between steps cancels.
+    median over the unprofiled steps of fetch time over step time. A ratio within the same steps, so a load
+    change between steps cancels. The other phases share the rest: in proportion to their medians over the
+    unprofiled steps where the capture timed the phase hooks' ranges too (``unprofiled_phase_us``; phases
+    it does not time, "other" and communication, share the step's untimed remainder by their recorded
+    times), else in their recorded proportions less the recording cost of their events.
   - ``step_clock`` (otherwise): the overhead per step, the difference of the two step medians, is spread
     over the phases in proportion to their events, an operator event weighing :data:`OP_EVENT_WEIGHT`
     Python events, and each phase's time less its part gives the shares without the profiler. Noisier:
@@ -181,6 +184,24 @@ def step_times(manifest: dict[str, Any]) -> tuple[list[float], list[float], list
     return unprofiled, floats("profiled_step_us", 1e-9), fetch if len(fetch) == len(unprofiled) else []
 
 
+def phase_times(manifest: dict[str, Any], steps: int) -> dict[str, np.ndarray]:
+    """Each phase's time (us) in each of the `steps` unprofiled steps, as the capture's clock timed the phase
+    hooks' ranges (``environment.step_times.unprofiled_phase_us``); empty when absent or not paired."""
+    environment = manifest.get("environment")
+    times = environment.get("step_times") if isinstance(environment, dict) else None
+    phases = times.get("unprofiled_phase_us") if isinstance(times, dict) else None
+    if not isinstance(phases, dict) or steps == 0:
+        return {}
+    out: dict[str, np.ndarray] = {}
+    for name, values in phases.items():
+        if not isinstance(values, list) or len(values) != steps:
+            return {}
+        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0 for v in values):
+            return {}
+        out[str(name)] = np.array(values, dtype=float)
+    return out
+
+
 def correct(report: Report) -> None:
     """Fill the run-level figures of ``report.measurements.profiler_overhead`` (see the module docstring)."""
     section = report.measurements.profiler_overhead
@@ -207,6 +228,9 @@ def correct(report: Report) -> None:
         return
     if fetch and phases.get("data_loading", 0.0) > 0 and total > 0:
         _from_fetch_clock(section, phases, np.array(fetch) / np.array(unprofiled), median(np.array(fetch)))
+        clocked = phase_times(report.run.manifest, len(unprofiled))
+        if clocked:
+            _split_by_phase_clock(section, phases, np.array(unprofiled), np.array(fetch), clocked)
         return
     weights = {
         name: section.python_events_per_step.get(name, 0.0) + OP_EVENT_WEIGHT * section.ops_per_step.get(name, 0.0)
@@ -261,4 +285,37 @@ def _from_fetch_clock(section: ProfilerOverhead, phases: dict[str, float], data_
     section.overhead_us_by_phase = {"data_loading": max(recorded_data - data_us, 0.0)} | {
         name: phases[name] - us for name, us in rest.items() if phases[name] > us
     }
+    section.overhead_us_per_step = sum(section.overhead_us_by_phase.values())
+
+
+def _split_by_phase_clock(
+    section: ProfilerOverhead,
+    phases: dict[str, float],
+    step_us: np.ndarray,
+    fetch_us: np.ndarray,
+    clocked: dict[str, np.ndarray],
+) -> None:
+    """Re-split the compute part of `section.corrected_percent` (already holding the measured data share and
+    the event-priced estimate) by the unprofiled phase clock: each timed phase by its median over the
+    unprofiled steps; the untimed phases (other, communication) share the median untimed remainder of the
+    step in proportion to their estimated shares. All medians over 30 steps, not 3 recorded ones."""
+    estimate = section.corrected_percent
+    share = estimate.get("data_loading", 0.0) / 100.0
+    timed = {name: median(us) for name, us in clocked.items() if name in phases and name != "data_loading"}
+    if not timed or sum(timed.values()) <= 0:
+        return
+    remainder = median(np.maximum(step_us - fetch_us - sum(clocked.values()), 0.0))
+    untimed = {name: estimate.get(name, 0.0) for name in phases if name not in timed and name != "data_loading"}
+    untimed_total = sum(untimed.values())
+    rest = dict(timed)
+    rest |= {name: remainder * pct / untimed_total if untimed_total > 0 else 0.0 for name, pct in untimed.items()}
+    if untimed_total <= 0 and "other" in phases:
+        rest["other"] = remainder
+    total = sum(rest.values())
+    section.corrected_percent = {"data_loading": 100.0 * share} | {
+        name: 100.0 * (1.0 - share) * us / total for name, us in rest.items()
+    }
+    # The slowdown of each timed phase is now measured (recorded median over unprofiled median).
+    section.slowdown_by_phase |= {name: phases[name] / us for name, us in timed.items() if us > 0 and phases[name] > 0}
+    section.overhead_us_by_phase |= {name: max(phases[name] - us, 0.0) for name, us in timed.items()}
     section.overhead_us_per_step = sum(section.overhead_us_by_phase.values())

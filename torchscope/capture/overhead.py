@@ -12,7 +12,10 @@ hooks) are the unprofiled reference; the analysis
 recorded there (``docs/capture.md``, "Measurement that does not distort").
 
 Each step's DataLoader fetch time is timed too (:class:`FetchTimer`), so the unprofiled steps give the
-data-loading share without any profiler, measured rather than modelled.
+data-loading share without any profiler, measured rather than modelled; and so is each phase the phase
+hooks open and close (forward, backward, optimizer: :meth:`StepClock.phase_ended`), so the compute phases'
+split comes from 30 unprofiled steps too, not from the 3 recorded ones, where one descheduling on a busy
+machine moves a phase's median.
 
 The clock also drives the CPU contention sampler (``capture/machine.py``) over the first recorded window,
 reading ``/proc`` (milliseconds) outside the recorded steps: before the profiler's ``step()`` that starts the
@@ -29,10 +32,12 @@ from typing import Any, Callable, Literal, Optional
 from torchscope.capture.machine import CpuSampler
 from torchscope.capture.patching import Patch
 from torchscope.rundir.config import CaptureConfig
+from torchscope.rundir.labels import PHASE_LABELS
 
 State = Literal["none", "warmup", "record"]
 MAX_STEPS_KEPT = 256  # per kind: a long run keeps timing its first unprofiled steps only
 REFERENCE_STEPS = 30  # unprofiled steps timed after the last window before the hooks retire
+_PHASE_OF_LABEL = {label: name for name, label in PHASE_LABELS.items()}
 
 
 def step_state(config: CaptureConfig, step: int) -> State:
@@ -114,6 +119,10 @@ class StepClock:
         self.unprofiled_us: list[float] = []
         self.unprofiled_fetch_us: list[float] = []  # DataLoader fetch time of each unprofiled step
         self.profiled_us: list[float] = []
+        # Each phase's time in each unprofiled step (the phase hooks' ranges, paired with unprofiled_us).
+        self.unprofiled_phase_us: dict[str, list[float]] = {name: [] for name in PHASE_LABELS}
+        self._phase_s: dict[str, float] = {}  # the running step's phase times, while it is unprofiled
+        self._timing_phases = False
         self.fetches = FetchTimer()
         self._cpu_at_start = 0.0
         self._cpu_us = {"fetch_wall": 0.0, "fetch_cpu": 0.0, "rest_wall": 0.0, "rest_cpu": 0.0}  # unprofiled steps
@@ -127,6 +136,7 @@ class StepClock:
         self._started_at = time.perf_counter()
         self._cpu_at_start = time.process_time()
         self._step = 0
+        self._timing_phases = step_state(self.config, 0) == "none"
         self.fetches.install()
         if step_state(self.config, 0) == "record":
             self.sampler.begin()
@@ -145,6 +155,8 @@ class StepClock:
                 kept.append(round(duration, 1))
                 if state == "none":
                     self.unprofiled_fetch_us.append(round(min(fetch, duration), 1))
+                    for name, times in self.unprofiled_phase_us.items():
+                        times.append(round(min(self._phase_s.get(name, 0.0) * 1e6, duration), 1))
                     self._cpu_us["fetch_wall"] += fetch
                     self._cpu_us["fetch_cpu"] += fetch_cpu
                     self._cpu_us["rest_wall"] += max(duration - fetch, 0.0)
@@ -157,6 +169,8 @@ class StepClock:
         if self._started_at is None or self._stopped:
             return
         self._step += 1
+        self._phase_s = {}
+        self._timing_phases = step_state(self.config, self._step) == "none"
         if step_state(self.config, self._step - 1) == "record" and step_state(self.config, self._step) != "record":
             self.sampler.end()  # after the profiler's step(): the window has ended (later calls are ignored)
         if self.fetches._patch is not None:
@@ -165,6 +179,13 @@ class StepClock:
             self.fetches.active = step_state(self.config, self._step) == "none"
         self._cpu_at_start = time.process_time()  # before the wall clock: a stall in it is not the step's
         self._started_at = time.perf_counter()
+
+    def phase_ended(self, label: str, seconds: float) -> None:
+        """A phase range closed after `seconds` (the phase hooks' callback): summed into the running step
+        when it is unprofiled (in a recorded step the time holds the profiler's cost)."""
+        name = _PHASE_OF_LABEL.get(label)
+        if self._timing_phases and name is not None:
+            self._phase_s[name] = self._phase_s.get(name, 0.0) + seconds
 
     def wants_reference(self) -> bool:
         """Whether more unprofiled steps should be timed (the step hooks kept for them after the window)."""
@@ -186,6 +207,8 @@ class StepClock:
             "unprofiled_fetch_us": self.unprofiled_fetch_us,
             "profiled_step_us": self.profiled_us,
         }
+        if any(any(times) for times in self.unprofiled_phase_us.values()):
+            out["unprofiled_phase_us"] = self.unprofiled_phase_us
         spent = self._cpu_us
         if spent["fetch_wall"] > 0:  # ~1: the loading computes on one core; ~0: it waits (I/O, sleep)
             out["fetch_cpu_per_wall"] = round(spent["fetch_cpu"] / spent["fetch_wall"], 3)

@@ -35,6 +35,7 @@ from __future__ import annotations
 import functools
 import os
 import threading
+import time
 from typing import Any, Callable, Literal
 
 import msgspec
@@ -69,6 +70,7 @@ class _OpenPhase(msgspec.Struct):
     key: int  # id() of the module or optimizer that opened it (0 for backward)
     thread: int
     range: Any  # the entered record_function, or None when labels are off
+    started: float = 0.0  # perf_counter when it opened, for on_phase_time
 
 
 class PhaseHooks:
@@ -81,8 +83,10 @@ class PhaseHooks:
         on_boundary: Callable[[Boundary, int], None] | None = None,
         on_optimizer_step: Callable[[Any], None] | None = None,
         on_error: Callable[[str], None] | None = None,
+        on_phase_time: Callable[[str, float], None] | None = None,
     ) -> None:
         self.labels = labels
+        self._on_phase_time = on_phase_time  # (label, seconds) as each phase closes: the step clock's phases
         self._on_boundary = on_boundary
         self._on_optimizer_step = on_optimizer_step
         self._on_error = on_error
@@ -153,7 +157,7 @@ class PhaseHooks:
             except Exception as exc:
                 rf = None
                 self._report(exc)
-        phase = _OpenPhase(name, key, threading.get_ident(), rf)
+        phase = _OpenPhase(name, key, threading.get_ident(), rf, time.perf_counter())
         self._active = phase
         return phase
 
@@ -165,6 +169,8 @@ class PhaseHooks:
                 phase.range.__exit__(None, None, None)
             except Exception as exc:
                 self._report(exc)
+        if self._on_phase_time is not None:
+            self._on_phase_time(phase.name, time.perf_counter() - phase.started)
 
     def retire(self) -> None:
         """Uninstall at the next boundary: the capture is over, the hooks would only cost time.

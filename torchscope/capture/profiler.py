@@ -358,6 +358,7 @@ class Profiler:
             on_boundary=detector.on_boundary if detector else None,
             on_optimizer_step=detector.on_optimizer_step if detector else None,
             on_error=self._problem,
+            on_phase_time=self._clock.phase_ended,
         )
         try:
             self._hooks.install()
