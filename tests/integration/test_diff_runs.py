@@ -70,10 +70,14 @@ def test_more_dataloader_workers_are_faster_beyond_noise(runs: dict[str, Path]) 
 
 
 def test_identical_runs_rarely_trip_the_gate(runs: dict[str, Path]) -> None:
-    """The false-alarm rate of the gate at its defaults (5 % and beyond noise): docs/ci.md records it."""
-    pairs = list(itertools.permutations([runs[f"same{i}"] for i in range(REPEATS)], 2))
-    alarms = [(a.name, b.name) for a, b in pairs if evaluate(diff_paths(a, b, jobs=1), DEFAULT_SLOWER_PCT, []).failed]
-    assert len(alarms) <= 1, f"{len(alarms)} false alarms in {len(pairs)} ordered pairs: {alarms}"
+    """The false-alarm rate of the gate at its defaults (5 % and beyond noise): docs/ci.md records it.
+    It holds on a machine that is not oversubscribed; on one that is (docs/ci.md measured 10.7 % at load
+    average 11-13 on 2 cores), each alarm must at least say that its runs were captured on a busy machine."""
+    names = [f"same{i}" for i in range(REPEATS)]
+    gates = {(a, b): evaluate(diff_paths(runs[a], runs[b], jobs=1), DEFAULT_SLOWER_PCT, []) for a, b in itertools.permutations(names, 2)}
+    alarms = [pair for pair, gate in gates.items() if gate.failed]
+    unexplained = [pair for pair in alarms if "captured on a busy machine" not in gates[pair].explanation]
+    assert len(unexplained) <= 1, f"{len(alarms)} false alarms in {len(gates)} ordered pairs, {len(unexplained)} not flagged busy: {unexplained}"
 
 
 def test_a_planted_20_percent_regression_trips_the_gate(runs: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
