@@ -276,7 +276,7 @@ def operator_keys(base: Report, new: Report) -> tuple[RowTimes, RowTimes]:
     b_sites, n_sites = _sites(base), _sites(new)
     sited = b_sites.keys() & n_sites.keys()
     b_rows, n_rows = _by_shape(base, shapes, sited), _by_shape(new, shapes, sited)
-    for name in sited:
+    for name in sorted(sited):  # a fixed order: rows that tie on their change keep it
         b_total, n_total = _operator_total(base, name), _operator_total(new, name)
         b_keep = _kept_sites(b_sites[name], n_sites[name], n_total)
         n_keep = _kept_sites(n_sites[name], b_sites[name], b_total)
@@ -322,7 +322,7 @@ def _kept_sites(mine: dict[str, tuple[float, int]], other: dict[str, tuple[float
 
 def _add_sites(rows: RowTimes, name: str, sites: dict[str, tuple[float, int]], keep: set[str], total: tuple[float, int] | None) -> None:
     kept_us, kept_calls = 0.0, 0
-    for site in keep:
+    for site in (s for s in sites if s in keep):  # the report's order, not a set's
         rows[(name, None, site)] = sites[site]
         kept_us += sites[site][0]
         kept_calls += sites[site][1]
