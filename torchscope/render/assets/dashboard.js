@@ -107,8 +107,9 @@
       const k = state.sort;
       shown.sort((a, b) => { const x = a[k] ?? "", y = b[k] ?? ""; const d = x < y ? -1 : x > y ? 1 : 0; return state.desc ? -d : d; });
       const limit = 2000;  // the table shows the first rows; the filter reaches every row
-      tbody.replaceChildren(...shown.slice(0, limit).map((r) => el("tr", null, ...columns.map((c) =>
-        el("td", { class: c.num ? "num" : "name", text: c.fmt ? c.fmt(r[c.key], r) : (r[c.key] ?? "") })))));
+      tbody.replaceChildren(...shown.slice(0, limit).map((r) => el("tr", null, ...columns.map((c) => c.node  // c.node: a cell built of elements
+        ? el("td", { class: "name" }, c.node(r[c.key], r))
+        : el("td", { class: c.num ? "num" : "name", text: c.fmt ? c.fmt(r[c.key], r) : (r[c.key] ?? "") })))));
       count.textContent = `${shown.length} of ${rows.length} rows` + (shown.length > limit ? ` (first ${limit} shown)` : "");
       heads.forEach((h, i) => { h.classList.toggle("sorted-desc", columns[i].key === k && state.desc); h.classList.toggle("sorted-asc", columns[i].key === k && !state.desc); });
     }
@@ -117,6 +118,15 @@
     fill();
     return el("div", null, el("div", { class: "controls" }, search, count, ...(opts.extra || [])),
       el("table", { class: "data" }, el("thead", null, el("tr", null, ...heads)), tbody));
+  }
+
+  // A call-site row's stack (R.call_sites[].stack, analysis/callsites.py): folded to its frame count, opened
+  // to the frames, outermost first; where several stacks reach the site, the costliest and its share.
+  function stackCell(stack, r) {
+    if (!(stack || []).length) return "-";
+    const share = r.stack_share > 0 && r.stack_share < 0.9995 ? `, ${pct(r.stack_share)} of this row's time; other callers too` : "";
+    return el("details", { class: "ts-stack" }, el("summary", { text: `${stack.length} frame${stack.length > 1 ? "s" : ""}${share}` }),
+      el("ol", { style: "margin:2px 0 0 1.4em;padding:0" }, ...stack.map((f) => el("li", { text: f }))));
   }
 
   // ---- overview -----------------------------------------------------------------------------------
@@ -193,9 +203,11 @@
     function draw(shape) { holder.replaceChildren(table(cols(shape), withRate(shape ? R.operators_by_shape : R.operators), { sort: "host_self_us", extra: [toggle] })); }
     root.append(card("Operators", holder));
     draw(false);
+    const stacked = (R.call_sites || []).some((r) => (r.stack || []).length);
     if ((R.call_sites || []).length) root.append(card("Where the top operators are called from (innermost frame of your code)", table([
       { key: "operator", title: "operator" }, { key: "site", title: "call site" }, { key: "calls", title: "calls", num: true },
-      { key: "host_self_us", title: "host self", num: true, fmt: fmtUs }, { key: "device_self_us", title: "device self", num: true, fmt: fmtUs }],
+      { key: "host_self_us", title: "host self", num: true, fmt: fmtUs }, { key: "device_self_us", title: "device self", num: true, fmt: fmtUs },
+      ...(stacked ? [{ key: "stack", title: "call stack (your code, outermost first)", node: stackCell }] : [])],
       R.call_sites, { sort: "host_self_us" })));
     if ((R.modules || []).length) root.append(card("Modules (nn.Module forward, per step)", table([
       { key: "path", title: "module path" }, { key: "module", title: "class" }, { key: "calls_per_step", title: "calls/step", num: true, fmt: (v) => v.toFixed(1) },
