@@ -117,3 +117,20 @@ def test_call_sites_and_launchers_are_shown_and_escaped() -> None:
     assert hostile not in page and "@ &lt;script&gt;alert(1)&lt;/script&gt; (evil.py:1)" in page and "by aten::mm" in page
     text = " ".join(render_diff_terminal(diff, width=200).split())
     assert f"aten::mm @ {hostile}" in text and "sgemm (by aten::mm)" in text
+
+
+def test_the_html_diff_draws_side_by_side_breakdown_bars_to_one_scale() -> None:
+    import re
+
+    from torchscope.render.diff_html import render_diff_html
+    from torchscope.report.model import CategoryTime
+
+    base, new = _report({MM: (8, 800.0)}), _report({MM: (8, 800.0)})
+    base.breakdown = {"data_loading": CategoryTime(us=400.0, percent=40.0), "forward": CategoryTime(us=300.0, percent=30.0)}
+    new.breakdown = {"data_loading": CategoryTime(us=100.0, percent=12.5), "forward": CategoryTime(us=300.0, percent=37.5)}
+    page = render_diff_html(diff_reports(base, new))
+    bars = {m.group(1): re.findall(r"class='bar (base|new)' style='width:(\d+)px'", m.group(2))
+            for m in re.finditer(r"<tr><td>(data_loading|forward)</td>(.*?)</tr>", page)}
+    # One scale for both runs (the largest time is 200 px): base and new bars of a category side by side.
+    assert bars == {"data_loading": [("base", "200"), ("new", "50")], "forward": [("base", "150"), ("new", "150")]}
+    assert "-27.5 pp" in page
