@@ -92,3 +92,25 @@ def test_a_row_without_the_stack_fields_still_loads() -> None:
     assert row.stack == [] and row.stack_share == 0.0
     [merged] = _reduce([row, row])  # rows from an extract cached before stacks: merged by site as before
     assert (merged.calls, merged.stack, merged.stack_share) == (4, [], 0.0)
+
+
+def _terminal(rows: list[CallSiteRow], width: int) -> str:
+    from rich.console import Console
+
+    from torchscope.render.callsites_terminal import call_sites_table
+    from torchscope.report.model import Report, RunInfo
+
+    report = Report(torchscope_version="0", run=RunInfo(paths=[], trace_files=[], ranks=[], device_kind="cpu"),
+                    steps=[], breakdown={}, call_sites=rows)
+    console = Console(width=width, record=True, color_system=None)
+    console.print(call_sites_table(report, 10, width))
+    return console.export_text()
+
+
+def test_the_terminal_names_the_callers_only_where_they_fit() -> None:
+    rows = _reduce(_span(train_calls=3, eval_calls=1))
+    wide = _terminal(rows, 140)
+    assert "called by" in wide and "train (train.py:10) < <module> (train.py:1)" in wide
+    assert all(len(line) <= 140 for line in wide.splitlines())
+    narrow = _terminal(rows, 100)
+    assert "called by" not in narrow and "helper (model.py:5)" in narrow
