@@ -53,7 +53,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     example.main(["--out", str(root / "slower"), "--steps", str(STEPS), "--extra-ms", f"{0.2 * base_ms:.3f}"])
     out["slower"] = root / "slower"
     # With call stacks and allocations recorded; the second holds 16 MB more through every step.
-    memory = ["--steps", "4", "--with-stack", "--profile-memory"]
+    memory = ["--steps", str(STEPS), "--with-stack", "--profile-memory"]  # the same window as same0
     example.main(["--out", str(root / "stacks"), *memory])
     example.main(["--out", str(root / "more_memory"), *memory, "--extra-mb", "16"])
     out["stacks"], out["more_memory"] = root / "stacks", root / "more_memory"
