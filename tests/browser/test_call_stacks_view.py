@@ -1,10 +1,11 @@
 """The call stacks of the Operators view's call-site table (dashboard.js `stackCell`) in headless
 Chromium, on a real CPU run where two callers reach one function (tests/helpers/two_callers.py): each
 row's stack folds to its frame count, opens to the Report's frames in order, and says when other
-callers share the site."""
+callers share the site. With TORCHSCOPE_SCREENSHOTS=DIR it saves the card, one stack open."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +48,9 @@ def test_the_operators_view_shows_the_call_stack_of_a_call_site(page: Page, two_
     details.locator("summary").click()
     assert details.locator("li").all_inner_texts() == layer.stack  # outermost first, as in the Report
     assert details.locator("li").first.is_visible()
+    if shots := os.environ.get("TORCHSCOPE_SCREENSHOTS"):  # docs/screenshots/cpu-operators-call-stack.png
+        Path(shots).mkdir(parents=True, exist_ok=True)
+        card.screenshot(path=str(Path(shots) / "cpu-operators-call-stack.png"))
     filter_box = card.locator("input[type=search]")
     for caller in ("_train_step", "_evaluate"):  # the filter reaches the stacks' frames too
         filter_box.fill(caller)
