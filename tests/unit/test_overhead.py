@@ -176,3 +176,21 @@ def test_phase_clock_splits_compute_by_the_unprofiled_phase_medians() -> None:
                   data_loading=0.6, forward=0.3, backward=0.1, other=0.05)
     overhead.correct(rep)
     assert rep.measurements.profiler_overhead.corrected_percent["forward"] > shares["forward"]
+
+
+def test_phase_clock_without_fetch_times_splits_the_step_clock_shares() -> None:
+    # No DataLoader (method step_clock): recorded forward 55 %, optimizer 40 % (forward with more events); the
+    # unprofiled steps' clock: forward 2 ms, optimizer 2 ms, 1 ms untimed ("other") in a 5 ms step.
+    section = ProfilerOverhead(python_events_per_step={"forward": 9_000, "optimizer": 1_000})
+    times = {
+        "unprofiled_step_us": [5000.0] * 3,
+        "profiled_step_us": [11_000.0] * 3,
+        "unprofiled_phase_us": {"forward": [2000.0] * 3, "backward": [0.0] * 3, "optimizer": [2000.0] * 3},
+    }
+    rep = _report(section, times, forward=0.55, optimizer=0.4, other=0.05)
+    overhead.correct(rep)
+    result = rep.measurements.profiler_overhead
+    assert result.method == "step_clock"
+    assert result.corrected_percent == pytest.approx({"forward": 40.0, "optimizer": 40.0, "other": 20.0})
+    forward_us = rep.phases["forward"].us  # the recorded phase (0.55 of the test report's step)
+    assert result.slowdown_by_phase["forward"] == pytest.approx(forward_us / 2000) and forward_us > 2000

@@ -23,7 +23,8 @@ Two measurements correct it:
   - ``step_clock`` (otherwise): the overhead per step, the difference of the two step medians, is spread
     over the phases in proportion to their events, an operator event weighing :data:`OP_EVENT_WEIGHT`
     Python events, and each phase's time less its part gives the shares without the profiler. Noisier:
-    it compares different steps.
+    it compares different steps. Where the phase clock timed the unprofiled steps, the phases are split
+    by its medians instead, as above (the untimed phases, data loading among them, by their estimate).
 
 Without unprofiled steps in the manifest (a bare trace, or a schedule with no steps outside the window
 after the first) nothing is corrected and ``method`` says so; nor when the recorded events, even at
@@ -254,6 +255,10 @@ def correct(report: Report) -> None:
     section.slowdown_by_phase = {
         name: phases[name] / corrected[name] for name in phases if corrected[name] > 0 and phases[name] > 0
     }
+    clocked = phase_times(report.run.manifest, len(unprofiled))
+    if clocked:  # the compute split from the unprofiled steps' phase clock, not the events' spread
+        steps = np.array(unprofiled)
+        _split_by_phase_clock(section, phases, steps, np.zeros_like(steps), clocked, measured_data=False)
 
 
 def _from_fetch_clock(section: ProfilerOverhead, phases: dict[str, float], data_share: np.ndarray, data_us: float) -> None:
@@ -294,25 +299,29 @@ def _split_by_phase_clock(
     step_us: np.ndarray,
     fetch_us: np.ndarray,
     clocked: dict[str, np.ndarray],
+    measured_data: bool = True,
 ) -> None:
     """Re-split the compute part of `section.corrected_percent` (already holding the measured data share and
     the event-priced estimate) by the unprofiled phase clock: each timed phase by its median over the
     unprofiled steps; the untimed phases (other, communication) share the median untimed remainder of the
-    step in proportion to their estimated shares. All medians over 30 steps, not 3 recorded ones."""
+    step in proportion to their estimated shares. All medians over 30 steps, not 3 recorded ones. Without
+    a measured data share (`measured_data` False: no fetch clock, method step_clock) data loading is one of
+    the untimed phases."""
     estimate = section.corrected_percent
-    share = estimate.get("data_loading", 0.0) / 100.0
-    timed = {name: median(us) for name, us in clocked.items() if name in phases and name != "data_loading"}
+    share = estimate.get("data_loading", 0.0) / 100.0 if measured_data else 0.0
+    measured = {"data_loading"} if measured_data else set()
+    timed = {name: median(us) for name, us in clocked.items() if name in phases and name not in measured}
     if not timed or sum(timed.values()) <= 0:
         return
     remainder = median(np.maximum(step_us - fetch_us - sum(clocked.values()), 0.0))
-    untimed = {name: estimate.get(name, 0.0) for name in phases if name not in timed and name != "data_loading"}
+    untimed = {name: estimate.get(name, 0.0) for name in phases if name not in timed and name not in measured}
     untimed_total = sum(untimed.values())
     rest = dict(timed)
     rest |= {name: remainder * pct / untimed_total if untimed_total > 0 else 0.0 for name, pct in untimed.items()}
     if untimed_total <= 0 and "other" in phases:
         rest["other"] = remainder
     total = sum(rest.values())
-    section.corrected_percent = {"data_loading": 100.0 * share} | {
+    section.corrected_percent = ({"data_loading": 100.0 * share} if measured_data else {}) | {
         name: 100.0 * (1.0 - share) * us / total for name, us in rest.items()
     }
     # The slowdown of each timed phase is now measured (recorded median over unprofiled median).
