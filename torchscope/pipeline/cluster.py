@@ -27,8 +27,9 @@ from torchscope.trace.discover import TraceFileRef
 LOCAL = "local"
 CONNECT_TIMEOUT_S = 10
 # Tasks in flight per worker thread: enough that a thread never waits for its next rank while a result
-# travels back, few enough that what the cluster holds does not grow with the rank count.
-IN_FLIGHT_PER_THREAD = 2
+# travels back through the client (2 was slower than submitting all at once on a loaded machine, 8 was
+# not), few enough that what the cluster holds does not grow with the rank count.
+IN_FLIGHT_PER_THREAD = 8
 
 
 def _client(address: str, workers: int) -> Any:
@@ -74,7 +75,8 @@ def _bounded_map(client: Any, groups: list[list[TraceFileRef]], submit: Callable
 
     Submitting every rank at once hands the whole graph to the workers: Dask queues only "root-ish" tasks
     on the scheduler, and a task that reads the scattered analyses is not one, so each worker held every
-    rank's task until it ran (measured: 920 tasks on one worker after 128 of 1,024 ranks, 65 -> 100 MB).
+    rank's task until it ran (measured: 920 tasks on one worker after 128 of 1,024 ranks, 65 -> 100 MB;
+    with the window, 71-75 MB throughout; docs/performance.md).
     Each result is taken as it completes and its future released at once, and the next rank is submitted
     then, so the workers hold a bounded window of tasks and unfetched extracts whatever the rank count."""
     from distributed import as_completed
