@@ -15,12 +15,12 @@ from torchscope.diagnose.context import Context, ms
 from torchscope.diagnose.rule import Threshold, Verdict, by_share, rule
 from torchscope.diagnose.rules_quality import unprofiled_share, unprofiled_step_us
 from torchscope.report.model import Fix, FixValue
+from torchscope.rundir.contention import OTHERS_BUSY_SHARE, oversubscribed
 
 DATA_LOADING = Threshold(0.05, "warning above 5 % of the step (TB `data.py`: `dataloader_ratio > 0.05`)")
 MAX_SUGGESTED_WORKERS = 8  # more workers rarely help one GPU and multiply host memory
 WAITING_CPU_PER_WALL = 0.5  # the process ran on a CPU less than half the window: its loading waits (I/O, sleep)
 WAITING_FETCH_CPU = 0.35  # the fetches used a CPU under 35 % of their time: they wait, they do not compute
-BUSY_OTHERS = 0.25  # above this share of our CPUs used by others, a low CPU/wall may be descheduling
 MIN_GAIN = 0.05  # a thread-for-worker trade is advised only when the model predicts >= 5 % of the step
 RECEIVE_KEPT = 0.25  # pessimistic share of loading left on the main process with workers (analysis/whatif.KEPT)
 
@@ -328,7 +328,7 @@ def _cpu_per_wall(environment: dict[str, Any], threads: int) -> tuple[Optional[f
     recorded = environment.get("contention")
     contention: dict[str, Any] = recorded if isinstance(recorded, dict) else {}
     load, cpus = _number(contention.get("load_average_1m")), _number(environment.get("cpu_count"))
-    if fetch is None or rest is None or load is None or not cpus or load <= cpus + 0.5:
+    if fetch is None or rest is None or not oversubscribed(load, cpus):
         return fetch, rest
     scale = max(threads / max(fetch, rest, 1e-3), 1.0)
     return min(fetch * scale, float(threads)), min(rest * scale, float(threads))
@@ -352,7 +352,7 @@ def _waiting(environment: dict[str, Any]) -> bool:
     contention: dict[str, Any] = recorded if isinstance(recorded, dict) else {}
     cpu_per_wall, others = _number(contention.get("process_cpu_per_wall")), _number(contention.get("other_share"))
     # A process that ran on a CPU under half the time waits for something, unless others took the CPUs.
-    return cpu_per_wall is not None and cpu_per_wall < WAITING_CPU_PER_WALL and not (others is not None and others > BUSY_OTHERS)
+    return cpu_per_wall is not None and cpu_per_wall < WAITING_CPU_PER_WALL and not (others is not None and others > OTHERS_BUSY_SHARE)
 
 
 

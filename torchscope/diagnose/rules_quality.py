@@ -10,6 +10,7 @@ from torchscope.arrays import median
 from torchscope.diagnose.context import Context
 from torchscope.diagnose.rule import WARNING, Threshold, Verdict, rule
 from torchscope.report.model import Fix
+from torchscope.rundir.contention import OTHERS_BUSY_SHARE
 
 # The profiler schedule that leaves one-time costs out of the window: wait 1, warm up 1, record 3 steps
 # (profiler recipe); `torchscope run --wait/--warmup/--active` and `torch.profiler.schedule` take the same.
@@ -243,7 +244,7 @@ def profiler_overhead(ctx: Context) -> Optional[Verdict]:
     )
 
 
-BUSY = Threshold(0.25, "other processes used over 25 % of the CPUs this run may use while it was recorded")
+BUSY = Threshold(OTHERS_BUSY_SHARE, "other processes used over 25 % of the CPUs this run may use while it was recorded")
 
 
 @rule(

@@ -24,11 +24,10 @@ from torchscope.report.diff import (
     StepTimeChange,
 )
 from torchscope.report.model import CategoryTime, Metric, Report, StepRow, decode_report
+from torchscope.rundir.contention import OTHERS_BUSY_SHARE, oversubscribed
 
 # Metrics without per-step samples (peaks, utilisation) have no noise estimate: a change this large counts.
 UNSAMPLED_TOLERANCE_PCT = 2.0
-# Other processes' share of the capture's CPUs above which a run's timings are called load-bound.
-BUSY_SHARE = 0.25
 MAX_REPORT_BYTES = 64 << 20
 TOP_ROWS = 50
 
@@ -93,7 +92,8 @@ def diff_reports(
 def busy_machine(report: Report, label: str) -> str | None:
     """A warning when the run was captured on a busy machine (the manifest's `environment.contention`,
     capture/machine.py): more runnable threads than CPUs (1-minute load average above the CPU count by
-    half a CPU, as rules_input reads it) or other processes using over BUSY_SHARE of the CPUs. Its
+    half a CPU, as rules_input reads it) or other processes using over OTHERS_BUSY_SHARE of the CPUs
+    (rundir/contention.py). Its
     step times then carry that load, which changes from run to run beyond what `--run-noise` models."""
     environment = report.run.manifest.get("environment")
     contention = environment.get("contention") if isinstance(environment, dict) else None
@@ -103,7 +103,7 @@ def busy_machine(report: Report, label: str) -> str | None:
     load = load if isinstance(load, (int, float)) else None
     cpus = cpus if isinstance(cpus, int) and cpus > 0 else None
     others = others if isinstance(others, (int, float)) else None
-    if not ((load is not None and cpus is not None and load > cpus + 0.5) or (others is not None and others > BUSY_SHARE)):
+    if not (oversubscribed(load, cpus) or (others is not None and others > OTHERS_BUSY_SHARE)):
         return None
     figures = ", ".join(
         ([f"load average {load:g} on {cpus} CPUs"] if load is not None and cpus is not None else [])
