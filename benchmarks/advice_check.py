@@ -40,6 +40,16 @@ EXAMPLES: dict[str, list[str]] = {
     "slow_getitem": [str(REPO / "examples" / "bottlenecks" / "slow_getitem.py")],
 }
 
+# The end of every bootstrap here: run the target (a script, or `-m module`) as `python` would.
+RUN_TARGET = r"""
+sys.argv = sys.argv[1:]
+if sys.argv[0] == "-m":
+    sys.argv = sys.argv[1:]
+    runpy.run_module(sys.argv[0], run_name="__main__", alter_sys=True)
+else:
+    runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
 # The child: override the DataLoader keywords and the threads, time the optimizer steps, run the target.
 BOOTSTRAP = r"""
 import atexit, json, os, runpy, sys, time
@@ -60,13 +70,7 @@ from torch.optim.optimizer import register_optimizer_step_post_hook
 stamps, parent = [], os.getpid()
 register_optimizer_step_post_hook(lambda *a: stamps.append(time.perf_counter()))
 atexit.register(lambda: os.getpid() == parent and json.dump(stamps, open(os.environ["ADVICE_OUT"], "w")))
-sys.argv = sys.argv[1:]
-if sys.argv[0] == "-m":
-    sys.argv = sys.argv[1:]
-    runpy.run_module(sys.argv[0], run_name="__main__", alter_sys=True)
-else:
-    runpy.run_path(sys.argv[0], run_name="__main__")
-"""
+""" + RUN_TARGET
 
 
 def _command(name: str, steps: int) -> list[str]:

@@ -24,6 +24,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from advice_check import RUN_TARGET  # benchmarks/ (this script's folder) is on sys.path
+
 REPO = Path(__file__).resolve().parents[1]
 SKIP_STEPS = 2  # step 0 and 1 pay one-time costs (as the capture's clock leaves step 0 out)
 EXAMPLES: dict[str, list[str]] = {
@@ -67,13 +69,7 @@ def post(*a):
 register_optimizer_step_pre_hook(pre)
 register_optimizer_step_post_hook(post)
 atexit.register(lambda: os.getpid() == parent and json.dump(steps, open(os.environ["SHARE_OUT"], "w")))
-sys.argv = sys.argv[1:]
-if sys.argv[0] == "-m":
-    sys.argv = sys.argv[1:]
-    runpy.run_module(sys.argv[0], run_name="__main__", alter_sys=True)
-else:
-    runpy.run_path(sys.argv[0], run_name="__main__")
-"""
+""" + RUN_TARGET
 
 
 def own_timer(name: str) -> list[list[float]]:
