@@ -84,7 +84,9 @@ def _bounded_map(client: Any, groups: list[list[TraceFileRef]], submit: Callable
     window = max(2, IN_FLIGHT_PER_THREAD * sum(client.nthreads().values()))
     pending = iter(enumerate(groups))
     index_of: dict[Any, int] = {}
-    completed = as_completed(with_results=True)
+    # On this client's event loop: without `loop`, Dask takes the loop of whichever client was made last
+    # in the process (`default_client()`), which need not be this one.
+    completed = as_completed(with_results=True, loop=client.loop)
 
     def submit_next() -> None:
         step = next(pending, None)
@@ -110,7 +112,11 @@ def extract_on_cluster(
     """Every rank's extracts (or its input error), in the order of `groups`."""
     client = _client(address, workers)
     try:
-        shared = client.scatter(list(analyses), broadcast=True)  # sent to each worker once, not with every rank
+        # Sent to each worker once, not with every rank. Under a fresh key (hash=False): the default key is
+        # the content's hash, the same for every analysis with the same catalogue, and scattering it while the
+        # scheduler still releases it from an earlier client is a known Dask race (dask/distributed#3703,
+        # #4907: a lost key, a scatter that never returns) on a long-lived cluster.
+        shared = client.scatter(list(analyses), broadcast=True, hash=False)
         return _bounded_map(client, groups, lambda i, group: client.submit(_extract_or_error, group, shared, use_cache, i, pure=False))
     finally:
         cluster = client.cluster if address == LOCAL else None
