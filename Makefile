@@ -39,8 +39,9 @@ browser:
 		else echo "make test needs Debian's chromium: sudo apt-get install -y chromium" >&2; exit 1; fi; \
 	fi
 
+# --durations: the CI log names the slowest tests, so a test that creeps towards pyproject's `timeout` shows.
 test: $(STAMP) browser
-	PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 $(PY) -m pytest -q
+	PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 $(PY) -m pytest -q --durations=15
 	TORCHSCOPE_NO_FASTSCAN=1 $(PY) -m pytest -q $(NO_FASTSCAN_TESTS)
 
 # Loader/analysis figures vs HTA and the JSON floor (benchmarks/README.md); sets up its own HTA venv.
