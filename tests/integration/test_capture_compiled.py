@@ -5,6 +5,7 @@ and the phases are still labelled from the compiled module's outer call."""
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 
 import pytest
@@ -22,14 +23,21 @@ def test_a_compiled_model_keeps_its_graph_under_capture(tmp_path: Path) -> None:
     model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
     compiled = torch.compile(model, backend="eager")  # dynamo's tracing without inductor's slow codegen
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    with torchscope.profile(out=tmp_path / "run") as prof:
-        for _ in range(6):
-            loss = compiled(torch.randn(8, 16)).sum()
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
-            prof.step()
+    filters_before = list(warnings.filters)
+    with warnings.catch_warnings(record=True) as shown:
+        warnings.simplefilter("always")
+        with torchscope.profile(out=tmp_path / "run") as prof:
+            for _ in range(6):
+                loss = compiled(torch.randn(8, 16)).sum()
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+                prof.step()
     assert dict(counters["graph_break"]) == {}  # was 3: threading.get_ident in the forward hooks
+    # torch's warning about global module hooks is about ours: the user never sees it, and their own
+    # warning filters are as they were once the capture ends
+    assert not [w for w in shown if "global hooks" in str(w.message)]
+    assert warnings.filters == filters_before
     [trace] = (tmp_path / "run").glob("*.pt.trace.json")
     names = [e.get("name", "") for e in json.loads(trace.read_text())["traceEvents"]]
     for label in ("torchscope:forward", "torchscope:backward", "torchscope:optimizer"):

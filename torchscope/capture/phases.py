@@ -36,7 +36,8 @@ import functools
 import os
 import threading
 import time
-from typing import Any, Callable, Literal
+import warnings
+from typing import Any, Callable, Literal, cast
 
 import msgspec
 import torch
@@ -51,6 +52,10 @@ from torchscope.rundir.labels import BACKWARD, CLOSURE, FORWARD, OPTIMIZER
 Boundary = Literal["data", "forward", "backward"]
 
 _pid = os.getpid()
+# torch warns at every call of a compiled module while any global module hook exists, and ours are the
+# only ones the user did not write: the extra call it warns of (the OptimizedModule's own) is the outer
+# module call our forward depth already counts (tests/integration/test_capture_compiled.py).
+_COMPILED_MODULE_HOOK_WARNING = r"Using `torch\.compile\(module\)` when there are global hooks on modules"
 
 
 def _after_fork_in_child() -> None:
@@ -98,6 +103,7 @@ class PhaseHooks:
         self._retire_requested = False
         self._handles: list[Any] = []
         self._patches: list[tuple[Any, str, Any, Any]] = []  # (owner, attribute, original, wrapper)
+        self._warning_filter: Any = None  # the entry install() put in warnings.filters
 
     @property
     def installed(self) -> bool:
@@ -120,6 +126,8 @@ class PhaseHooks:
             optim_module.register_optimizer_step_pre_hook(self._optimizer_pre),
             optim_module.register_optimizer_step_post_hook(self._optimizer_post),
         ]
+        warnings.filterwarnings("ignore", message=_COMPILED_MODULE_HOOK_WARNING, category=UserWarning)
+        self._warning_filter = warnings.filters[0]
         self._patch(torch.Tensor, "backward", self._wrap_backward)
         self._patch(torch.autograd, "backward", self._wrap_backward)
         if self._on_boundary is not None:
@@ -130,6 +138,10 @@ class PhaseHooks:
         for handle in self._handles:
             handle.remove()
         self._handles = []
+        filters = cast("list[Any]", warnings.filters)  # a list at run time (typeshed: a Sequence)
+        if self._warning_filter in filters:  # only our entry: the user's own filters stay as they are
+            filters.remove(self._warning_filter)
+        self._warning_filter = None
         for owner, attribute, original, wrapper in reversed(self._patches):
             if getattr(owner, attribute, None) is wrapper:  # someone patched over us: leave theirs alone
                 setattr(owner, attribute, original)
