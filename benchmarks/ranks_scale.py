@@ -101,8 +101,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             folder = Path(tmp) / f"ranks{world}"
             write_ranks(folder, world)
             for engine in args.engines:
-                # -P: benchmarks/html.py must not shadow the standard library's html (Dask imports it)
-                command = [sys.executable, "-P", __file__, "--one", str(folder), engine, "--workers", str(args.workers)]
+                command = [sys.executable, __file__, "--one", str(folder), engine, "--workers", str(args.workers)]
                 done = subprocess.run(command, capture_output=True, text=True, cwd=REPO)
                 if done.returncode != 0:
                     print(f"{world} ranks, {engine}: failed\n{done.stderr[-2000:]}", file=sys.stderr)

@@ -1,4 +1,4 @@
-"""What the browser tests and benchmarks/html.py share: Debian's Chromium and its flags, the samples'
+"""What the browser tests and benchmarks/dashboard.py share: Debian's Chromium and its flags, the samples'
 folder, the hostile label and the views (a module of its own: `conftest` is a name every test folder has)."""
 
 from __future__ import annotations

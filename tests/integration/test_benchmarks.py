@@ -49,3 +49,13 @@ def test_run_prints_the_side_by_side_table(tmp_path: Path) -> None:
     assert "| 2mb | 2 MB |" in result.stdout
     assert "cached re-analysis" in result.stdout
     assert (tmp_path / "results.md").read_text().startswith("# torchscope benchmark results")
+
+
+def test_no_benchmark_script_shadows_a_module_the_children_import() -> None:
+    """`python benchmarks/X.py` puts benchmarks/ first on sys.path, so a script named like a standard-library
+    module or an anchor's package replaces it in every benchmark child: `benchmarks/html.py` did, and HTA's
+    load died on `import html.entities` (networkx), so `make bench` measured no HTA at all."""
+    anchors = {"hta", "orjson", "dask", "distributed", "ray", "numpy", "pandas", "networkx", "msgspec", "torchscope"}
+    scripts = {path.stem for path in (REPO / "benchmarks").glob("*.py")}
+    assert scripts, "no benchmark scripts found"
+    assert not scripts & (set(sys.stdlib_module_names) | anchors)

@@ -2,7 +2,7 @@
 the Timeline view's first draw and one zoom. Not a timed test: run by hand, figures in docs/performance.md.
 
     python benchmarks/generate.py --case 500mb
-    python benchmarks/html.py benchmarks/data/500mb [--jobs 2]
+    python benchmarks/dashboard.py benchmarks/data/500mb [--jobs 2]
 """
 
 from __future__ import annotations
