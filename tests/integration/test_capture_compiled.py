@@ -23,9 +23,10 @@ def test_a_compiled_model_keeps_its_graph_under_capture(tmp_path: Path) -> None:
     model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
     compiled = torch.compile(model, backend="eager")  # dynamo's tracing without inductor's slow codegen
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    filters_before = list(warnings.filters)
     with warnings.catch_warnings(record=True) as shown:
         warnings.simplefilter("always")
+        # taken and compared inside catch_warnings, which restores the filters itself when it exits
+        filters_before = list(warnings.filters)
         with torchscope.profile(out=tmp_path / "run") as prof:
             for _ in range(6):
                 loss = compiled(torch.randn(8, 16)).sum()
@@ -33,11 +34,12 @@ def test_a_compiled_model_keeps_its_graph_under_capture(tmp_path: Path) -> None:
                 loss.backward()
                 optimizer.step()
                 prof.step()
+        filters_after = list(warnings.filters)
     assert dict(counters["graph_break"]) == {}  # was 3: threading.get_ident in the forward hooks
     # torch's warning about global module hooks is about ours: the user never sees it, and their own
     # warning filters are as they were once the capture ends
     assert not [w for w in shown if "global hooks" in str(w.message)]
-    assert warnings.filters == filters_before
+    assert filters_after == filters_before
     [trace] = (tmp_path / "run").glob("*.pt.trace.json")
     names = [e.get("name", "") for e in json.loads(trace.read_text())["traceEvents"]]
     for label in ("torchscope:forward", "torchscope:backward", "torchscope:optimizer"):
