@@ -8,7 +8,7 @@ import json
 import pytest
 
 from helpers.trace_builder import TraceBuilder
-from torchscope.analysis.getitem import extract
+from torchscope.analysis.getitem import _is_dataset_getitem, extract
 from torchscope.analysis.span import SpanInput
 from torchscope.trace.parse import parse_trace_bytes
 
@@ -72,3 +72,39 @@ def test_no_getitem_frames_no_section() -> None:
     _frame(b, SUBSET, 10, 100)  # torch's wrapper alone is no dataset's
     _frame(b, DECODE, 200, 100)
     assert extract(SpanInput(parse_trace_bytes(json.dumps(b.document()).encode()))) is None
+
+
+# PyTorch's tracer writes a frame's path relative to its sys.path entry (torch/profiler/python_tracer.py):
+# torch's and the standard library's frames then have no /torch/ or /lib/pythonX.Y/ in them.
+@pytest.mark.parametrize(
+    ("name", "counts"),
+    [
+        ("/home/u/train/data.py(42): __getitem__", True),
+        ("data.py(42): __getitem__", True),  # the script's folder is a sys.path entry too
+        ("torchvision/datasets/folder.py(245): __getitem__", True),  # an installed dataset is a dataset
+        ("/venv/lib/python3.12/site-packages/torchvision/datasets/folder.py(245): __getitem__", True),
+        ("torch/nn/modules/container.py(381): __getitem__", False),  # ModuleList[i] in a forward
+        ("torch/utils/data/dataset.py(412): __getitems__", False),  # Subset
+        (SUBSET, False),
+        ("collections/__init__.py(1121): __getitem__", False),  # UserDict
+        ("enum.py(792): __getitem__", False),  # Color["RED"]
+        ("/usr/lib/python3.10/collections/__init__.py(1106): __getitem__", False),
+        ("<frozen os>(674): __getitem__", False),  # os.environ
+        ("/home/u/train/data.py(42): decode", False),
+    ],
+)
+def test_which_frames_are_a_datasets_getitem(name: str, counts: bool) -> None:
+    assert _is_dataset_getitem(name) is counts
+
+
+def test_frames_come_costliest_first() -> None:
+    cheap, costly = "/home/u/train/a_first.py(5): __getitem__", "/home/u/train/z_last.py(7): __getitem__"
+    b = TraceBuilder()
+    b.step(1, 0, 5000)
+    _frame(b, cheap, 10, 100)
+    _frame(b, "torch/nn/modules/container.py(381): __getitem__", 200, 50)
+    _frame(b, costly, 300, 2000)
+    section = extract(SpanInput(parse_trace_bytes(json.dumps(b.document()).encode())))
+    assert section is not None
+    assert section.frames == ["__getitem__ (z_last.py:7)", "__getitem__ (a_first.py:5)"]
+    assert section.getitem_us_per_step == pytest.approx(2100.0)

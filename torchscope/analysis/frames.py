@@ -31,6 +31,12 @@ _NOT_USER_CODE = re.compile(
     r"(site-packages|dist-packages|/lib/python\d|(^|/)torch/|(^|/)torchscope/(capture|integrations)/|^<|<built-in"
     r"|/runpy\.py|/threading\.py|^\?\?$)"
 )
+# The part of `_NOT_USER_CODE` that is never a user's class either: the interpreter, the standard library,
+# torch and torchscope's hooks, but not a third-party package (torchvision's datasets are datasets).
+_INTERPRETER_OR_TORCH = re.compile(
+    r"(/lib/python\d[.\d]*/(?!site-packages|dist-packages)|(^|/)torch/|(^|/)torchscope/(capture|integrations)/|^<|<built-in"
+    r"|^\?\?$)"
+)
 _ABSOLUTE = re.compile(r"^(/|[A-Za-z]:/)")
 _DEF = re.compile(r"^[ \t]*(?:async[ \t]+)?(?:def|class)[ \t]+(\w+)", re.MULTILINE)
 # Code names every sizeable module has; `<module>` is left out: a bare `<module>` frame is the user's script.
@@ -50,6 +56,20 @@ def is_library_code(name: str) -> bool:
     user's own code: a library, torch, torchscope's hooks or the standard library."""
     name = name.strip()
     return _is_library(name, _FRAME.match(name))
+
+
+def is_interpreter_or_torch_code(name: str) -> bool:
+    """Whether a frame name (`path/file.py(42): func`) is the interpreter's (frozen modules, built-ins), the
+    standard library's, torch's or torchscope's hooks': code no user class lives in. Unlike
+    `is_library_code`, an installed third-party package is not (a torchvision dataset is a dataset)."""
+    name = name.strip()
+    if _INTERPRETER_OR_TORCH.search(name) is not None:
+        return True
+    match = _FRAME.match(name)
+    file = (match["file"] if match else name).replace("\\", "/")
+    if _ABSOLUTE.match(file):
+        return file.startswith(_stdlib_dirs()) and not file.startswith(_site_prefixes())
+    return _is_stdlib_relative(file, match["func"] if match else None)
 
 
 def is_module_call(name: str) -> bool:
@@ -82,6 +102,20 @@ def _install_dirs() -> tuple[str, ...]:
     paths = _scheme_paths()
     dirs = {paths[key] for key in ("stdlib", "platstdlib", "purelib", "platlib") if paths.get(key)}
     return tuple(sorted(os.path.abspath(d).replace("\\", "/").rstrip("/") + "/" for d in dirs))
+
+
+@functools.cache
+def _stdlib_dirs() -> tuple[str, ...]:
+    """This interpreter's standard-library folders, as `_install_dirs` gives them (site-packages lies inside
+    one of them on most layouts: `_site_prefixes` tells it apart)."""
+    paths = _scheme_paths()
+    dirs = {paths[key] for key in ("stdlib", "platstdlib") if paths.get(key)}
+    return tuple(sorted(os.path.abspath(d).replace("\\", "/").rstrip("/") + "/" for d in dirs))
+
+
+@functools.cache
+def _site_prefixes() -> tuple[str, ...]:
+    return tuple(os.path.abspath(d).replace("\\", "/").rstrip("/") + "/" for d in _site_dirs())
 
 
 @functools.cache

@@ -18,25 +18,25 @@ from typing import Any, Optional
 
 import numpy as np
 
-from torchscope.analysis.frames import readable
+from torchscope.analysis.frames import is_interpreter_or_torch_code, readable
 from torchscope.analysis.reduce import merge_sections
 from torchscope.analysis.registry import Analysis, Part
 from torchscope.analysis.span import SpanInput
 from torchscope.analysis.steps import event_steps
-from torchscope.arrays import distinct
 from torchscope.report.measurements import Getitem
 from torchscope.trace.kinds import Kind
 
 _GETITEM = re.compile(r"^[^()]*\(\d+\): (__getitem__|__getitems__)$")
-# Not a dataset's: the standard library's (os.environ), frozen modules', and torch's own wrappers (Subset,
-# ConcatDataset), whose child is the wrapped dataset's frame. A dataset in site-packages (torchvision) counts.
-_NOT_DATASET = re.compile(r"^<frozen|/lib/python\d[.\d]*/(?!site-packages|dist-packages)|/torch/")
 MAX_CALLS = 8  # the costliest calls kept per span
 
 
 def _is_dataset_getitem(name: str) -> bool:
-    """A named predicate, not a lambda: `EventTable.name_mask` keeps its answers per string."""
-    return _GETITEM.match(name) is not None and _NOT_DATASET.search(name) is None
+    """A dataset's `__getitem__`: not the interpreter's or the standard library's (`os.environ`,
+    `UserDict`, an Enum), nor torch's (`ModuleList[i]` in a forward; Subset and ConcatDataset, whose child
+    is the wrapped dataset's frame), whether the path is absolute or, as PyTorch's tracer writes it,
+    relative to its sys.path entry (`torch/nn/modules/container.py`). A dataset in site-packages
+    (torchvision) counts. A named predicate, not a lambda: `EventTable.name_mask` keeps its answers."""
+    return _GETITEM.match(name) is not None and not is_interpreter_or_torch_code(name)
 
 
 def extract(span: SpanInput) -> Optional[Getitem]:
@@ -57,7 +57,13 @@ def extract(span: SpanInput) -> Optional[Getitem]:
     for name_id, us in zip(*_sum_by(events.name[children], events.dur_us[children])):
         key = readable(events.strings[int(name_id)])
         totals[key] = totals.get(key, 0.0) + float(us) / steps
-    names = sorted({readable(events.strings[int(i)]) for i in distinct(events.name[outermost])})
+    # Costliest first: the finding names the first.
+    frame_ids, frame_us = _sum_by(events.name[outermost], events.dur_us[outermost])
+    frame_totals: dict[str, float] = {}
+    for name_id, us in zip(frame_ids.tolist(), frame_us.tolist()):
+        key = readable(events.strings[name_id])
+        frame_totals[key] = frame_totals.get(key, 0.0) + us
+    names = sorted(frame_totals, key=lambda name: (-frame_totals[name], name))
     return Getitem(
         frames=names,
         calls_per_step=float(outermost.size / steps),
