@@ -151,13 +151,20 @@ def test_adam_foreach_false_is_optimizer(captured) -> None:  # type: ignore[no-u
     total = sum(b - a for a, b in steps)
     python, arithmetic = python_us / total, arithmetic_us / total
     dispatch = ops_us / total - arithmetic
-    low = 0.65 * python + 0.7 * dispatch
-    high = 0.85 * python + 0.9 * dispatch + 0.8 * arithmetic
+    # Stated without the profiler's overhead where the capture measured it (rules_quality.unprofiled_scale):
+    # scaled by the optimizer phase's share without it over its recorded share, in the unprofiled step.
+    mean_step = sum(b - a for a, b in steps) / len(steps)
+    overhead, scale, step_us = report.measurements.profiler_overhead, 1.0, mean_step
+    if overhead.method in ("fetch_clock", "step_clock"):
+        scale = min(overhead.corrected_percent["optimizer"] / report.phases["optimizer"].percent, 1.0)
+        step_us = overhead.unprofiled_step_us
+    low = (0.65 * python + 0.7 * dispatch) * scale
+    high = (0.85 * python + 0.9 * dispatch + 0.8 * arithmetic) * scale
     assert (top.time_share_low, top.time_share_high) == pytest.approx((low, high), abs=1e-3)
     assert top.time_share == pytest.approx((low + high) / 2, abs=1e-3)
     assert [f.target for f in top.fixes] == ["fused", "foreach"]
-    mean_step = sum(b - a for a, b in steps) / len(steps)
-    assert top.evidence["optimizer_us_per_step"] == pytest.approx(expected * mean_step, rel=1e-3)
+    assert top.evidence["recorded_optimizer_us_per_step"] == pytest.approx(expected * mean_step, rel=1e-3)
+    assert top.evidence["optimizer_us_per_step"] == pytest.approx(expected * scale * step_us, rel=1e-3)
     # Per-parameter update ops inside Optimizer.step, counted here from the raw events.
     per_param = {"aten::add_", "aten::mul_", "aten::addcdiv_", "aten::addcmul_", "aten::lerp_", "aten::sqrt",
                  "aten::div_", "aten::sub_", "aten::maximum", "aten::div", "aten::sqrt_", "aten::neg", "aten::copy_"}

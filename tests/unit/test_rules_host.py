@@ -14,6 +14,7 @@ from torchscope.report.measurements import (
     Optimizer,
     OutsideSteps,
     Patterns,
+    ProfilerOverhead,
     Savings,
     Synchronization,
 )
@@ -130,6 +131,7 @@ def test_optimizer_for_loop_on_cpu_gets_foreach() -> None:
     assert (f.category, f.severity, f.time_share) == ("optimizer", "warning", 0.15)
     assert f.evidence == {
         "optimizer_us_per_step": 1500.0,
+        "recorded_optimizer_us_per_step": 1500.0,  # no profiler overhead measured: the same
         "optimizers": ["AdamW"],
         "implementation": "for_loop",
         "per_param_ops_per_step": 300,
@@ -221,6 +223,11 @@ def test_zero_grad_filling_gradients() -> None:
     assert f.evidence == {"zero_fill_ops_per_step": 120, "zero_grad_us_per_step": 300}
     assert fixes(f) == {"optimizer.zero_grad": ("code_change", "optimizer.zero_grad(set_to_none=True)")}
     assert "optimizer.zero_grad_fill" not in findings(report(measurements=Measurements(optimizer=Optimizer(zero_grad_us_per_step=300))))
+    # The optimizer phase ran 2x slower under the profiler: half the share, in the unprofiled 6 ms step.
+    measurements.profiler_overhead = SLOWED
+    slowed = finding(report(measurements=measurements, phases={"forward": 0.35, "backward": 0.5, "optimizer": 0.15}), "optimizer.zero_grad_fill")
+    assert slowed.time_share == pytest.approx(0.015)
+    assert slowed.evidence["zero_grad_us_per_step"] == pytest.approx(0.015 * 6000.0)
 
 
 def _outside(other: float, culprits: dict[str, float]) -> tuple[Measurements, dict[str, float]]:
@@ -276,3 +283,47 @@ def test_synchronization_thresholds() -> None:
     assert finding(report(measurements=_sync({"aten::item": 300.0}, {}), device=gpu()), "synchronization.host_device").severity == "warning"
     assert "synchronization.host_device" not in findings(report(measurements=_sync({"aten::to": 400.0}, {}), device=gpu()))
     assert "synchronization.host_device" not in findings(report(measurements=_sync({"aten::item": 400.0}, {})))
+
+
+# The capture timed 30 unprofiled steps at 6 ms against the recorded 10 ms; the Python-heavy optimizer ran
+# 3x slower under the profiler (15 % recorded, 7.5 % of the unprofiled step), forward/backward 1.5x.
+SLOWED = ProfilerOverhead(
+    method="step_clock", unprofiled_step_us=6000.0, profiled_step_us=10_000.0,
+    corrected_percent={"forward": 45.0, "backward": 47.5, "optimizer": 7.5},
+)
+
+
+def test_optimizer_cost_is_stated_without_the_profilers_overhead() -> None:
+    measurements = Measurements(
+        optimizer=Optimizer(optimizers=["Adam"], implementation="for_loop", per_param_ops_per_step=300),
+        savings=Savings(
+            model="host_critical_path",
+            saved_us_per_step_low={"optimizer_step_fused": 1000.0}, saved_us_per_step_high={"optimizer_step_fused": 1400.0},
+        ),
+        profiler_overhead=SLOWED,
+    )
+    phases = {"forward": 0.35, "backward": 0.5, "optimizer": 0.15}
+    f = finding(report(measurements=measurements, phases=phases, manifest={"torch_version": "2.13.0"}), "optimizer.step")
+    scale = 7.5 / 15.0
+    assert (f.time_share_low, f.time_share, f.time_share_high) == pytest.approx((0.10 * scale, 0.12 * scale, 0.14 * scale))
+    assert f.evidence["optimizer_us_per_step"] == pytest.approx(450.0)  # 7.5 % of the unprofiled 6 ms
+    assert f.evidence["recorded_optimizer_us_per_step"] == pytest.approx(1500.0)
+    assert "takes 450 us of host time" in f.title
+    # Below the 10 % threshold once the overhead is out, a foreach step is no finding at all.
+    assert "optimizer.step" in findings(report(measurements=Measurements(
+        optimizer=Optimizer(optimizers=["Adam"], implementation="foreach")), phases=phases))
+    assert "optimizer.step" not in findings(report(measurements=Measurements(
+        optimizer=Optimizer(optimizers=["Adam"], implementation="foreach"), profiler_overhead=SLOWED), phases=phases))
+
+
+def test_python_gaps_are_stated_without_the_profilers_overhead() -> None:
+    phases = {"forward": 0.5, "backward": 0.5}
+    slowed = ProfilerOverhead(method="step_clock", unprofiled_step_us=6000.0, profiled_step_us=10_000.0,
+                              corrected_percent={"forward": 40.0, "backward": 40.0, "other": 20.0})
+    measurements = _dispatch(50, 100, 3000)
+    measurements.profiler_overhead = slowed
+    f = finding(report(measurements=measurements, phases=phases), "host_overhead.python")
+    assert f.time_share == pytest.approx(0.3 * 0.8)  # 30 % recorded; forward+backward 80 of their 100 %
+    assert "Python runs 1.4 ms per step" in f.title  # 24 % of the unprofiled 6 ms
+    # Not measured, or no slower than the rest: the recorded share stands.
+    assert finding(report(measurements=_dispatch(50, 100, 3000), phases=phases), "host_overhead.python").time_share == pytest.approx(0.3)

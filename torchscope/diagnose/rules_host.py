@@ -9,6 +9,7 @@ from typing import Any, Optional
 from torchscope.diagnose.context import Context, ms, pct
 from torchscope.diagnose.rule import Threshold, Verdict, by_share, rule
 from torchscope.diagnose.rules_input import COPY_OPS
+from torchscope.diagnose.rules_quality import scaled, unprofiled_scale, unprofiled_step_us
 from torchscope.report.model import Fix, Report
 
 TORCH_COMPILE = Fix(
@@ -56,8 +57,12 @@ def host_overhead_dispatch(ctx: Context) -> Optional[Verdict]:
         # too (high), but each remaining op keeps its call.
         gaps = ctx.share(dispatch.python_gap_us_per_step)
         share, share_range = (gaps + measured) / 2.0, (gaps, measured)
+    # Each recorded op and Python call costs the profiler time: stated without it where it was measured.
+    scale = unprofiled_scale(ctx, "forward", "backward")
+    share, share_range = scaled((share, share_range), scale)
+    measured *= scale
     return Verdict(
-        title=f"Forward/backward spend {ms(measured * ctx.mean_step_us)} per step on tiny ops and Python between them "
+        title=f"Forward/backward spend {ms(measured * _step_us(ctx))} per step on tiny ops and Python between them "
         f"({dispatch.tiny_ops_per_step:.0f} ops under 30 us per step)",
         share=share,
         share_range=share_range,
@@ -86,7 +91,8 @@ def host_overhead_python(ctx: Context) -> Optional[Verdict]:
     dispatch = ctx.report.measurements.dispatch
     if ctx.has_device or dispatch.tiny_ops_per_step >= TINY_OPS.value:
         return None  # GPU runs: launch_bound; many tiny ops: host_overhead.dispatch
-    share = ctx.share(dispatch.python_gap_us_per_step)
+    # The Python tracer slows exactly this Python: stated without it where the capture measured it.
+    share = ctx.share(dispatch.python_gap_us_per_step) * unprofiled_scale(ctx, "forward", "backward")
     if share < PYTHON_GAPS.value:
         return None
     cpus = ctx.environment().get("cpu_count")
@@ -98,7 +104,7 @@ def host_overhead_python(ctx: Context) -> Optional[Verdict]:
         else ""
     )
     return Verdict(
-        title=f"Python runs {ms(dispatch.python_gap_us_per_step)} per step inside forward/backward outside any PyTorch operator",
+        title=f"Python runs {ms(share * _step_us(ctx))} per step inside forward/backward outside any PyTorch operator",
         share=share,
         evidence={**_dispatch_evidence(ctx), "cpu_count": cpus},
         recommendation=(
@@ -222,7 +228,11 @@ CPU_FUSED_SINCE = (2, 4)
 def optimizer_step(ctx: Context) -> Optional[Verdict]:
     """The optimizer step is a large share of the step, or runs a per-parameter Python loop."""
     optimizer = ctx.report.measurements.optimizer
-    host_share = ctx.phase_share("optimizer")
+    recorded_share = ctx.phase_share("optimizer")
+    # A for-loop or foreach step is Python-heavy: the profiler slows it 2-4x, so its share is stated
+    # without that overhead where the capture measured it.
+    scale = unprofiled_scale(ctx, "optimizer")
+    host_share = recorded_share * scale
     loop = optimizer.implementation == "for_loop"
     if host_share < OPTIMIZER.value and not (loop and optimizer.per_param_ops_per_step >= PER_PARAM_OPS):
         return None
@@ -230,14 +240,15 @@ def optimizer_step(ctx: Context) -> Optional[Verdict]:
     # The cost is the first fix's: on a CPU fused and foreach keep different parts of the step.
     cpu_fused = targets[:1] == ("fused",) and not ctx.has_device
     cause = "optimizer_step_fused" if cpu_fused else "optimizer_step"
-    share, share_range = ctx.cost(cause, host_share)
+    share, share_range = scaled(ctx.cost(cause, recorded_share), scale)
     return Verdict(
-        title=f"Optimizer step takes {ms(host_share * ctx.mean_step_us)} of host time per step"
+        title=f"Optimizer step takes {ms(host_share * _step_us(ctx))} of host time per step"
         + (f" with a per-parameter loop ({optimizer.per_param_ops_per_step:.0f} small ops per step)" if loop else ""),
         share=share,
         share_range=share_range,
         evidence={
-            "optimizer_us_per_step": host_share * ctx.mean_step_us,
+            "optimizer_us_per_step": host_share * _step_us(ctx),
+            "recorded_optimizer_us_per_step": recorded_share * ctx.mean_step_us,
             "optimizers": optimizer.optimizers,
             "implementation": optimizer.implementation,
             "per_param_ops_per_step": optimizer.per_param_ops_per_step,
@@ -247,6 +258,11 @@ def optimizer_step(ctx: Context) -> Optional[Verdict]:
         recommendation=_optimizer_text(optimizer.optimizers, loop, cpu_fused),
         fix_targets=targets,
     )
+
+
+def _step_us(ctx: Context) -> float:
+    """The step the shares of `unprofiled_scale` refer to: the unprofiled one where it was measured."""
+    return unprofiled_step_us(ctx) or ctx.mean_step_us
 
 
 def cpu_fused_supported(report: Report) -> Optional[bool]:
@@ -314,8 +330,11 @@ def optimizer_zero_grad_fill(ctx: Context) -> Optional[Verdict]:
     fills = optimizer.zero_grad_fill_ops_per_step
     if fills <= ZERO_FILL.value:
         return None
+    scale = unprofiled_scale(ctx, "optimizer")  # zero_grad is in the optimizer phase
+    share, share_range = scaled(ctx.cost("zero_grad", ctx.share(optimizer.zero_grad_us_per_step)), scale)
     zero_us = optimizer.zero_grad_us_per_step
-    share, share_range = ctx.cost("zero_grad", ctx.share(zero_us))
+    if scale < 1.0:  # the unprofiled step's microseconds, as the share
+        zero_us = ctx.share(zero_us) * scale * _step_us(ctx)
     return Verdict(
         title=f"zero_grad fills gradients with zeros ({fills:.0f} fill ops per step, {ms(zero_us)})",
         share=share,

@@ -188,6 +188,28 @@ def unprofiled_share(ctx: Context, category: str) -> Optional[float]:
     return ctx.breakdown_share(category) * corrected / recorded.percent
 
 
+def unprofiled_scale(ctx: Context, *phases: str) -> float:
+    """How much of the recorded time of `phases` the step has without the profiler: their corrected over
+    their recorded share, at most 1 (1 when the capture did not measure it). The Python tracer slows
+    Python-heavy phases most (a for-loop or foreach optimizer 2-4x, Python between ops), so a cost read
+    off the trace is scaled by it, as the data-loading one is (`unprofiled_share`): the result is a share
+    of the unprofiled step (`unprofiled_step_us`)."""
+    section = ctx.report.measurements.profiler_overhead
+    if section.method not in MEASURED:
+        return 1.0
+    recorded = sum(ctx.report.phases[name].percent for name in phases if name in ctx.report.phases)
+    corrected = sum(section.corrected_percent.get(name, 0.0) for name in phases)
+    if recorded <= 0 or corrected <= 0:
+        return 1.0
+    return min(corrected / recorded, 1.0)
+
+
+def scaled(cost: tuple[float, tuple[float, float]], scale: float) -> tuple[float, tuple[float, float]]:
+    """A finding's (share, (low, high)) times `scale`."""
+    share, (low, high) = cost
+    return share * scale, (low * scale, high * scale)
+
+
 def unprofiled_step_us(ctx: Context) -> Optional[float]:
     """The step time without the profiler (the capture's clock, median of the unprofiled steps), or None."""
     section = ctx.report.measurements.profiler_overhead
@@ -239,8 +261,9 @@ def profiler_overhead(ctx: Context) -> Optional[Verdict]:
             "corrected_percent": {name: pct for name, pct in section.corrected_percent.items() if pct > 0},
         },
         recommendation="Recording (above all the Python tracer of with_stack) costs time per recorded event, so "
-        "Python-heavy phases ran slower than the rest; the data-loading share and cost are stated without that "
-        "overhead (capture step clock; docs/capture.md). For timings alone, capture with --no-stack.",
+        "Python-heavy phases ran slower than the rest; the costs of data loading, the optimizer and Python "
+        "between operators are stated without that overhead (capture step clock; docs/capture.md). For timings "
+        "alone, capture with --no-stack.",
     )
 
 
