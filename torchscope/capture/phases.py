@@ -36,8 +36,7 @@ import functools
 import os
 import threading
 import time
-import warnings
-from typing import Any, Callable, Literal, cast
+from typing import Any, Callable, Literal
 
 import msgspec
 import torch
@@ -46,6 +45,7 @@ import torch.optim.optimizer as optim_module
 import torch.utils.data.dataloader as dataloader_module
 from torch.nn.modules import module as nn_module
 
+from torchscope.capture.ignored_warnings import IgnoredWarning
 from torchscope.capture.notices import describe
 from torchscope.rundir.labels import BACKWARD, CLOSURE, FORWARD, OPTIMIZER
 
@@ -103,7 +103,7 @@ class PhaseHooks:
         self._retire_requested = False
         self._handles: list[Any] = []
         self._patches: list[tuple[Any, str, Any, Any]] = []  # (owner, attribute, original, wrapper)
-        self._warning_filter: Any = None  # the entry install() put in warnings.filters
+        self._compiled_warning = IgnoredWarning(_COMPILED_MODULE_HOOK_WARNING)
 
     @property
     def installed(self) -> bool:
@@ -126,8 +126,7 @@ class PhaseHooks:
             optim_module.register_optimizer_step_pre_hook(self._optimizer_pre),
             optim_module.register_optimizer_step_post_hook(self._optimizer_post),
         ]
-        warnings.filterwarnings("ignore", message=_COMPILED_MODULE_HOOK_WARNING, category=UserWarning)
-        self._warning_filter = warnings.filters[0]
+        self._compiled_warning.install()
         self._patch(torch.Tensor, "backward", self._wrap_backward)
         self._patch(torch.autograd, "backward", self._wrap_backward)
         if self._on_boundary is not None:
@@ -138,10 +137,7 @@ class PhaseHooks:
         for handle in self._handles:
             handle.remove()
         self._handles = []
-        filters = cast("list[Any]", warnings.filters)  # a list at run time (typeshed: a Sequence)
-        if self._warning_filter in filters:  # only our entry: the user's own filters stay as they are
-            filters.remove(self._warning_filter)
-        self._warning_filter = None
+        self._compiled_warning.uninstall()
         for owner, attribute, original, wrapper in reversed(self._patches):
             if getattr(owner, attribute, None) is wrapper:  # someone patched over us: leave theirs alone
                 setattr(owner, attribute, original)

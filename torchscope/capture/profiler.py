@@ -24,6 +24,7 @@ import torch.profiler
 
 from torchscope.capture import conflicts
 from torchscope.capture.environment import capture_environment
+from torchscope.capture.ignored_warnings import IgnoredWarning
 from torchscope.capture.machine import LoaderRegistry
 from torchscope.capture.memory_snapshot import SnapshotRecorder
 from torchscope.capture.notices import describe, warn_line
@@ -138,6 +139,9 @@ class Profiler:
         self._signals = DeferredSignals()
         self._sigterm = SigtermSaver(self._save_on_sigterm)
         self._activities: list[str] = ["cpu"]
+        # torch warns when a schedule's second cycle starts that the first cycle's events are cleared and
+        # advises acc_events=True: one trace per cycle is what torchscope wants (--repeat), so not shown.
+        self._cycle_warning = IgnoredWarning(r"Warning: Profiler clears events at the end of each cycle")
         self._start_time = ""
         self._started = False
         self._closed = False
@@ -323,9 +327,11 @@ class Profiler:
                 with_stack=c.with_stack,
                 with_flops=c.with_flops,
             )
+            self._cycle_warning.install()
             with conflicts.own_call(self), native_stderr_filtered(self._quiet):
                 prof.start()
         except Exception as exc:
+            self._cycle_warning.uninstall()
             self._prof_failed = True
             self._problem(f"torch.profiler failed to start: {describe(exc)}; profiling is off for this run")
             return
@@ -384,6 +390,7 @@ class Profiler:
                 prof.stop()  # in an active window this exports what was recorded so far (a partial trace)
         except Exception as exc:
             self._problem(f"torch.profiler failed to stop: {describe(exc)}")
+        self._cycle_warning.uninstall()
 
     def step_aside(self) -> None:
         """The program starts a profiler of its own (``torch.profiler.profile``, ``torchscope.profile()``):
