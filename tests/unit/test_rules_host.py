@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 from test_rules_support import finding, findings, fixes, gpu, report
 from torchscope.report.measurements import (
+    Compile,
     DataLoader,
     DeviceIdle,
     Dispatch,
@@ -43,9 +44,20 @@ def test_dispatch_bound_cpu_run() -> None:
         "python_gap_us_per_step": 1000,
         "ops_in_forward_backward_per_step": 800,
         "median_op_us": 4.0,
+        "compiled_regions_per_step": 0.0,
     }
     assert fixes(f) == COMPILE_FIX
     assert "host_overhead.python" not in findings(report(measurements=_dispatch(500, 1500, 1000)))
+
+
+def test_an_already_compiled_model_is_not_told_to_compile() -> None:
+    for measurements, finding_id in ((_dispatch(500, 1500, 1000), "host_overhead.dispatch"), (_dispatch(50, 100, 3000), "host_overhead.python")):
+        measurements.compile = Compile(compiled_regions_per_step=2.0)
+        f = finding(report(measurements=measurements), finding_id)
+        assert fixes(f) == {}, finding_id
+        assert "torch.compile(model)" not in f.recommendation and "let torch.compile trace it" not in f.recommendation
+        assert "already runs compiled (2 compiled region(s) per step)" in f.recommendation
+        assert "graph_breaks" in f.recommendation and f.evidence["compiled_regions_per_step"] == 2.0
 
 
 def test_dispatch_with_a_per_element_loop_is_costed_as_batching_it() -> None:
@@ -147,12 +159,16 @@ def test_optimizer_fix_by_device_and_implementation() -> None:
     def optimizer_fixes(implementation: str, on_gpu: bool) -> dict[str, object]:
         rep = report(measurements=_optimizer(implementation), phases={"optimizer": 0.35}, device=gpu() if on_gpu else None)
         f = finding(rep, "optimizer.step")
-        assert f.severity == "critical"
+        # With a switch to make, its saving; already fused, no saving is claimed (the time is in the title).
+        assert (f.severity, f.time_share) == (("critical", 0.35) if f.fixes else ("info", None))
         return fixes(f)
 
     assert optimizer_fixes("for_loop", on_gpu=True) == {"fused": ("optimizer_kwarg", True)}
     assert optimizer_fixes("foreach", on_gpu=False) == {"fused": ("optimizer_kwarg", True)}
     assert optimizer_fixes("fused", on_gpu=True) == {}
+    fused = finding(report(measurements=_optimizer("fused"), phases={"optimizer": 0.35}, device=gpu()), "optimizer.step")
+    assert "(35.0% of the step) with the fused implementation" in fused.title
+    assert "already runs fused" in fused.recommendation and "fused=True" not in fused.recommendation
 
 
 def _cpu_optimizer(names: list[str], torch_version: str | None, implementation: str = "for_loop") -> dict[str, object]:
@@ -252,6 +268,25 @@ def test_outside_steps_below_five_percent_or_beyond_the_other_phase() -> None:
     assert "outside_steps.work" not in findings(report(measurements=measurements, phases=phases))
     measurements, phases = _outside(0.1, {"evaluate": 5000.0})
     assert finding(report(measurements=measurements, phases=phases), "outside_steps.work").time_share == 0.1
+
+
+@pytest.mark.parametrize(
+    ("culprit", "hint"),
+    [
+        ("save (serialization.py:400)", "write checkpoints"),
+        ("Tensor.item", "log metrics"),
+        ("log_metrics (train.py:80)", "log metrics"),
+        ("evaluate (train.py:90)", "run evaluation"),
+        ("__call__ (eval_frame.py:499)", None),  # torch._dynamo's frame evaluation, not an evaluation
+        ("compute_logits (model.py:12)", None),  # logits, not logging
+        ("saved_tensors_hooks (graph.py:300)", None),
+    ],
+)
+def test_outside_steps_hints_read_whole_words(culprit: str, hint: str | None) -> None:
+    measurements, phases = _outside(0.3, {culprit: 2000.0})
+    text = finding(report(measurements=measurements, phases=phases), "outside_steps.work").recommendation
+    hints = ("write checkpoints", "log metrics", "run evaluation")
+    assert [h for h in hints if h in text] == ([hint] if hint else [])
 
 
 def _sync(by_op: dict[str, float], sites: dict[str, float]) -> Measurements:

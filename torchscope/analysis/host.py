@@ -262,12 +262,18 @@ def outside_phases(
 
     Candidates are the outermost ops, ranges and Python frames that neither lie inside a phase range
     nor enclose one (a frame enclosing a phase, like the training loop itself, is not a culprit); each
-    is credited with its overlap with `other`."""
+    is credited with its overlap with `other`. Python frames count on the training thread only: another
+    thread's frames span its whole life (`threading.py: _bootstrap`, a compile pool's or a progress bar's
+    workers waiting for work), while its operators are work the step may wait for (the autograd engine's
+    device threads run the backward's)."""
     phase = _phase_mask(events)
-    host = events.kind_mask((Kind.CPU_OP, Kind.USER_ANNOTATION, Kind.PYTHON_FUNCTION))
+    host = events.kind_mask((Kind.CPU_OP, Kind.USER_ANNOTATION)) | (
+        events.kind_mask(Kind.PYTHON_FUNCTION) & main_thread_mask(events)
+    )
     own = own_marker_mask(events)
     inside_phase = nearest_ancestor_of(tree, phase) >= 0
-    profiler_frames = events.name_mask(_is_profiler_frame)
+    # The profiler's and torchscope's own frames, and what they call (signal.signal, contextlib): overhead.
+    profiler_frames = nearest_ancestor_of(tree, events.name_mask(_is_profiler_frame)) >= 0
     candidate = host & ~own & ~profiler_frames & ~inside_phase & ~encloses_markers(events, tree)
     parent = tree.parent
     chosen = np.flatnonzero(candidate & ((parent < 0) | ~candidate[np.maximum(parent, 0)]))

@@ -24,6 +24,19 @@ TINY_OPS = Threshold(200, ">= 200 ops under 30 us per step in forward/backward (
 HOST_OVERHEAD_SHARE = 0.10
 
 
+# The steps already run torch.compile'd code: compiling again is no fix; what is left is outside the graph.
+_COMPILED_TEXT = (
+    "The model already runs compiled ({regions:.0f} compiled region(s) per step), so this is what the graph "
+    "does not hold: graph breaks (list them with TORCH_LOGS=graph_breaks or torch._dynamo.explain), code "
+    "around the compiled module, and each compiled call's own guards and wrappers; compile a larger region "
+    "(the whole step function) or remove the breaks."
+)
+
+
+def _compiled_regions(ctx: Context) -> float:
+    return ctx.report.measurements.compile.compiled_regions_per_step
+
+
 def _dispatch_evidence(ctx: Context) -> dict[str, Any]:
     dispatch = ctx.report.measurements.dispatch
     return {
@@ -61,17 +74,24 @@ def host_overhead_dispatch(ctx: Context) -> Optional[Verdict]:
     scale = unprofiled_scale(ctx, "forward", "backward")
     share, share_range = scaled((share, share_range), scale)
     measured *= scale
+    regions = _compiled_regions(ctx)
     return Verdict(
         title=f"Forward/backward spend {ms(measured * _step_us(ctx))} per step on tiny ops and Python between them "
         f"({dispatch.tiny_ops_per_step:.0f} ops under 30 us per step)",
         share=share,
         share_range=share_range,
-        evidence=_dispatch_evidence(ctx),
+        evidence={**_dispatch_evidence(ctx), "compiled_regions_per_step": regions},
         recommendation=(
             "The model runs many small operations from Python (e.g. a per-sample or per-element loop). "
-            "Vectorise it into batched tensor ops, use torch.compile(model) to fuse the small ops, or raise "
-            "the batch size so each op does more work."
+            + (
+                "Vectorise it into batched tensor ops, or raise the batch size so each op does more work. "
+                + _COMPILED_TEXT.format(regions=regions)
+                if regions > 0
+                else "Vectorise it into batched tensor ops, use torch.compile(model) to fuse the small ops, or "
+                "raise the batch size so each op does more work."
+            )
         ),
+        fix_targets=() if regions > 0 else None,
     )
 
 
@@ -103,15 +123,22 @@ def host_overhead_python(ctx: Context) -> Optional[Verdict]:
         if multi and isinstance(cpus, int) and cpus <= FEW_CPUS
         else ""
     )
+    regions = _compiled_regions(ctx)
     return Verdict(
         title=f"Python runs {ms(share * _step_us(ctx))} per step inside forward/backward outside any PyTorch operator",
         share=share,
-        evidence={**_dispatch_evidence(ctx), "cpu_count": cpus},
+        evidence={**_dispatch_evidence(ctx), "cpu_count": cpus, "compiled_regions_per_step": regions},
         recommendation=(
             "Python code runs between the operators of the forward/backward pass (control flow, data "
-            "munging, hooks). Look at the Python frames in the timeline for those gaps, move that work out of "
-            "the model or into tensor ops, or let torch.compile trace it." + contention
+            "munging, hooks). Look at the Python frames in the timeline for those gaps, "
+            + (
+                "and move that work out of the model or into tensor ops. " + _COMPILED_TEXT.format(regions=regions)
+                if regions > 0
+                else "move that work out of the model or into tensor ops, or let torch.compile trace it."
+            )
+            + contention
         ),
+        fix_targets=() if regions > 0 else None,
     )
 
 
@@ -240,10 +267,14 @@ def optimizer_step(ctx: Context) -> Optional[Verdict]:
     # The cost is the first fix's: on a CPU fused and foreach keep different parts of the step.
     cpu_fused = targets[:1] == ("fused",) and not ctx.has_device
     cause = "optimizer_step_fused" if cpu_fused else "optimizer_step"
-    share, share_range = scaled(ctx.cost(cause, recorded_share), scale)
+    share: Optional[float] = None
+    share_range: Optional[tuple[float, float]] = None
+    if targets:  # nothing to switch to: no saving is claimed (the what-if model prices the switches only)
+        share, share_range = scaled(ctx.cost(cause, recorded_share), scale)
     return Verdict(
         title=f"Optimizer step takes {ms(host_share * _step_us(ctx))} of host time per step"
-        + (f" with a per-parameter loop ({optimizer.per_param_ops_per_step:.0f} small ops per step)" if loop else ""),
+        + (f" with a per-parameter loop ({optimizer.per_param_ops_per_step:.0f} small ops per step)" if loop else "")
+        + ("" if targets else f" ({pct(host_share)} of the step) with the {optimizer.implementation} implementation"),
         share=share,
         share_range=share_range,
         evidence={
@@ -255,7 +286,7 @@ def optimizer_step(ctx: Context) -> Optional[Verdict]:
             "foreach_ops_per_step": optimizer.foreach_ops_per_step,
             "fused_ops_per_step": optimizer.fused_ops_per_step,
         },
-        recommendation=_optimizer_text(optimizer.optimizers, loop, cpu_fused),
+        recommendation=_optimizer_text(optimizer.optimizers, optimizer.implementation, targets),
         fix_targets=targets,
     )
 
@@ -288,23 +319,47 @@ def _optimizer_fix(implementation: str, has_device: bool, cpu_fused: Optional[bo
     return ("fused", "foreach") if cpu_fused else ("foreach",)
 
 
-def _optimizer_text(names: list[str], loop: bool, fused_first: bool = False) -> str:
-    if loop and fused_first:
+# torch.optim's classes (the names in `Optimizer.step#<Class>.step`); another name is a wrapper or a
+# library's optimizer (NeMo's EMAOptimizer), whose inner torch.optim optimizer takes the keyword.
+TORCH_OPTIMIZERS = frozenset(
+    {"Adadelta", "Adafactor", "Adagrad", "Adam", "Adamax", "AdamW", "ASGD", "LBFGS", "NAdam", "RAdam", "RMSprop",
+     "Rprop", "SGD", "SparseAdam"}
+)  # fmt: skip
+
+
+def _with_keyword(name: str, keyword: str) -> str:
+    """`torch.optim.SGD(..., fused=True)`, or the same keyword on the optimizer a wrapper holds."""
+    if name in TORCH_OPTIMIZERS:
+        return f"torch.optim.{name}(..., {keyword})"
+    return f"{keyword} on the torch.optim optimizer {name} wraps"
+
+
+def _optimizer_text(names: list[str], implementation: str, targets: tuple[str, ...]) -> str:
+    """The advice for the first of `targets` (see `_optimizer_fix`); with none, what is left to try."""
+    name = names[0] if names else "Adam"
+    if implementation == "for_loop" and targets[:1] == ("fused",) and "foreach" in targets:
         return (
-            "Use the fused implementation: torch.optim." + (names[0] if names else "Adam")
-            + "(..., fused=True) updates each parameter in one pass from a single C++ call (this PyTorch "
-            "has the CPU kernel), instead of one op per parameter per update term; foreach=True is the "
-            "fallback."
+            f"Use the fused implementation: {_with_keyword(name, 'fused=True')} updates each parameter in one "
+            "pass from a single C++ call (this PyTorch has the CPU kernel), instead of one op per parameter per "
+            "update term; foreach=True is the fallback."
         )
-    if loop:
+    if implementation == "for_loop" and targets == ("foreach",):
         return (
-            "Use the multi-tensor implementation: torch.optim." + (names[0] if names else "Adam")
-            + "(..., foreach=True), or fused=True (CUDA; CPU for Adam/AdamW/SGD in recent PyTorch), "
-            "which updates all parameters in a few kernels instead of one op per parameter per update term."
+            f"Use the multi-tensor implementation: {_with_keyword(name, 'foreach=True')}, or fused=True (CUDA; CPU "
+            "for Adam/AdamW/SGD in recent PyTorch), which updates all parameters in a few kernels instead of one "
+            "op per parameter per update term."
         )
+    if targets[:1] == ("fused",):
+        return (
+            f"Use the fused implementation: {_with_keyword(name, 'fused=True')} runs the whole update of the "
+            "parameters in one kernel per group instead of "
+            + ("one op per parameter per update term." if implementation == "for_loop" else "one multi-tensor op per update term.")
+        )
+    already = {"fused": "already runs fused", "foreach": "already runs foreach (this PyTorch has no fused CPU kernel for it)"}
     return (
-        "The optimizer itself is a large share of the step: try fused=True, a cheaper optimizer, "
-        "fewer parameter groups, or (distributed) ZeroRedundancyOptimizer / FSDP to shard the work."
+        f"The optimizer {already.get(implementation, 'itself')} and is a large share of the step: a cheaper "
+        "optimizer (SGD with momentum, or a factored one such as Adafactor for large embeddings), fewer parameter "
+        "groups, or, across ranks, ZeroRedundancyOptimizer / FSDP to shard its work."
     )
 
 
@@ -346,10 +401,12 @@ def optimizer_zero_grad_fill(ctx: Context) -> Optional[Verdict]:
 
 
 OUTSIDE = Threshold(0.05, ">= 5 % of the step (I)")
+# Whole words of the culprits' readable names (`save (serialization.py:400)`, `Tensor.item`): a substring
+# would read torch._dynamo's `eval_frame.py` as evaluation and a `compute_logits` as logging.
 _CULPRIT_HINTS = (
-    (("save", "checkpoint", "pickle", "serialization", "torch.save"), "write checkpoints every N steps (or from a background thread / torch.distributed.checkpoint async_save)"),
-    (("item", "_local_scalar_dense", "tolist", "print", "log", "metric"), "log metrics every N steps and avoid .item()/.cpu() on each step"),
-    (("eval", "valid"), "run evaluation every N steps, not inside every step"),
+    (re.compile(r"\b(save|checkpoint\w*|pickle|serialization|async_save)\b"), "write checkpoints every N steps (or from a background thread / torch.distributed.checkpoint async_save)"),
+    (re.compile(r"\b(item|_local_scalar_dense|tolist|print|log|logging|logger|log_\w+|\w+_log|metrics?|add_scalars?|wandb)\b"), "log metrics every N steps and avoid .item()/.cpu() on each step"),
+    (re.compile(r"\b(eval|evaluate|evaluation|valid|validate|validation|val_\w+)\b"), "run evaluation every N steps, not inside every step"),
 )
 
 
@@ -367,7 +424,7 @@ def outside_steps_work(ctx: Context) -> Optional[Verdict]:
     share, (low, high) = ctx.cost("outside_steps", explained)
     share, share_range = min(share, explained), (min(low, explained), min(high, explained))
     top = dict(list(culprits.items())[:5])
-    hints = [hint for words, hint in _CULPRIT_HINTS if any(w in " ".join(top).lower() for w in words)]
+    hints = [hint for words, hint in _CULPRIT_HINTS if any(words.search(name.lower()) for name in top)]
     return Verdict(
         title=f"{ms(explained_us)} of each step runs outside data loading/forward/backward/optimizer, mostly in "
         + ", ".join(list(top)[:2]),

@@ -1,0 +1,42 @@
+"""Which host work explains the step time outside every phase (analysis/host.py `outside_phases`), on a
+synthetic trace: the training thread's frames and ops, other threads' ops, never other threads' Python
+frames (a thread's root frame spans its whole life) nor what the profiler's or torchscope's own frames call."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from helpers.trace_builder import TraceBuilder
+from torchscope.analysis.sections import outside_steps
+from torchscope.analysis.span import SpanInput
+from torchscope.rundir.labels import FORWARD
+from torchscope.trace.parse import parse_trace_bytes
+
+WORKER_TID = 7  # a background Python thread (a compile pool's worker, a progress bar's monitor)
+AUTOGRAD_TID = 9  # a thread that runs operators (the autograd engine's device thread)
+
+
+def _span() -> SpanInput:
+    b = TraceBuilder()
+    for step in range(2):
+        t0 = 1000.0 + 10_000.0 * step
+        b.step(step + 1, t0, 10_000)
+        b.annotation(FORWARD, t0 + 100, 4000)
+        b.op("aten::mm", t0 + 200, 3000)  # inside the forward phase: not outside work
+        # Outside every phase, 5000 us from t0 + 4500: the user's logging, torchscope's own step hook and
+        # what it calls, a background thread waiting, an operator on another thread.
+        b.op("train.py(80): log_metrics", t0 + 4600, 1000, cat="python_function")
+        b.op("aten::item", t0 + 4700, 500)
+        b.op("/venv/lib/python3.12/site-packages/torchscope/capture/signals.py(50): __exit__", t0 + 6000, 400, cat="python_function")
+        b.op("signal.py(54): signal", t0 + 6050, 300, cat="python_function")
+        b.op("aten::add_", t0 + 7000, 800, tid=AUTOGRAD_TID)
+    b.op("threading.py(1002): _bootstrap", 500.0, 20_000, cat="python_function", tid=WORKER_TID)
+    b.op("concurrent/futures/thread.py(81): _worker", 510.0, 19_900, cat="python_function", tid=WORKER_TID)
+    return SpanInput(parse_trace_bytes(json.dumps(b.document()).encode()))
+
+
+def test_culprits_are_the_training_threads_frames_and_any_threads_operators() -> None:
+    culprits = outside_steps(_span()).culprits_us_per_step
+    assert culprits == pytest.approx({"log_metrics (train.py:80)": 1000.0, "aten::add_": 800.0})
