@@ -272,11 +272,19 @@ def outside_phases(
     )
     own = own_marker_mask(events)
     inside_phase = nearest_ancestor_of(tree, phase) >= 0
-    # The profiler's and torchscope's own frames, and what they call (signal.signal, contextlib): overhead.
-    profiler_frames = nearest_ancestor_of(tree, events.name_mask(_is_profiler_frame)) >= 0
-    candidate = host & ~own & ~profiler_frames & ~inside_phase & ~encloses_markers(events, tree)
+    around_steps = encloses_markers(events, tree)
+    profiler_frames = events.name_mask(_is_profiler_frame)
+    candidate = host & ~own & ~profiler_frames & ~inside_phase & ~around_steps
     parent = tree.parent
     chosen = np.flatnonzero(candidate & ((parent < 0) | ~candidate[np.maximum(parent, 0)]))
+    # The time of the profiler's and torchscope's own frames inside the steps (a step hook, and what it
+    # calls: signal.signal, contextlib) is overhead, not a culprit's. Their calls need not nest in the
+    # tree (the next ProfilerStep range opens inside the hook), so their time is taken out, not their
+    # descendants. Not `torchscope run`'s runner frames: they enclose the steps and hold the whole script.
+    hooks = np.flatnonzero(profiler_frames & ~around_steps & main_thread_mask(events))
+    if hooks.size:
+        hook_start = events.ts_us[hooks]
+        other = intervals.subtract(other, intervals.union(hook_start, hook_start + events.dur_us[hooks]))
     if chosen.size == 0 or other[0].size == 0:
         return OutsideSteps()
     start = events.ts_us[chosen]
