@@ -270,6 +270,14 @@ def test_outside_steps_below_five_percent_or_beyond_the_other_phase() -> None:
     assert finding(report(measurements=measurements, phases=phases), "outside_steps.work").time_share == 0.1
 
 
+def test_outside_steps_hints_come_from_the_culprits_that_matter() -> None:
+    measurements, phases = _outside(0.3, {"sleep": 3000.0, "Tensor.item": 13.0})
+    text = finding(report(measurements=measurements, phases=phases), "outside_steps.work").recommendation
+    assert "log metrics" not in text and "run it every N steps or in a background thread" in text
+    measurements, phases = _outside(0.3, {"sleep": 2000.0, "Tensor.item": 400.0})  # 17 % of what is explained
+    assert "log metrics" in finding(report(measurements=measurements, phases=phases), "outside_steps.work").recommendation
+
+
 @pytest.mark.parametrize(
     ("culprit", "hint"),
     [

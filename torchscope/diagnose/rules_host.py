@@ -401,6 +401,7 @@ def optimizer_zero_grad_fill(ctx: Context) -> Optional[Verdict]:
 
 
 OUTSIDE = Threshold(0.05, ">= 5 % of the step (I)")
+HINT_SHARE = 0.10  # a culprit's part of the explained time for its hint to be given
 # Whole words of the culprits' readable names (`save (serialization.py:400)`, `Tensor.item`): a substring
 # would read torch._dynamo's `eval_frame.py` as evaluation and a `compute_logits` as logging.
 _CULPRIT_HINTS = (
@@ -424,7 +425,9 @@ def outside_steps_work(ctx: Context) -> Optional[Verdict]:
     share, (low, high) = ctx.cost("outside_steps", explained)
     share, share_range = min(share, explained), (min(low, explained), min(high, explained))
     top = dict(list(culprits.items())[:5])
-    hints = [hint for words, hint in _CULPRIT_HINTS if any(words.search(name.lower()) for name in top)]
+    # Advice for the culprits that matter: a 13 us .item() beside a 3 ms sleep is not why the step is slow.
+    weighty = [name for name, us in top.items() if us >= HINT_SHARE * explained_us]
+    hints = [hint for words, hint in _CULPRIT_HINTS if any(words.search(name.lower()) for name in weighty)]
     return Verdict(
         title=f"{ms(explained_us)} of each step runs outside data loading/forward/backward/optimizer, mostly in "
         + ", ".join(list(top)[:2]),
