@@ -39,6 +39,11 @@ def test_spare_cores_bound_the_workers_and_an_equal_count_is_not_raised() -> Non
     assert kept.workers is None and "already uses" in kept.reason
     kept = advise(_machine(cores_per_rank=4, workers=4), data_us=30 * MS, step_us=40 * MS)
     assert kept.workers is None
+    # No spare core at all: said as such, not as "uses the 0 spare core(s)".
+    full = advise(_machine(workers=2), data_us=30 * MS, step_us=40 * MS)
+    assert full.workers is None and full.reason == (
+        "no core is free beside compute's 2 intra-op thread(s) on 2 core(s), and num_workers=2 already compete with it"
+    )
 
 
 def test_waiting_loading_gets_workers_without_spare_cores() -> None:

@@ -132,7 +132,10 @@ def advise(machine: Machine, data_us: float, step_us: float) -> Advice:
     if current:  # workers that do not keep up: more, on the cores free of compute
         workers = min(wanted, spare)
         if workers <= current:
-            return Advice(None, None, None, f"num_workers={current} already uses the {spare} spare core(s)")
+            if spare == 0:
+                return Advice(None, None, None, f"no core is free beside compute's {machine.threads} intra-op "
+                              f"thread(s) on {machine.cores_per_rank} core(s), and num_workers={current} already compete with it")
+            return Advice(None, None, None, f"num_workers={current} already uses the {spare} core(s) free beside compute")
         return Advice(workers, None, max(compute_us, data_us / workers), f"{spare} core(s) are free beside compute")
     return _advise_computing(machine, data_us, step_us)
 
