@@ -402,13 +402,34 @@ def optimizer_zero_grad_fill(ctx: Context) -> Optional[Verdict]:
 
 OUTSIDE = Threshold(0.05, ">= 5 % of the step (I)")
 HINT_SHARE = 0.10  # a culprit's part of the explained time for its hint to be given
-# Whole words of the culprits' readable names (`save (serialization.py:400)`, `Tensor.item`): a substring
-# would read torch._dynamo's `eval_frame.py` as evaluation and a `compute_logits` as logging.
-_CULPRIT_HINTS = (
-    (re.compile(r"\b(save|checkpoint\w*|pickle|serialization|async_save)\b"), "write checkpoints every N steps (or from a background thread / torch.distributed.checkpoint async_save)"),
-    (re.compile(r"\b(item|_local_scalar_dense|tolist|print|log|logging|logger|log_\w+|\w+_log|metrics?|add_scalars?|wandb)\b"), "log metrics every N steps and avoid .item()/.cpu() on each step"),
-    (re.compile(r"\b(eval|evaluate|evaluation|valid|validate|validation|val_\w+)\b"), "run evaluation every N steps, not inside every step"),
-)
+# The words of a culprit's function (`_maybe_log_save_evaluate (trainer.py:2238)`: maybe, log, save,
+# evaluate; `Tensor.item`: tensor, item), not substrings: `compute_logits` is not logging, and the file
+# only where it says what the call does (`serialization.py`): torch._dynamo's `eval_frame.py` is no evaluation.
+_CHECKPOINT_WORDS = frozenset({"save", "checkpoint", "checkpointing"})
+_CHECKPOINT_FILES = frozenset({"serialization", "pickle"})
+_LOGGING_WORDS = frozenset({"item", "tolist", "print", "log", "logging", "logger", "metric", "metrics", "wandb", "tensorboard"})
+_EVAL_WORDS = frozenset({"eval", "evaluate", "evaluation", "valid", "validate", "validation", "val"})
+_READABLE_FRAME = re.compile(r"^(?P<func>.*?) \((?P<file>[^()]*?)(\.py)?:\d+\)$")
+_CHECKPOINT_HINT = "write checkpoints every N steps (or from a background thread / torch.distributed.checkpoint async_save)"
+_LOGGING_HINT = "log metrics every N steps and avoid .item()/.cpu() on each step"
+_EVAL_HINT = "run evaluation every N steps, not inside every step"
+
+
+def _culprit_hints(names: list[str]) -> list[str]:
+    """The hints whose words one of `names` (readable culprit names) has, in a fixed order."""
+    found: set[str] = set()
+    for name in names:
+        lower = name.lower()
+        match = _READABLE_FRAME.match(lower)
+        func, file = (match["func"], match["file"].rsplit("/", 1)[-1]) if match else (lower, "")
+        words = frozenset(w for w in re.split(r"[^a-z0-9]+", func) if w)
+        if words & _CHECKPOINT_WORDS or file in _CHECKPOINT_FILES:
+            found.add(_CHECKPOINT_HINT)
+        if words & _LOGGING_WORDS or "local_scalar_dense" in lower or "add_scalar" in lower:
+            found.add(_LOGGING_HINT)
+        if words & _EVAL_WORDS:
+            found.add(_EVAL_HINT)
+    return [hint for hint in (_CHECKPOINT_HINT, _LOGGING_HINT, _EVAL_HINT) if hint in found]
 
 
 # No fix as data: the work differs from run to run; the recommendation names it after its culprits.
@@ -427,7 +448,7 @@ def outside_steps_work(ctx: Context) -> Optional[Verdict]:
     top = dict(list(culprits.items())[:5])
     # Advice for the culprits that matter: a 13 us .item() beside a 3 ms sleep is not why the step is slow.
     weighty = [name for name, us in top.items() if us >= HINT_SHARE * explained_us]
-    hints = [hint for words, hint in _CULPRIT_HINTS if any(words.search(name.lower()) for name in weighty)]
+    hints = _culprit_hints(weighty)
     return Verdict(
         title=f"{ms(explained_us)} of each step runs outside data loading/forward/backward/optimizer, mostly in "
         + ", ".join(list(top)[:2]),
