@@ -168,3 +168,41 @@ def test_launchers_of_the_device_rows_are_kept_and_equal_any_subset() -> None:
     assert list(table.text(table.name[launcher])) == ["cudaLaunchKernel", "cudaMemcpyAsync", "cudaLaunchKernel"]
     part = device[[0, 2]]
     assert np.array_equal(launcher_of_device_events(table, part), launcher[[0, 2]])
+
+
+def test_record_function_ranges_nest_beside_the_calls_that_opened_them() -> None:
+    """As PyTorch 2.x traces with stacks write them: `ProfilerStep#1` opens inside the previous step's
+    `step()` calls and a user's `record_function("augment")` inside its `__enter__` chain, each outliving
+    the calls; `__exit__` starts inside the range and ends just after it. The ranges hold what runs in them."""
+    b = TraceBuilder()
+    frame = "python_function"
+    b.op("train.py(10): <module>", 0, 10_000, cat=frame)
+    b.op("torchscope/capture/profiler.py(231): step", 10, 60, cat=frame)
+    b.op("torch/profiler/profiler.py(1150): step", 20, 49.8, cat=frame)
+    b.op("torch/autograd/profiler.py(918): __enter__", 60, 9.9, cat=frame)  # ends 0.1 us after its caller
+    b.op("<built-in method _record_function_enter_new of PyCapsule object at 0x7f00>", 62, 6, cat=frame)
+    b.annotation("ProfilerStep#1", 65, 5000)
+    b.op("torch/autograd/profiler.py(918): __enter__", 100, 10, cat=frame)
+    b.op("torch/_ops.py(1267): __call__", 102, 7, cat=frame)
+    b.op("<built-in method _record_function_enter_new of PyCapsule object at 0x7f00>", 104, 4, cat=frame)
+    b.annotation("augment", 106, 3000)
+    b.op("<built-in function sleep>", 200, 2500, cat=frame)
+    b.op("aten::randn", 2800, 100)
+    b.op("torch/autograd/profiler.py(932): __exit__", 3090, 30, cat=frame)
+    b.op("train.py(20): log", 3200, 500, cat=frame)
+    events = parse_trace_bytes(json.dumps(b.document()).encode()).events
+    tree = build_host_tree(events)
+    row = {events.strings[n]: i for i, n in enumerate(events.name.tolist())}
+
+    def parent_of(name: str) -> str | None:
+        p = int(tree.parent[row[name]])
+        return None if p < 0 else events.strings[int(events.name[p])]
+
+    assert parent_of("ProfilerStep#1") == "train.py(10): <module>"
+    assert parent_of("augment") == "ProfilerStep#1"
+    assert parent_of("<built-in function sleep>") == "augment"
+    assert parent_of("aten::randn") == "augment"
+    assert parent_of("train.py(20): log") == "ProfilerStep#1"
+    assert parent_of("torch/autograd/profiler.py(932): __exit__") == "augment"  # ends 14 us after it: kept inside
+    self_us = tree.self_time_us(events.dur_us)
+    assert self_us[row["augment"]] == 3000 - 2500 - 100 - 30

@@ -83,9 +83,15 @@ def build_host_tree(events: EventTable) -> HostTree:
     order = tree_order(thread_key, ts, dur)
     host, thread_key, ts, dur = host[order], thread_key[order], ts[order], dur[order]
     boundaries = np.flatnonzero(np.diff(thread_key)) + 1
+    kind = events.kind[host]
     for lo, hi in zip(np.r_[0, boundaries], np.r_[boundaries, host.size]):
-        p, d = _thread_tree(ts[lo:hi], dur[lo:hi])
-        idx = host[lo:hi]
+        idx, t, d_ = host[lo:hi], ts[lo:hi], dur[lo:hi]
+        p, d = _thread_tree(t, d_)
+        start = _ranges_after_their_calls(t + d_, p, t, kind[lo:hi])
+        if start is not None:  # ranges that outlive the Python call that opened them: nest them beside it
+            order = tree_order(np.zeros(t.size, dtype=np.int64), start, t + d_ - start)
+            idx = idx[order]
+            p, d = _thread_tree(start[order], (t + d_ - start)[order])
         depth[idx] = d
         parent[idx] = np.where(p >= 0, idx[np.maximum(p, 0)], -1)
     # Passes over the tree go level by level; a hostile trace (e.g. 100k identical events, each "inside"
@@ -95,6 +101,42 @@ def build_host_tree(events: EventTable) -> HostTree:
     parent[too_deep] = -1
     depth[too_deep] = -1
     return HostTree(parent, depth)
+
+
+# A range that outlives the Python call it opens in by more than this is moved out of that call; less is
+# clock disagreement between the Python tracer and the profiler's ranges (see `_open_parents`).
+OUTLIVES_US = 1.0
+
+
+def _ranges_after_their_calls(end: np.ndarray, parent: np.ndarray, ts: np.ndarray, kind: np.ndarray) -> np.ndarray | None:
+    """Starts for a second pass of one thread's tree (ordered as `_thread_tree` takes it), or None when no
+    range needs one.
+
+    With Python stacks, a `record_function` range (`ProfilerStep#N`, torch's `Optimizer.step#...`,
+    torchscope's phase labels, the user's own) opens inside its own `__enter__` call (`__enter__` >
+    `torch/_ops.py: __call__` > `_record_function_enter_new`, and for `ProfilerStep#N` the `step()` calls
+    around them) and outlives it. Counting the events open at its start puts the range under those calls,
+    and what runs inside it, which starts after they returned, finds no parent at the level above and
+    hangs from the frame that entered the range: a user range's self time was its whole duration. Such a
+    range here starts where the outermost Python call it outlives ends, so that it nests beside the calls
+    (and any call nested in them that its parent chain misses) and its contents inside it. Its `__exit__`
+    calls, which start inside it and end just after it, stay its children: a few microseconds."""
+    python = kind == Kind.PYTHON_FUNCTION
+    ranges = np.flatnonzero((parent >= 0) & (kind == Kind.USER_ANNOTATION))
+    ranges = ranges[python[parent[ranges]] & (end[parent[ranges]] < end[ranges] - OUTLIVES_US)]
+    if ranges.size == 0:
+        return None
+    call = parent[ranges]
+    while True:  # up through the Python calls the range outlives: the last one is the outermost
+        up = parent[call]
+        safe = np.maximum(up, 0)
+        climb = (up >= 0) & python[safe] & (end[safe] < end[ranges] - OUTLIVES_US)
+        if not climb.any():
+            break
+        call = np.where(climb, up, call)
+    start = ts.copy()
+    start[ranges] = end[call]
+    return start
 
 
 def tree_order(thread_key: np.ndarray, ts: np.ndarray, dur: np.ndarray) -> np.ndarray:
