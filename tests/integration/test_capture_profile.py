@@ -453,3 +453,40 @@ def test_a_captured_manifest_reads_back_whole(captured: Profiler) -> None:
     assert set(Manifest.__struct_fields__) - set(written) <= optional
     assert msgspec.to_builtins(manifest) == written
 
+
+
+def _validate_every_step(prof: Profiler, steps: int, train_first: bool = True) -> None:
+    """Training steps, each followed by a validation pass under no_grad (or, without `train_first`, an
+    inference loop: no backward ever)."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    held_out = torch.randn(256, 16)
+    for _ in range(steps):
+        if train_first:
+            opt.zero_grad()
+            model(torch.randn(8, 16)).square().mean().backward()
+            opt.step()
+        with torch.no_grad():
+            model(held_out)
+        prof.step()
+
+
+def test_a_model_call_without_gradients_after_training_is_not_the_forward_phase(tmp_path: Path) -> None:
+    with torchscope.profile(out=tmp_path / "r", wait=1, warmup=1, active=3) as prof:
+        _validate_every_step(prof, 6)
+    events = load_events(prof.trace_files[0])
+    forwards = [e for e in events if e.get("name") == FORWARD]
+    assert len(forwards) == 3  # the training forward of each recorded step, not the validation
+    validation = [e for e in events if e.get("name") == "nn.Module: Sequential_0"]
+    assert len(validation) == 6  # both calls of each step are recorded
+    # The forward label opens inside the module call's hook: a training call overlaps a label, a validation one none.
+    labelled = [v for v in validation if any(f["ts"] < v["ts"] + v["dur"] and v["ts"] < f["ts"] + f["dur"] for f in forwards)]
+    assert len(labelled) == 3
+    # The analysis sees the validation as the step's work outside the phases, named after the model.
+    report = torchscope.analyze(tmp_path / "r", jobs=1, use_cache=False)
+    assert next(iter(report.measurements.outside_steps.culprits_us_per_step)) == "nn.Module: Sequential_0"
+    # An inference loop (no backward ever) under no_grad: its model calls are the forward phase.
+    with torchscope.profile(out=tmp_path / "inference", wait=1, warmup=1, active=3) as prof:
+        _validate_every_step(prof, 6, train_first=False)
+    assert sum(e.get("name") == FORWARD for e in load_events(prof.trace_files[0])) == 3

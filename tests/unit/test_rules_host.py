@@ -290,6 +290,8 @@ def test_outside_steps_hints_come_from_the_culprits_that_matter() -> None:
         ("evaluate (train.py:90)", ["run evaluation"]),
         # Hugging Face's Trainer checks every step whether to log, save or evaluate.
         ("_maybe_log_save_evaluate (trainer.py:2238)", ["write checkpoints", "log metrics", "run evaluation"]),
+        # A module call outside the phases: the capture leaves no-grad model calls unlabelled after training.
+        ("nn.Module: Sequential_0", ["a model call without gradients"]),
         ("__call__ (eval_frame.py:499)", []),  # torch._dynamo's frame evaluation, not an evaluation
         ("compute_logits (model.py:12)", []),  # logits, not logging
         ("saved_tensors_hooks (graph.py:300)", []),
@@ -298,7 +300,7 @@ def test_outside_steps_hints_come_from_the_culprits_that_matter() -> None:
 def test_outside_steps_hints_read_the_words_of_the_call(culprit: str, hint: list[str]) -> None:
     measurements, phases = _outside(0.3, {culprit: 2000.0})
     text = finding(report(measurements=measurements, phases=phases), "outside_steps.work").recommendation
-    hints = ("write checkpoints", "log metrics", "run evaluation")
+    hints = ("write checkpoints", "log metrics", "run evaluation", "a model call without gradients")
     assert [h for h in hints if h in text] == hint
 
 

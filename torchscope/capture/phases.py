@@ -3,7 +3,8 @@
 Labels are ``record_function`` ranges (``user_annotation`` events in the trace) with fixed names
 (:mod:`torchscope.rundir.labels`, where the analyses look them up):
 
-* ``torchscope:forward``   -- the outermost ``nn.Module`` call (global forward pre/post hooks)
+* ``torchscope:forward``   -- the outermost ``nn.Module`` call (global forward pre/post hooks); once a
+  backward has run, not a call made without gradients (validation: see ``NO_GRAD_FORWARD``)
 * ``torchscope:backward``  -- ``Tensor.backward`` / ``torch.autograd.backward``
 * ``torchscope:optimizer`` -- ``Optimizer.step`` (global optimizer step pre/post hooks)
 * ``torchscope:closure``   -- the closure of ``optimizer.step(closure)`` (LBFGS, Lightning): the optimizer
@@ -56,6 +57,11 @@ _pid = os.getpid()
 # only ones the user did not write: the extra call it warns of (the OptimizedModule's own) is the outer
 # module call our forward depth already counts (tests/integration/test_capture_compiled.py).
 _COMPILED_MODULE_HOOK_WARNING = r"Using `torch\.compile\(module\)` when there are global hooks on modules"
+# Once the run has trained (a backward ran), an outermost module call without gradients is validation, a
+# metric or an EMA/teacher model, not the training forward: tracked like a forward (nested calls, step
+# boundaries) but given no label, so its time is the step's work outside the phases and names itself
+# there (`nn.Module: ...`). Before any backward (an inference loop), it is the forward.
+NO_GRAD_FORWARD = "forward without gradients"
 
 
 def _after_fork_in_child() -> None:
@@ -99,6 +105,7 @@ class PhaseHooks:
         self._owner_pid = 0
         self._active: _OpenPhase | None = None
         self._forward_depth = 0  # module calls open inside the forward phase, on its thread
+        self._trained = False  # a backward ran in this process (see NO_GRAD_FORWARD)
         self._closures = 0  # optimizer-step closures running now (boundaries inside them are not reported)
         self._retire_requested = False
         self._handles: list[Any] = []
@@ -158,7 +165,7 @@ class PhaseHooks:
 
     def _open(self, name: str, key: int) -> _OpenPhase:
         rf = None
-        if self.labels:
+        if self.labels and name is not NO_GRAD_FORWARD:
             try:
                 rf = torch.autograd.profiler.record_function(name)
                 rf.__enter__()
@@ -226,9 +233,9 @@ class PhaseHooks:
                 return None
             if not self._boundary("forward", id(module)):  # before the range opens: a new step starts outside it
                 return None
-            self._open(FORWARD, id(module))
+            self._open(NO_GRAD_FORWARD if self._trained and not torch.is_grad_enabled() else FORWARD, id(module))
             self._forward_depth = 1
-        elif phase.name is FORWARD and phase.thread == threading.get_ident():
+        elif (phase.name is FORWARD or phase.name is NO_GRAD_FORWARD) and phase.thread == threading.get_ident():
             self._forward_depth += 1
         return None
 
@@ -236,7 +243,7 @@ class PhaseHooks:
         if _compiling():
             return None
         phase = self._active
-        if phase is not None and phase.name is FORWARD and phase.thread == threading.get_ident():
+        if phase is not None and (phase.name is FORWARD or phase.name is NO_GRAD_FORWARD) and phase.thread == threading.get_ident():
             self._forward_depth -= 1
             if self._forward_depth <= 0:
                 self._close(phase)
@@ -322,6 +329,7 @@ class PhaseHooks:
             opened = None
             if self._active is None and self._ours() and self._boundary("backward"):
                 opened = self._open(BACKWARD, 0)
+                self._trained = True
             try:
                 return original(*args, **kwargs)
             finally:

@@ -413,6 +413,13 @@ _READABLE_FRAME = re.compile(r"^(?P<func>.*?) \((?P<file>[^()]*?)(\.py)?:\d+\)$"
 _CHECKPOINT_HINT = "write checkpoints every N steps (or from a background thread / torch.distributed.checkpoint async_save)"
 _LOGGING_HINT = "log metrics every N steps and avoid .item()/.cpu() on each step"
 _EVAL_HINT = "run evaluation every N steps, not inside every step"
+# A model call outside the phases: the capture leaves a module call without gradients unlabelled once the
+# run has trained (capture/phases.py NO_GRAD_FORWARD).
+_NO_GRAD_MODEL_HINT = (
+    "a model call without gradients inside the step (validation, metrics, an EMA or teacher model): if it is "
+    "evaluation, run it every N steps; if it must run every step, run it under torch.inference_mode() and in "
+    "bfloat16 (torch.autocast)"
+)
 
 
 def _culprit_hints(names: list[str]) -> list[str]:
@@ -429,7 +436,9 @@ def _culprit_hints(names: list[str]) -> list[str]:
             found.add(_LOGGING_HINT)
         if words & _EVAL_WORDS:
             found.add(_EVAL_HINT)
-    return [hint for hint in (_CHECKPOINT_HINT, _LOGGING_HINT, _EVAL_HINT) if hint in found]
+        if lower.startswith("nn.module: "):
+            found.add(_NO_GRAD_MODEL_HINT)
+    return [hint for hint in (_CHECKPOINT_HINT, _LOGGING_HINT, _EVAL_HINT, _NO_GRAD_MODEL_HINT) if hint in found]
 
 
 # No fix as data: the work differs from run to run; the recommendation names it after its culprits.
