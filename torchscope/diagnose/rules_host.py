@@ -441,6 +441,20 @@ def _culprit_hints(names: list[str]) -> list[str]:
     return [hint for hint in (_CHECKPOINT_HINT, _LOGGING_HINT, _EVAL_HINT, _NO_GRAD_MODEL_HINT) if hint in found]
 
 
+def _is_grad_clipping(name: str) -> bool:
+    """`clip_grad_norm_`, Hugging Face's `_clip_grad_norm`, `clip_grad_value_`: work every step needs."""
+    match = _READABLE_FRAME.match(name.lower())
+    words = set(re.split(r"[^a-z0-9]+", match["func"] if match else name.lower()))
+    return "clip" in words and bool(words & {"grad", "grads", "gradient", "gradients", "norm"})
+
+
+_CLIP_TEXT = (
+    "Gradient clipping ({name}) belongs to every step and is not work to move: it computes the gradients' norm "
+    "in fewer ops with foreach=True (torch.nn.utils.clip_grad_norm_(..., foreach=True)), and under FSDP with "
+    "the wrapped model's own clip_grad_norm_."
+)
+
+
 # No fix as data: the work differs from run to run; the recommendation names it after its culprits.
 @rule("outside_steps.work", "outside_steps", OUTSIDE, severity=by_share(OUTSIDE.value))
 def outside_steps_work(ctx: Context) -> Optional[Verdict]:
@@ -457,7 +471,15 @@ def outside_steps_work(ctx: Context) -> Optional[Verdict]:
     top = dict(list(culprits.items())[:5])
     # Advice for the culprits that matter: a 13 us .item() beside a 3 ms sleep is not why the step is slow.
     weighty = [name for name, us in top.items() if us >= HINT_SHARE * explained_us]
-    hints = _culprit_hints(weighty)
+    clipping = [name for name in weighty if _is_grad_clipping(name)]
+    movable = [name for name in weighty if name not in clipping]
+    hints = _culprit_hints(movable)
+    advice = []
+    if hints or movable or not clipping:
+        advice.append("Move this work out of the per-step path: "
+                      + ("; ".join(hints) if hints else "run it every N steps or in a background thread") + ".")
+    if clipping:
+        advice.append(_CLIP_TEXT.format(name=clipping[0]))
     return Verdict(
         title=f"{ms(explained_us)} of each step runs outside data loading/forward/backward/optimizer, mostly in "
         + ", ".join(list(top)[:2]),
@@ -468,10 +490,7 @@ def outside_steps_work(ctx: Context) -> Optional[Verdict]:
             "unattributed_other_us_per_step": max(other_us - explained_us, 0.0),
             "culprits_us_per_step": top,
         },
-        recommendation=(
-            "Move this work out of the per-step path: "
-            + ("; ".join(hints) if hints else "run it every N steps or in a background thread") + "."
-        ),
+        recommendation=" ".join(advice),
     )
 
 
