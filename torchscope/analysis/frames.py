@@ -27,16 +27,11 @@ _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 # the longest sys.path prefix off, see torch/profiler/python_tracer.py), hence `(^|/)`. `<frozen runpy>`,
 # `<string>`, built-ins and C++ `??` are never the user's. torchscope's bundled examples stay user code:
 # they are what the demo diagnoses.
-_NOT_USER_CODE = re.compile(
-    r"(site-packages|dist-packages|/lib/python\d|(^|/)torch/|(^|/)torchscope/(capture|integrations)/|^<|<built-in"
-    r"|/runpy\.py|/threading\.py|^\?\?$)"
-)
+_TORCH_OR_INTERPRETER = r"(^|/)torch/|(^|/)torchscope/(capture|integrations)/|^<|<built-in|^\?\?$"
+_NOT_USER_CODE = re.compile(rf"(site-packages|dist-packages|/lib/python\d|/runpy\.py|/threading\.py|{_TORCH_OR_INTERPRETER})")
 # The part of `_NOT_USER_CODE` that is never a user's class either: the interpreter, the standard library,
 # torch and torchscope's hooks, but not a third-party package (torchvision's datasets are datasets).
-_INTERPRETER_OR_TORCH = re.compile(
-    r"(/lib/python\d[.\d]*/(?!site-packages|dist-packages)|(^|/)torch/|(^|/)torchscope/(capture|integrations)/|^<|<built-in"
-    r"|^\?\?$)"
-)
+_INTERPRETER_OR_TORCH = re.compile(rf"(/lib/python\d[.\d]*/(?!site-packages|dist-packages)|{_TORCH_OR_INTERPRETER})")
 _ABSOLUTE = re.compile(r"^(/|[A-Za-z]:/)")
 _DEF = re.compile(r"^[ \t]*(?:async[ \t]+)?(?:def|class)[ \t]+(\w+)", re.MULTILINE)
 # Code names every sizeable module has; `<module>` is left out: a bare `<module>` frame is the user's script.
@@ -97,25 +92,27 @@ def _is_library(name: str, match: re.Match[str] | None) -> bool:
 
 @functools.cache
 def _install_dirs() -> tuple[str, ...]:
-    """This interpreter's standard-library and site-packages folders, `/`-separated with a trailing `/`:
-    absolute frames of a trace captured here that the layout patterns miss (`lib64`, Windows `Lib`)."""
-    paths = _scheme_paths()
-    dirs = {paths[key] for key in ("stdlib", "platstdlib", "purelib", "platlib") if paths.get(key)}
-    return tuple(sorted(os.path.abspath(d).replace("\\", "/").rstrip("/") + "/" for d in dirs))
+    """This interpreter's standard-library and site-packages folders, as prefixes: absolute frames of a
+    trace captured here that the layout patterns miss (`lib64`, Windows `Lib`)."""
+    return tuple(sorted({*_stdlib_dirs(), *_site_prefixes()}))
 
 
 @functools.cache
 def _stdlib_dirs() -> tuple[str, ...]:
-    """This interpreter's standard-library folders, as `_install_dirs` gives them (site-packages lies inside
-    one of them on most layouts: `_site_prefixes` tells it apart)."""
+    """This interpreter's standard-library folders, as prefixes (site-packages lies inside one of them on
+    most layouts: `_site_prefixes` tells it apart)."""
     paths = _scheme_paths()
-    dirs = {paths[key] for key in ("stdlib", "platstdlib") if paths.get(key)}
-    return tuple(sorted(os.path.abspath(d).replace("\\", "/").rstrip("/") + "/" for d in dirs))
+    return tuple(sorted({_as_prefix(paths[key]) for key in ("stdlib", "platstdlib") if paths.get(key)}))
 
 
 @functools.cache
 def _site_prefixes() -> tuple[str, ...]:
-    return tuple(os.path.abspath(d).replace("\\", "/").rstrip("/") + "/" for d in _site_dirs())
+    return tuple(_as_prefix(d) for d in _site_dirs())
+
+
+def _as_prefix(directory: str) -> str:
+    """`directory` absolute, `/`-separated, with a trailing `/`: a prefix for `str.startswith`."""
+    return os.path.abspath(directory).replace("\\", "/").rstrip("/") + "/"
 
 
 @functools.cache

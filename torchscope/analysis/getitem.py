@@ -25,6 +25,7 @@ from torchscope.analysis.span import SpanInput
 from torchscope.analysis.steps import event_steps
 from torchscope.report.measurements import Getitem
 from torchscope.trace.kinds import Kind
+from torchscope.trace.tables import EventTable
 
 _GETITEM = re.compile(r"^[^()]*\(\d+\): (__getitem__|__getitems__)$")
 MAX_CALLS = 8  # the costliest calls kept per span
@@ -53,23 +54,24 @@ def extract(span: SpanInput) -> Optional[Getitem]:
     parent = span.tree.parent
     outermost = frames[~np.isin(parent[frames], frames)]  # a __getitem__ calling another one counts once
     children = np.flatnonzero(np.isin(parent, outermost) & events.kind_mask((Kind.PYTHON_FUNCTION, Kind.CPU_OP)))
-    totals: dict[str, float] = {}
-    for name_id, us in zip(*_sum_by(events.name[children], events.dur_us[children])):
-        key = readable(events.strings[int(name_id)])
-        totals[key] = totals.get(key, 0.0) + float(us) / steps
-    # Costliest first: the finding names the first.
-    frame_ids, frame_us = _sum_by(events.name[outermost], events.dur_us[outermost])
-    frame_totals: dict[str, float] = {}
-    for name_id, us in zip(frame_ids.tolist(), frame_us.tolist()):
-        key = readable(events.strings[name_id])
-        frame_totals[key] = frame_totals.get(key, 0.0) + us
-    names = sorted(frame_totals, key=lambda name: (-frame_totals[name], name))
+    totals = _by_readable_name(events, children, steps)
+    frame_totals = _by_readable_name(events, outermost, 1)
+    names = sorted(frame_totals, key=lambda name: (-frame_totals[name], name))  # costliest first: the finding names it
     return Getitem(
         frames=names,
         calls_per_step=float(outermost.size / steps),
         getitem_us_per_step=float(events.dur_us[outermost].sum() / steps),
         calls_us_per_step=dict(sorted(totals.items(), key=lambda kv: -kv[1])[:MAX_CALLS]),
     )
+
+
+def _by_readable_name(events: EventTable, rows: np.ndarray, per: int) -> dict[str, float]:
+    """The duration of `rows`, divided by `per`, summed by readable name (two names can read the same)."""
+    totals: dict[str, float] = {}
+    for name_id, us in zip(*_sum_by(events.name[rows], events.dur_us[rows])):
+        key = readable(events.strings[int(name_id)])
+        totals[key] = totals.get(key, 0.0) + float(us) / per
+    return totals
 
 
 def _sum_by(keys: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

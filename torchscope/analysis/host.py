@@ -267,9 +267,8 @@ def outside_phases(
     workers waiting for work), while its operators are work the step may wait for (the autograd engine's
     device threads run the backward's)."""
     phase = _phase_mask(events)
-    host = events.kind_mask((Kind.CPU_OP, Kind.USER_ANNOTATION)) | (
-        events.kind_mask(Kind.PYTHON_FUNCTION) & main_thread_mask(events)
-    )
+    main_thread = main_thread_mask(events)
+    host = events.kind_mask((Kind.CPU_OP, Kind.USER_ANNOTATION)) | (events.kind_mask(Kind.PYTHON_FUNCTION) & main_thread)
     own = own_marker_mask(events)
     inside_phase = nearest_ancestor_of(tree, phase) >= 0
     around_steps = encloses_markers(events, tree)
@@ -281,7 +280,7 @@ def outside_phases(
     # calls: signal.signal, contextlib) is overhead, not a culprit's. Their calls need not nest in the
     # tree (the next ProfilerStep range opens inside the hook), so their time is taken out, not their
     # descendants. Not `torchscope run`'s runner frames: they enclose the steps and hold the whole script.
-    hooks = np.flatnonzero(profiler_frames & ~around_steps & main_thread_mask(events))
+    hooks = np.flatnonzero(profiler_frames & ~around_steps & main_thread)
     if hooks.size:
         hook_start = events.ts_us[hooks]
         other = intervals.subtract(other, intervals.union(hook_start, hook_start + events.dur_us[hooks]))

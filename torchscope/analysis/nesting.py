@@ -87,11 +87,12 @@ def build_host_tree(events: EventTable) -> HostTree:
     for lo, hi in zip(np.r_[0, boundaries], np.r_[boundaries, host.size]):
         idx, t, d_ = host[lo:hi], ts[lo:hi], dur[lo:hi]
         p, d = _thread_tree(t, d_)
-        start = _ranges_after_their_calls(t + d_, p, t, kind[lo:hi])
+        end = t + d_
+        start = _ranges_after_their_calls(end, p, t, kind[lo:hi])
         if start is not None:  # ranges that outlive the Python call that opened them: nest them beside it
-            order = tree_order(np.zeros(t.size, dtype=np.int64), start, t + d_ - start)
+            order = tree_order(np.zeros(t.size, dtype=np.int64), start, end - start)
             idx = idx[order]
-            p, d = _thread_tree(start[order], (t + d_ - start)[order])
+            p, d = _thread_tree(start[order], (end - start)[order])
         depth[idx] = d
         parent[idx] = np.where(p >= 0, idx[np.maximum(p, 0)], -1)
     # Passes over the tree go level by level; a hostile trace (e.g. 100k identical events, each "inside"

@@ -62,6 +62,7 @@ _COMPILED_MODULE_HOOK_WARNING = r"Using `torch\.compile\(module\)` when there ar
 # boundaries) but given no label, so its time is the step's work outside the phases and names itself
 # there (`nn.Module: ...`). Before any backward (an inference loop), it is the forward.
 NO_GRAD_FORWARD = "forward without gradients"
+_FORWARDS = (FORWARD, NO_GRAD_FORWARD)
 
 
 def _after_fork_in_child() -> None:
@@ -235,7 +236,7 @@ class PhaseHooks:
                 return None
             self._open(NO_GRAD_FORWARD if self._trained and not torch.is_grad_enabled() else FORWARD, id(module))
             self._forward_depth = 1
-        elif (phase.name is FORWARD or phase.name is NO_GRAD_FORWARD) and phase.thread == threading.get_ident():
+        elif phase.name in _FORWARDS and phase.thread == threading.get_ident():
             self._forward_depth += 1
         return None
 
@@ -243,7 +244,7 @@ class PhaseHooks:
         if _compiling():
             return None
         phase = self._active
-        if phase is not None and (phase.name is FORWARD or phase.name is NO_GRAD_FORWARD) and phase.thread == threading.get_ident():
+        if phase is not None and phase.name in _FORWARDS and phase.thread == threading.get_ident():
             self._forward_depth -= 1
             if self._forward_depth <= 0:
                 self._close(phase)

@@ -9,7 +9,7 @@ from typing import Any, Optional
 from torchscope.diagnose.context import Context, ms, pct
 from torchscope.diagnose.rule import Threshold, Verdict, by_share, rule
 from torchscope.diagnose.rules_input import COPY_OPS
-from torchscope.diagnose.rules_quality import scaled, unprofiled_scale, unprofiled_step_us
+from torchscope.diagnose.rules_quality import scaled, stated_step_us, unprofiled_scale
 from torchscope.report.model import Fix, Report
 
 TORCH_COMPILE = Fix(
@@ -76,7 +76,7 @@ def host_overhead_dispatch(ctx: Context) -> Optional[Verdict]:
     measured *= scale
     regions = _compiled_regions(ctx)
     return Verdict(
-        title=f"Forward/backward spend {ms(measured * _step_us(ctx))} per step on tiny ops and Python between them "
+        title=f"Forward/backward spend {ms(measured * stated_step_us(ctx))} per step on tiny ops and Python between them "
         f"({dispatch.tiny_ops_per_step:.0f} ops under 30 us per step)",
         share=share,
         share_range=share_range,
@@ -125,7 +125,7 @@ def host_overhead_python(ctx: Context) -> Optional[Verdict]:
     )
     regions = _compiled_regions(ctx)
     return Verdict(
-        title=f"Python runs {ms(share * _step_us(ctx))} per step inside forward/backward outside any PyTorch operator",
+        title=f"Python runs {ms(share * stated_step_us(ctx))} per step inside forward/backward outside any PyTorch operator",
         share=share,
         evidence={**_dispatch_evidence(ctx), "cpu_count": cpus, "compiled_regions_per_step": regions},
         recommendation=(
@@ -272,13 +272,13 @@ def optimizer_step(ctx: Context) -> Optional[Verdict]:
     if targets:  # nothing to switch to: no saving is claimed (the what-if model prices the switches only)
         share, share_range = scaled(ctx.cost(cause, recorded_share), scale)
     return Verdict(
-        title=f"Optimizer step takes {ms(host_share * _step_us(ctx))} of host time per step"
+        title=f"Optimizer step takes {ms(host_share * stated_step_us(ctx))} of host time per step"
         + (f" with a per-parameter loop ({optimizer.per_param_ops_per_step:.0f} small ops per step)" if loop else "")
         + ("" if targets else f" ({pct(host_share)} of the step) with the {optimizer.implementation} implementation"),
         share=share,
         share_range=share_range,
         evidence={
-            "optimizer_us_per_step": host_share * _step_us(ctx),
+            "optimizer_us_per_step": host_share * stated_step_us(ctx),
             "recorded_optimizer_us_per_step": recorded_share * ctx.mean_step_us,
             "optimizers": optimizer.optimizers,
             "implementation": optimizer.implementation,
@@ -289,11 +289,6 @@ def optimizer_step(ctx: Context) -> Optional[Verdict]:
         recommendation=_optimizer_text(optimizer.optimizers, optimizer.implementation, targets),
         fix_targets=targets,
     )
-
-
-def _step_us(ctx: Context) -> float:
-    """The step the shares of `unprofiled_scale` refer to: the unprofiled one where it was measured."""
-    return unprofiled_step_us(ctx) or ctx.mean_step_us
 
 
 def cpu_fused_supported(report: Report) -> Optional[bool]:
@@ -389,7 +384,7 @@ def optimizer_zero_grad_fill(ctx: Context) -> Optional[Verdict]:
     share, share_range = scaled(ctx.cost("zero_grad", ctx.share(optimizer.zero_grad_us_per_step)), scale)
     zero_us = optimizer.zero_grad_us_per_step
     if scale < 1.0:  # the unprofiled step's microseconds, as the share
-        zero_us = ctx.share(zero_us) * scale * _step_us(ctx)
+        zero_us = ctx.share(zero_us) * scale * stated_step_us(ctx)
     return Verdict(
         title=f"zero_grad fills gradients with zeros ({fills:.0f} fill ops per step, {ms(zero_us)})",
         share=share,
@@ -422,14 +417,21 @@ _NO_GRAD_MODEL_HINT = (
 )
 
 
+def _words(name: str) -> tuple[frozenset[str], str]:
+    """The words of a readable culprit name's function (split on anything not a letter or digit, lower
+    case) and its file's stem (empty when not a frame)."""
+    lower = name.lower()
+    match = _READABLE_FRAME.match(lower)
+    func, file = (match["func"], match["file"].rsplit("/", 1)[-1]) if match else (lower, "")
+    return frozenset(w for w in re.split(r"[^a-z0-9]+", func) if w), file
+
+
 def _culprit_hints(names: list[str]) -> list[str]:
     """The hints whose words one of `names` (readable culprit names) has, in a fixed order."""
     found: set[str] = set()
     for name in names:
         lower = name.lower()
-        match = _READABLE_FRAME.match(lower)
-        func, file = (match["func"], match["file"].rsplit("/", 1)[-1]) if match else (lower, "")
-        words = frozenset(w for w in re.split(r"[^a-z0-9]+", func) if w)
+        words, file = _words(name)
         if words & _CHECKPOINT_WORDS or file in _CHECKPOINT_FILES:
             found.add(_CHECKPOINT_HINT)
         if words & _LOGGING_WORDS or "local_scalar_dense" in lower or "add_scalar" in lower:
@@ -443,8 +445,7 @@ def _culprit_hints(names: list[str]) -> list[str]:
 
 def _is_grad_clipping(name: str) -> bool:
     """`clip_grad_norm_`, Hugging Face's `_clip_grad_norm`, `clip_grad_value_`: work every step needs."""
-    match = _READABLE_FRAME.match(name.lower())
-    words = set(re.split(r"[^a-z0-9]+", match["func"] if match else name.lower()))
+    words, _ = _words(name)
     return "clip" in words and bool(words & {"grad", "grads", "gradient", "gradients", "norm"})
 
 

@@ -13,7 +13,7 @@ import msgspec
 
 from torchscope.diagnose.context import Context, ms
 from torchscope.diagnose.rule import Threshold, Verdict, by_share, rule
-from torchscope.diagnose.rules_quality import unprofiled_share, unprofiled_step_us
+from torchscope.diagnose.rules_quality import stated_step_us, unprofiled_share
 from torchscope.report.model import Fix, FixValue
 from torchscope.rundir.contention import OTHERS_BUSY_SHARE, oversubscribed
 
@@ -218,7 +218,7 @@ def data_loading_exposed(ctx: Context) -> Optional[Verdict]:
         scale = min(corrected / exposed, 1.0)
         share, share_range = share * scale, (share_range[0] * scale, share_range[1] * scale)
         exposed = min(corrected, exposed)
-    step_us = unprofiled_step_us(ctx) or ctx.mean_step_us
+    step_us = stated_step_us(ctx)
     exposed_us = exposed * step_us
     loader = ctx.report.measurements.dataloader
     settings = _main_loader(ctx)

@@ -216,6 +216,12 @@ def unprofiled_step_us(ctx: Context) -> Optional[float]:
     return section.unprofiled_step_us if section.method in MEASURED and section.unprofiled_step_us > 0 else None
 
 
+def stated_step_us(ctx: Context) -> float:
+    """The step that shares corrected by `unprofiled_share`/`unprofiled_scale` are shares of: the unprofiled
+    one where the capture measured it, else the recorded mean."""
+    return unprofiled_step_us(ctx) or ctx.mean_step_us
+
+
 OVERHEAD = Threshold(1.25, "recorded steps over 1.25x the unprofiled ones, or a phase over 1.5x (capture step clock)")
 PHASE_SLOWDOWN = 1.5
 
