@@ -65,6 +65,20 @@ def test_contention_figures_from_two_samples() -> None:
     assert figures["load_average_1m"] == 3.5
 
 
+def test_a_window_too_short_for_the_tick_counters_states_no_share_of_other_processes() -> None:
+    # A 2 ms recorded step: one stray 10 ms tick of another process is not "100 % of the CPUs taken".
+    first, last = object.__new__(machine.CpuSample), object.__new__(machine.CpuSample)
+    first.wall, first.process_cpu, first.own, first.busy = 10.0, 1.0, 100, 1000
+    last.wall, last.process_cpu, last.own, last.busy = 10.002, 1.002, 100, 1001
+    figures = machine.contention_figures(first, last, cpus=2, ticks_per_s=100, load=0.2)
+    assert figures["other_cpu_s"] == 0.01 and "other_share" not in figures
+    # The shortest window that states it: 3 ticks of error (2 CPUs and our own) within a tenth of 2 x 0.15 s.
+    last.wall = 10.15
+    assert machine.contention_figures(first, last, cpus=2, ticks_per_s=100, load=0.2)["other_share"] == round(0.01 / 0.3, 4)
+    quiet = report(breakdown={"forward": 0.5}, manifest={"environment": {"contention": figures}})
+    assert "trace_quality.busy_machine" not in findings(quiet)
+
+
 class _Dataset:
     def __getitem__(self, index: int) -> int:
         return index

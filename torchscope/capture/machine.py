@@ -171,13 +171,22 @@ def contention_figures(
         own_s = (last.own - first.own) / ticks_per_s
         # Tick counters are coarse (10 ms) and our own time may run on CPUs outside the set: never below 0.
         other_s = max(busy_s - own_s, 0.0)
-        out.update(
-            busy_cpu_s=round(busy_s, 3),
-            own_cpu_s=round(own_s, 3),
-            other_cpu_s=round(other_s, 3),
-            other_share=round(min(other_s / (wall * cpus), 1.0), 4),
-        )
+        out.update(busy_cpu_s=round(busy_s, 3), own_cpu_s=round(own_s, 3), other_cpu_s=round(other_s, 3))
+        if tick_error_s(cpus, ticks_per_s) <= MAX_TICK_ERROR * wall * cpus:
+            out["other_share"] = round(min(other_s / (wall * cpus), 1.0), 4)
     return out
+
+
+# The share of other processes is stated only when the window's capacity (wall time x CPUs) is at least
+# ten times what the tick counters can be off by: a 2 ms window read one stray 10 ms tick as "other
+# processes used 100 % of the CPUs", and a 60 ms window on 2 CPUs reads each stray tick as 8 %.
+MAX_TICK_ERROR = 0.1
+
+
+def tick_error_s(cpus: int, ticks_per_s: int) -> float:
+    """How far the other processes' CPU time can be off: a tick of each CPU's busy counter and one of
+    this process tree's, each read at a random point within its tick."""
+    return (cpus + 1) / ticks_per_s
 
 
 def _load_average() -> Optional[float]:
