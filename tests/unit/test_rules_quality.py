@@ -75,3 +75,21 @@ def test_partial_trace() -> None:
     assert (f.severity, f.time_share) == ("info", None)
     assert f.evidence == {"warnings": warnings[:5], "status": "interrupted"}
     assert "trace_quality.partial" not in findings(report())
+
+
+def _captured(steps_seen: int, **schedule: int) -> dict[str, object]:
+    return {"schedule": {"skip_first": 0, "wait": 1, "warmup": 1, "active": 3, "repeat": 1, **schedule}, "steps_seen": steps_seen}
+
+
+def test_few_steps_says_when_the_run_ended_inside_the_window() -> None:
+    # A 3-iteration script under the default schedule: step 2 alone is recorded, and no schedule helps.
+    f = finding(report(steps=1, manifest=_captured(2)), "trace_quality.few_steps")
+    assert "the run ended at step 2, inside the profiled window" in f.title
+    assert (f.evidence["last_step"], f.evidence["first_recorded_step"]) == (2, 2)
+    assert "Run more iterations (6 or more)" in f.recommendation and "--wait 0" not in f.recommendation
+    # A longer script under a later window: starting earlier would record 3 steps.
+    f = finding(report(steps=2, manifest=_captured(6, wait=4, warmup=1)), "trace_quality.few_steps")
+    assert "--skip-first 0 --wait 0 --warmup 1 records steps 1-3" in f.recommendation
+    # A complete window of 2 active steps is the user's choice: the general advice.
+    f = finding(report(steps=2, manifest=_captured(9, active=2)), "trace_quality.few_steps")
+    assert "ended" not in f.title and "last_step" not in f.evidence

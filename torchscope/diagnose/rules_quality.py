@@ -54,12 +54,45 @@ def few_steps(ctx: Context) -> Optional[Verdict]:
     """Fewer steps than a per-step figure can rest on."""
     if ctx.report.run.step_source == "whole_trace" or ctx.steps >= MIN_STEPS.value:
         return None
+    ended = _ended_inside_window(ctx)
+    if ended is None:
+        return Verdict(
+            title=f"Only {ctx.steps} step(s) captured: too few for a reliable verdict",
+            share=None,
+            evidence={"steps": ctx.steps, "minimum": int(MIN_STEPS.value)},
+            recommendation="Capture at least 3 steady-state steps: schedule(wait=1, warmup=1, active=3) or more.",
+        )
+    last_step, first_active, needed, active = ended
+    # With --wait 0 --warmup 1 (and no skip) the window starts at step 1: steps 1..last_step are recorded.
+    if first_active > 1 and min(last_step, active) >= MIN_STEPS.value:
+        earlier = f"or start recording earlier: --skip-first 0 --wait 0 --warmup 1 records steps 1-{min(last_step, active)}"
+    else:
+        earlier = "since no earlier window holds 3 steps after a warm-up step"
     return Verdict(
-        title=f"Only {ctx.steps} step(s) captured: too few for a reliable verdict",
+        title=f"Only {ctx.steps} step(s) captured: the run ended at step {last_step}, inside the profiled window",
         share=None,
-        evidence={"steps": ctx.steps, "minimum": int(MIN_STEPS.value)},
-        recommendation="Capture at least 3 steady-state steps: schedule(wait=1, warmup=1, active=3) or more.",
+        evidence={"steps": ctx.steps, "minimum": int(MIN_STEPS.value), "last_step": last_step, "first_recorded_step": first_active},
+        recommendation=f"The schedule records from step {first_active} (steps counted from 0) and needs {needed} "
+        f"steps to complete; the run ended at step {last_step}. Run more iterations ({needed + 1} or more), {earlier}.",
     )
+
+
+def _ended_inside_window(ctx: Context) -> Optional[tuple[int, int, int, int]]:
+    """(last step the capture saw, first recorded step, steps the schedule needs, active steps) when the
+    capture's manifest says the run ended before its schedule's first window was complete; None otherwise
+    (no manifest, or the window was recorded in full and holds few steps by choice)."""
+    manifest = ctx.report.run.manifest
+    schedule, seen = manifest.get("schedule"), manifest.get("steps_seen")
+    if not isinstance(schedule, dict) or not isinstance(seen, int) or isinstance(seen, bool):
+        return None
+    try:
+        first_active = sum(int(schedule[name]) for name in ("skip_first", "wait", "warmup"))
+        active = int(schedule["active"])
+    except (KeyError, TypeError, ValueError):
+        return None
+    # steps_seen counts the step boundaries: the run's last step, counted from 0, has that index.
+    needed = first_active + active
+    return (seen, first_active, needed, active) if seen < needed else None
 
 
 WARMUP_STEPS = Threshold(1, "steps 0 or 1 inside the window (profiler recipe: warm up before recording)")
