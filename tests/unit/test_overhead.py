@@ -194,3 +194,29 @@ def test_phase_clock_without_fetch_times_splits_the_step_clock_shares() -> None:
     assert result.corrected_percent == pytest.approx({"forward": 40.0, "optimizer": 40.0, "other": 20.0})
     forward_us = rep.phases["forward"].us  # the recorded phase (0.55 of the test report's step)
     assert result.slowdown_by_phase["forward"] == pytest.approx(forward_us / 2000) and forward_us > 2000
+    other_us = rep.phases["other"].us  # untimed: the step's remainder, 1 ms, is all "other"'s
+    assert result.slowdown_by_phase["other"] == pytest.approx(other_us / 1000)
+
+
+def test_batches_the_fetch_clock_did_not_time_share_the_untimed_remainder() -> None:
+    # A generator's batches (no DataLoader): the clock timed no fetch (zeros), so data loading is one of the
+    # untimed phases, not a measured 0 %. Its 60k Python events take all its recorded time at the events'
+    # price, leaving no estimate to split by: the untimed 2 ms (6 - forward 3 - optimizer 1) go by the
+    # recorded times, data 2.4 against other 0.1.
+    section = ProfilerOverhead(python_events_per_step={"data_loading": 60_000, "forward": 1_000}, ops_per_step={"forward": 2_000})
+    times = {
+        "unprofiled_step_us": [6000.0] * 3,
+        "unprofiled_fetch_us": [0.0] * 3,
+        "profiled_step_us": [10_000.0] * 3,
+        "unprofiled_phase_us": {"forward": [3000.0] * 3, "backward": [0.0] * 3, "optimizer": [1000.0] * 3},
+    }
+    rep = _report(section, times, data_loading=0.24, forward=0.65, optimizer=0.1, other=0.01)
+    overhead.correct(rep)
+    result = rep.measurements.profiler_overhead
+    assert result.method == "step_clock"
+    shares = result.corrected_percent
+    assert shares["data_loading"] == pytest.approx(100 * (2000 * 24 / 25) / 6000)
+    assert shares["other"] == pytest.approx(100 * (2000 * 1 / 25) / 6000)
+    assert shares["forward"] == pytest.approx(50.0)
+    # The slowdowns tell the same story as the shares: recorded over unprofiled time, per phase.
+    assert result.slowdown_by_phase["data_loading"] == pytest.approx(rep.phases["data_loading"].us / (2000 * 24 / 25))

@@ -227,7 +227,9 @@ def correct(report: Report) -> None:
         section.method = "negligible"
         section.corrected_percent = {name: entry.percent for name, entry in report.phases.items()}
         return
-    if fetch and phases.get("data_loading", 0.0) > 0 and total > 0:
+    # The clock times DataLoader fetches only: with none timed (a generator's batches), data loading is
+    # one of the phases it leaves untimed, and a fetch share of 0 would be wrong.
+    if fetch and max(fetch) > 0 and phases.get("data_loading", 0.0) > 0 and total > 0:
         _from_fetch_clock(section, phases, np.array(fetch) / np.array(unprofiled), median(np.array(fetch)))
         clocked = phase_times(report.run.manifest, len(unprofiled))
         if clocked:
@@ -315,6 +317,10 @@ def _split_by_phase_clock(
         return
     remainder = median(np.maximum(step_us - fetch_us - sum(clocked.values()), 0.0))
     untimed = {name: estimate.get(name, 0.0) for name in phases if name not in timed and name not in measured}
+    if any(pct <= 0 and phases[name] > 0 for name, pct in untimed.items()):
+        # The events' price took all of a phase's recorded time (a generator's tens of thousands of Python
+        # calls, cheaper each than the price assumes): no estimate left to split by, so the recorded times.
+        untimed = {name: phases[name] for name in untimed}
     untimed_total = sum(untimed.values())
     rest = dict(timed)
     rest |= {name: remainder * pct / untimed_total if untimed_total > 0 else 0.0 for name, pct in untimed.items()}
@@ -324,7 +330,8 @@ def _split_by_phase_clock(
     section.corrected_percent = ({"data_loading": 100.0 * share} if measured_data else {}) | {
         name: 100.0 * (1.0 - share) * us / total for name, us in rest.items()
     }
-    # The slowdown of each timed phase is now measured (recorded median over unprofiled median).
-    section.slowdown_by_phase |= {name: phases[name] / us for name, us in timed.items() if us > 0 and phases[name] > 0}
-    section.overhead_us_by_phase |= {name: max(phases[name] - us, 0.0) for name, us in timed.items()}
+    # Each phase's slowdown from the same split (timed ones measured, the untimed ones' remainder shared by
+    # estimate), so that the slowdowns and the corrected shares tell one story.
+    section.slowdown_by_phase |= {name: phases[name] / us for name, us in rest.items() if us > 0 and phases[name] > 0}
+    section.overhead_us_by_phase |= {name: max(phases[name] - us, 0.0) for name, us in rest.items()}
     section.overhead_us_per_step = sum(section.overhead_us_by_phase.values())
