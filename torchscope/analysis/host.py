@@ -12,11 +12,11 @@ from typing import Callable
 import numpy as np
 
 from torchscope.analysis import intervals
-from torchscope.analysis.frames import is_library_code, readable_totals
-from torchscope.analysis.markers import HOST_RANGES, closure_mask, name_mask, own_marker_mask, phase_masks
+from torchscope.analysis.frames import is_interpreter_or_torch_code, is_library_code, readable_totals
+from torchscope.analysis.markers import HOST_RANGES, batch_fetch_mask, closure_mask, name_mask, own_marker_mask, phase_masks
 from torchscope.analysis.nesting import HostTree, launcher_of_device_events, nearest_ancestor_of, outermost_ancestor_of
 from torchscope.analysis.operators import OpTimes
-from torchscope.analysis.steps import StepWindows, event_steps, step_name_mask
+from torchscope.analysis.steps import StepWindows, event_steps, main_thread_mask
 from torchscope.arrays import distinct, group_ids, median, nanmedian, read_only
 from torchscope.report.measurements import Compile, Copies, DataLoader, Dispatch, LaunchOverhead, Optimizer, OutsideSteps, Synchronization
 from torchscope.trace.kinds import Kind
@@ -35,27 +35,6 @@ PER_PARAM_OPTIMIZER_OPS = frozenset(
 )  # fmt: skip
 COMPILE_MARKERS = ("Torch-Compiled Region", "TorchDynamo Cache Lookup", "CompiledFunction", "compile_inner")
 _FRAME_NAME = re.compile(r"^(?P<file>.*?)\((?P<line>\d+)\): (?P<func>.*)$")
-
-
-def main_thread_mask(events: EventTable) -> np.ndarray:
-    """Events on the thread that records the ProfilerStep markers (the training loop's thread).
-    Computed once per table (several analyses ask); callers must not modify it."""
-    return events.memo("main_thread_mask", lambda: read_only(_main_thread_mask(events)))
-
-
-def _main_thread_mask(events: EventTable) -> np.ndarray:
-    is_step = step_name_mask(events) & (events.kind != Kind.GPU_USER_ANNOTATION)
-    if not is_step.any():
-        host = events.kind_mask((Kind.CPU_OP, Kind.USER_ANNOTATION))
-        if not host.any():
-            return np.zeros(len(events), dtype=bool)
-        keys = (events.pid[host].astype(np.int64) << 32) | events.tid[host]
-        values, counts = np.unique(keys, return_counts=True)
-        main = values[np.argmax(counts)]
-    else:
-        first = np.flatnonzero(is_step)[0]
-        main = (np.int64(events.pid[first]) << 32) | np.int64(events.tid[first])
-    return events.thread_keys() == main
 
 
 TINY_OP_US = 30.0  # a CPU aten op this short is mostly dispatch cost (a few to ~10 us per op)
@@ -342,9 +321,35 @@ def compile_activity(events: EventTable, steps: StepWindows) -> Compile:
     )
 
 
-def dataloader_kind(events: EventTable) -> DataLoader:
-    """DataLoader fetches by iterator: `_SingleProcessDataLoaderIter` means num_workers=0."""
-    fetches = np.flatnonzero(events.name_mask(lambda s: s.startswith("enumerate(DataLoader)#")))
+def dataloader_kind(events: EventTable, steps: StepWindows, tree: HostTree) -> DataLoader:
+    """DataLoader fetches by iterator (`_SingleProcessDataLoaderIter` means num_workers=0), and the loop's
+    batch fetches from other iterators with the Python calls they run."""
+    loader = events.name_mask(lambda s: s.startswith("enumerate(DataLoader)#"))
+    fetches = np.flatnonzero(loader)
     single = events.name_mask(lambda s: "_SingleProcessDataLoaderIter" in s, fetches)
     multi = events.name_mask(lambda s: "_MultiProcessingDataLoaderIter" in s, fetches)
-    return DataLoader(single_process_fetches=float(single.sum()), multi_process_fetches=float(multi.sum()))
+    # A next() that holds a DataLoader fetch is that DataLoader's; one that resumes code of the user's (or
+    # of an installed package: a dataset library's generator) fetches from something else. torch's and
+    # torchscope's frames under it are a DataLoader's too (its fetch range can fall outside the window).
+    calls = np.flatnonzero(batch_fetch_mask(events))
+    calls = calls[~encloses(tree, loader)[calls]] if calls.size else calls
+    frames = _called_frames(events, tree, calls)
+    frames = frames[~events.name_mask(is_interpreter_or_torch_code, frames)]
+    names, slot = group_ids(events.name[frames])
+    totals = np.bincount(slot, events.dur_us[frames], names.size) / max(len(steps), 1)
+    readable = readable_totals({events.strings[int(i)]: float(us) for i, us in zip(names.tolist(), totals.tolist())})
+    return DataLoader(
+        single_process_fetches=float(single.sum()),
+        multi_process_fetches=float(multi.sum()),
+        iterator_fetches=float(distinct(tree.parent[frames]).size),
+        iterator_frames_us_per_step=dict(list(readable.items())[:3]),
+    )
+
+
+def _called_frames(events: EventTable, tree: HostTree, calls: np.ndarray) -> np.ndarray:
+    """The Python calls made directly inside `calls` (the generator a next() resumes), ascending."""
+    inside = np.zeros(len(events), dtype=bool)
+    inside[calls] = True
+    python = events.kind_rows(Kind.PYTHON_FUNCTION)
+    parent = tree.parent[python]
+    return python[(parent >= 0) & inside[np.maximum(parent, 0)]]

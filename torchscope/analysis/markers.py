@@ -21,6 +21,10 @@ from typing import Callable
 
 import numpy as np
 
+from torchscope.analysis import intervals
+from torchscope.analysis.frames import is_interpreter_or_torch_code
+from torchscope.analysis.nesting import calling_frame, host_tree
+from torchscope.analysis.steps import main_thread_mask
 from torchscope.arrays import group_ids, read_only
 from torchscope.rundir.labels import CLOSURE, LABEL_PREFIX, PHASE_LABELS, STEP_PREFIX
 from torchscope.trace.kinds import Kind
@@ -91,6 +95,16 @@ def phase_masks(events: EventTable) -> dict[str, np.ndarray]:
 
 
 def _phase_masks(events: EventTable) -> dict[str, np.ndarray]:
+    named = _named_phase_masks(events)
+    return named | {"data_loading": named["data_loading"] | batch_fetch_mask(events)}
+
+
+def _named_phase_masks(events: EventTable) -> dict[str, np.ndarray]:
+    """The phases' ranges by name: PyTorch's, torchscope's labels and the user's own (once per table)."""
+    return events.memo("named_phase_masks", lambda: _named_phases(events))
+
+
+def _named_phases(events: EventTable) -> dict[str, np.ndarray]:
     # The user's labels are a few rows: their phase is looked up once per distinct name among them.
     labels = events.kind_rows(Kind.USER_ANNOTATION)
     label_names, slot = group_ids(events.name[labels])
@@ -107,6 +121,39 @@ def _phase_masks(events: EventTable) -> dict[str, np.ndarray]:
         "forward": with_user(name_mask(events, is_forward_name, HOST_RANGES), "forward"),
         "communication": name_mask(events, is_comm_op_name, HOST_RANGES),
     }
+
+
+NEXT_CALL = "<built-in function next>"  # how torch's Python tracer names a call of the builtin next()
+
+
+def batch_fetch_mask(events: EventTable) -> np.ndarray:
+    """The training loop's own ``next(...)`` calls outside the other phases: the loop fetching its batch,
+    also from an iterator that is no DataLoader (a generator, a tokenizing iterable), which PyTorch marks
+    with no range. The loop's thread only (a prefetching thread's ``next`` overlaps the compute it hides
+    behind); Python calls are in the trace only with stacks recorded. Once per table, read-only."""
+    return events.memo("batch_fetches", lambda: read_only(_batch_fetches(events, _named_phase_masks(events))))
+
+
+def _batch_fetches(events: EventTable, phases: dict[str, np.ndarray]) -> np.ndarray:
+    rows = np.flatnonzero(events.name_mask(_is_next_call) & events.kind_mask(Kind.PYTHON_FUNCTION))
+    fetches = np.zeros(len(events), dtype=bool)
+    if rows.size == 0:
+        return fetches
+    # Called by the loop's own code (the user's, or a trainer's from an installed package), not by the
+    # standard library (contextlib's __enter__ resumes a generator with next()), torch or torchscope.
+    rows = rows[main_thread_mask(events)[rows]]
+    caller = calling_frame(host_tree(events), events.kind, rows)
+    rows, caller = rows[caller >= 0], caller[caller >= 0]
+    rows = rows[~events.name_mask(is_interpreter_or_torch_code, caller)]
+    others = np.flatnonzero(phases["forward"] | phases["backward"] | phases["optimizer"] | phases["communication"])
+    start = events.ts_us[others]
+    taken = intervals.union(start, start + events.dur_us[others])
+    fetches[rows[~intervals.contains(taken, events.ts_us[rows])]] = True
+    return fetches
+
+
+def _is_next_call(name: str) -> bool:
+    return name == NEXT_CALL
 
 
 def closure_mask(events: EventTable) -> np.ndarray:

@@ -69,6 +69,11 @@ class HostTree(msgspec.Struct, frozen=True, dict=True):
         return labels
 
 
+def host_tree(events: EventTable) -> HostTree:
+    """The table's host tree, built once per table (the span's analyses and the phase masks share it)."""
+    return events.memo("host_tree", lambda: build_host_tree(events))
+
+
 def build_host_tree(events: EventTable) -> HostTree:
     n = len(events)
     index = np.int32 if n < 2**31 else np.int64  # half the memory of int64 for any real trace
@@ -256,6 +261,18 @@ def nearest_ancestor_of(tree: HostTree, mask: np.ndarray) -> np.ndarray:
     """For each event, the index of the nearest ancestor-or-self in `mask` (-1 if none)."""
     own = np.where(mask, np.arange(mask.size, dtype=tree.parent.dtype), -1)
     return tree.inherit(own)
+
+
+def calling_frame(tree: HostTree, kind: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """For each of `rows`, the nearest ancestor that is a Python function: the code that made the call,
+    past the ranges (`ProfilerStep#N`, a user's `record_function`) it runs inside; -1 if none. Walks up
+    from just those rows, one level per iteration."""
+    frame = tree.parent[rows].astype(np.int64)
+    while True:
+        climb = (frame >= 0) & (kind[np.maximum(frame, 0)] != Kind.PYTHON_FUNCTION)
+        if not climb.any():
+            return frame
+        frame = np.where(climb, tree.parent[np.maximum(frame, 0)], frame)
 
 
 def outermost_ancestor_of(tree: HostTree, mask: np.ndarray, events_of_interest: np.ndarray) -> np.ndarray:

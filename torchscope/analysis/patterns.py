@@ -20,10 +20,9 @@ from typing import Callable
 import msgspec
 import numpy as np
 
-from torchscope.analysis.host import main_thread_mask
 from torchscope.analysis.span import SpanInput
 from torchscope.analysis.nesting import HostTree
-from torchscope.analysis.steps import event_steps
+from torchscope.analysis.steps import event_steps, main_thread_mask
 from torchscope.report.measurements import Patterns
 from torchscope.trace.kinds import Kind
 from torchscope.trace.tables import EventTable

@@ -43,7 +43,7 @@ def compile_(s: SpanInput) -> m.Compile:
 
 
 def dataloader(s: SpanInput) -> m.DataLoader:
-    return host.dataloader_kind(s.events)
+    return host.dataloader_kind(s.events, s.steps, s.tree)
 
 
 def idle(s: SpanInput) -> m.DeviceIdle:

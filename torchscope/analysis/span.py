@@ -12,7 +12,7 @@ import numpy as np
 from torchscope.analysis import intervals
 from torchscope.analysis.breakdown import StepBreakdown, device_breakdown, phase_partition
 from torchscope.analysis.device import DeviceActivity, analyze_device
-from torchscope.analysis.nesting import HostTree, build_host_tree
+from torchscope.analysis.nesting import HostTree, host_tree
 from torchscope.analysis.operators import OpTimes, op_times
 from torchscope.analysis.steps import StepWindows, find_steps
 from torchscope.trace.kinds import DEVICE_KINDS
@@ -41,7 +41,7 @@ class SpanInput:
 
     @cached_property
     def tree(self) -> HostTree:
-        return build_host_tree(self.events)
+        return host_tree(self.events)
 
     @cached_property
     def times(self) -> OpTimes:

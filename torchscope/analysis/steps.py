@@ -65,6 +65,27 @@ def step_name_mask(events: EventTable) -> np.ndarray:
     return events.memo("step_names", lambda: events.name_mask(lambda s: s.startswith(STEP_PREFIX)))
 
 
+def main_thread_mask(events: EventTable) -> np.ndarray:
+    """Events on the thread that records the ProfilerStep markers (the training loop's thread).
+    Computed once per table (several analyses ask); callers must not modify it."""
+    return events.memo("main_thread_mask", lambda: read_only(_main_thread_mask(events)))
+
+
+def _main_thread_mask(events: EventTable) -> np.ndarray:
+    is_step = step_name_mask(events) & (events.kind != Kind.GPU_USER_ANNOTATION)
+    if not is_step.any():
+        host = events.kind_mask((Kind.CPU_OP, Kind.USER_ANNOTATION))
+        if not host.any():
+            return np.zeros(len(events), dtype=bool)
+        keys = (events.pid[host].astype(np.int64) << 32) | events.tid[host]
+        values, counts = np.unique(keys, return_counts=True)
+        main = values[np.argmax(counts)]
+    else:
+        first = np.flatnonzero(is_step)[0]
+        main = (np.int64(events.pid[first]) << 32) | np.int64(events.tid[first])
+    return events.thread_keys() == main
+
+
 def find_steps(events: EventTable) -> StepWindows:
     markers = np.flatnonzero(step_marker_mask(events) & (events.dur_us > 0))
     if markers.size == 0:

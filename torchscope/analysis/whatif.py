@@ -44,7 +44,8 @@ import numpy as np
 
 from torchscope.analysis import intervals
 from torchscope.analysis.autograd_markers import autograd_marker_set
-from torchscope.analysis.host import TINY_OP_US, main_thread_mask, sync_mask
+from torchscope.analysis.host import TINY_OP_US, sync_mask
+from torchscope.analysis.steps import main_thread_mask
 from torchscope.analysis.markers import HOST_RANGES, closure_mask, phase_masks
 from torchscope.analysis.nesting import launcher_of_device_events
 from torchscope.analysis.span import SpanInput

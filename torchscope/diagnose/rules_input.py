@@ -204,6 +204,13 @@ def _fetch_words(machine: Machine, data_us: float) -> str:
             target="Dataset.__getitem__",
             summary="make the costliest calls of __getitem__ cheaper (precompute, cache, vectorise over the batch)",
         ),
+        Fix(
+            kind="code_change",
+            target="torch.utils.data.DataLoader",
+            value="DataLoader(MyIterableDataset(), batch_size=None, num_workers=N)",
+            summary="fetch the batches a plain iterator (a generator) makes through a DataLoader over an "
+            "IterableDataset, so that worker processes prepare them",
+        ),
     ),
 )
 def data_loading_exposed(ctx: Context) -> Optional[Verdict]:
@@ -222,18 +229,22 @@ def data_loading_exposed(ctx: Context) -> Optional[Verdict]:
     exposed_us = exposed * step_us
     loader = ctx.report.measurements.dataloader
     settings = _main_loader(ctx)
-    single = loader.single_process_fetches > 0 or settings.get("num_workers") == 0
+    # Batches from the loop's own iterator (a generator), with no DataLoader fetch: loaded in the training
+    # process, as with num_workers=0.
+    iterator = loader.iterator_fetches > 0 and not (loader.single_process_fetches or loader.multi_process_fetches or settings)
+    single = loader.single_process_fetches > 0 or settings.get("num_workers") == 0 or iterator
     machine = _machine(ctx, settings, single)
     advice = advise(machine, exposed_us, step_us)
     if not ctx.has_device and advice.predicted_step_us is not None and step_us > 0:
         share, share_range = _advised_saving(advice, exposed_us, step_us)
-    culprits = _getitem_culprits(ctx)
-    title = (
-        f"Data loading blocks the step for {ms(exposed_us)} with num_workers=0"
-        if single
-        else f"Data loading is exposed: the step waits {ms(exposed_us)} for batches"
-    )
-    targets = []
+    culprits = _iterator_culprits(ctx) if iterator else _getitem_culprits(ctx)
+    if iterator:
+        title = f"Data loading blocks the step for {ms(exposed_us)}: the loop makes its batches itself (no DataLoader)"
+    elif single:
+        title = f"Data loading blocks the step for {ms(exposed_us)} with num_workers=0"
+    else:
+        title = f"Data loading is exposed: the step waits {ms(exposed_us)} for batches"
+    targets = ["torch.utils.data.DataLoader"] if iterator else []
     values: dict[str, FixValue] = {}
     if advice.workers is not None:
         targets.append("num_workers")
@@ -250,7 +261,7 @@ def data_loading_exposed(ctx: Context) -> Optional[Verdict]:
             values["prefetch_factor"] = 4
     elif ctx.has_device and not settings.get("pin_memory"):
         targets.append("pin_memory")
-    if culprits:
+    if culprits and not iterator:
         targets.append("Dataset.__getitem__")
         values["Dataset.__getitem__"] = culprits
     return Verdict(
@@ -261,6 +272,7 @@ def data_loading_exposed(ctx: Context) -> Optional[Verdict]:
             "data_loading_us_per_step_incl_hidden": ctx.phase_share("data_loading") * ctx.mean_step_us,
             "num_workers_zero": single,
             "multi_process_loader": loader.multi_process_fetches > 0,
+            **({"iterator_fetches": loader.iterator_fetches} if iterator else {}),
             "cpu_count": _int(ctx.environment().get("cpu_count")),
             "cores_per_rank": machine.cores_per_rank,
             "num_workers": machine.workers,
@@ -268,7 +280,7 @@ def data_loading_exposed(ctx: Context) -> Optional[Verdict]:
             "loading_waits": machine.waiting,
             "predicted_step_us": advice.predicted_step_us,
         },
-        recommendation=_text(advice, machine, settings, culprits, ctx.has_device),
+        recommendation=_iterator_text(advice, culprits) if iterator else _text(advice, machine, settings, culprits, ctx.has_device),
         fix_values=values,
         fix_targets=tuple(targets),
         share_range=share_range,
@@ -368,6 +380,22 @@ def _getitem_culprits(ctx: Context) -> str:
     total = getitem.getitem_us_per_step
     calls = [f"{name} {100 * us / total:.0f} %" for name, us in list(getitem.calls_us_per_step.items())[:3] if us >= 0.05 * total]
     return f"{getitem.frames[0]}: " + (", ".join(calls) if calls else "its own Python lines (no costly call)")
+
+
+def _iterator_culprits(ctx: Context) -> str:
+    """"batches (train.py:8) 7.1 ms, ..." : what the loop's next() calls run, or ""."""
+    frames = ctx.report.measurements.dataloader.iterator_frames_us_per_step
+    return ", ".join(f"{name} {ms(us)}" for name, us in frames.items())
+
+
+def _iterator_text(advice: Advice, culprits: str) -> str:
+    where = "The loop fetches its batches with next() from an iterator that is no DataLoader" + (
+        f" ({culprits} per step, recorded)" if culprits else "") + ", in the training process."
+    move = ("Make it a torch.utils.data.IterableDataset (yield the samples or batches; split the work by "
+            "torch.utils.data.get_worker_info() so workers do not repeat it) and iterate")
+    if advice.workers is not None:
+        return f"{where} {move} DataLoader(dataset, batch_size=None, num_workers={advice.workers}, persistent_workers=True): {advice.reason}."
+    return f"{where} {move} a DataLoader with workers where cores allow ({advice.reason}), or make the batches cheaper to build."
 
 
 def _text(advice: Advice, machine: Machine, settings: dict[str, Any], culprits: str, device: bool) -> str:

@@ -117,10 +117,15 @@ class Compile(Section):
 
 
 class DataLoader(Section):
-    """DataLoader fetches by iterator kind (num_workers=0 uses the single-process iterator)."""
+    """DataLoader fetches by iterator kind (num_workers=0 uses the single-process iterator), and batches
+    fetched from other iterators."""
 
     single_process_fetches: Count = 0.0
     multi_process_fetches: Count = 0.0
+    # The loop's next() calls that fetch from an iterator that is no DataLoader (a generator, an iterable),
+    # and the Python calls they run, by inclusive time (recorded only with stacks).
+    iterator_fetches: Count = 0.0
+    iterator_frames_us_per_step: PerStepByName = {}
 
 
 class DeviceIdle(Section):
