@@ -240,3 +240,32 @@ def test_a_long_reserved_series_is_thinned_without_losing_its_peak(tmp_path: Pat
     assert all(gpu[t] == value for t, value in series)  # thinned to events, not interpolated
     assert max(value for _, value in series) == max(gpu.values()) == report.memory.peak_reserved_bytes["cuda:0"]
     assert [t for t, _ in series] == sorted(t for t, _ in series)
+
+
+def _cpu_training(tmp_path: Path, device_type: int, device_id: int) -> Report:
+    """Three steps, each making 32 MiB of gradients (freed in the next step) and keeping a 4 MiB block, as
+    c10's CPU allocator reports them: its total starts at 0 when recording starts, and the free of the
+    gradients made before recording is not reported."""
+    b = TraceBuilder()
+    mem = Allocator(b, device_type=device_type, device_id=device_id)
+    for i in range(3):
+        t0 = 100.0 + i * STEP_US
+        b.step(i + 2, t0, STEP_US - 10)
+        if i > 0:
+            mem.free(t0 + 150, addr=2000 + i - 1)
+        mem.alloc(t0 + 200, addr=2000 + i, nbytes=32 * MIB)
+        mem.alloc(t0 + 310, addr=1000 + i, nbytes=4 * MIB)
+    return torchscope.analyze(b.write(tmp_path / "trace.json"), jobs=1, use_cache=False)
+
+
+def test_cpu_growth_starts_at_the_second_step(tmp_path: Path) -> None:
+    # With the first step in, the gradients whose free went unreported read as growth: 36 MiB, then 4, 4.
+    report = _cpu_training(tmp_path, device_type=0, device_id=-1)
+    fit = report.memory.growth["cpu"]
+    assert fit.bytes_per_step == 4 * MIB and fit.r2 == 1.0 and fit.boundaries == 3
+    assert report.measurements.memory.growth_steps == {"cpu": 2.0}
+    leak = next(f for f in report.findings if f.id == "memory.leak")
+    assert leak.evidence["growth_bytes_per_step"] == 4 * MIB
+    # A device whose allocator reports device-wide totals keeps its first step.
+    (tmp_path / "gpu").mkdir()
+    assert _cpu_training(tmp_path / "gpu", device_type=1, device_id=0).memory.growth["cuda:0"].boundaries == 4

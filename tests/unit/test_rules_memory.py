@@ -40,7 +40,8 @@ def test_leak_names_slope_site_and_steps_until_full() -> None:
 def test_no_leak_when_the_fit_is_not_a_line_or_the_interval_reaches_zero() -> None:
     assert "memory.leak" not in findings(report(**_leaky(r2=0.5)))
     assert "memory.leak" not in findings(report(**_leaky(low=0.0)))
-    assert "memory.leak" not in findings(report(**_leaky(steps=2.0)))
+    assert "memory.leak" not in findings(report(**_leaky(steps=1.0)))
+    assert "memory.leak" in findings(report(**_leaky(steps=2.0)))  # 3 boundaries: a 3-step CPU capture's line
     assert "memory.leak" not in findings(report(**_leaky(slope=100_000.0)))
 
 

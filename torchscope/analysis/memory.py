@@ -142,7 +142,11 @@ def _one_device(
         figures.churn_allocations_per_step[label] = float(traffic.alloc_count.mean())
     for site, size in by_site(traffic.churn_codes, traffic.churn_block_bytes, who.site_names, 1.0 / n, top=5).items():
         figures.churn_sites_bytes_per_step[site] = figures.churn_sites_bytes_per_step.get(site, 0.0) + size
-    fit = growth(traffic)
+    # c10's CPU allocator reports to the profiler only blocks it saw allocated while recording: its total
+    # starts at 0 and frees of older blocks (the previous step's gradients and activations) go unreported,
+    # so each trace's first recorded step nets those blocks as growth; the line starts at the second
+    # step. (CUDA's caching allocator reports device-wide totals and every free.)
+    fit = growth(traffic, first=1 if label.split(":")[0] == DEVICE_TYPE_NAMES[0] else 0)
     fit.surviving_by_call_site = surviving_sites(memory, blocks, steps, sites, who.site_names)
     summary.growth[label] = fit
     if fit.boundaries >= 3:

@@ -89,9 +89,10 @@ def _step_of_position(position: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> n
     return np.where(inside, step, -1)
 
 
-def growth(traffic: StepTraffic) -> MemoryGrowth:
-    """The allocated total at the step boundaries (each step's start, and the last one's end) as a line."""
-    values = np.r_[traffic.at_start, traffic.at_end[-1:]].astype(np.float64)
+def growth(traffic: StepTraffic, first: int = 0) -> MemoryGrowth:
+    """The allocated total at the step boundaries (each step's start from step `first` on, and the last
+    one's end) as a line."""
+    values = np.r_[traffic.at_start[first:], traffic.at_end[-1:]].astype(np.float64)
     n = values.size
     if n < 3:
         return MemoryGrowth(boundaries=int(n))
