@@ -64,6 +64,23 @@ for i in range(10):
 """
 
 
+ACCUMULATION = """
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+torch.manual_seed(0)
+loader = DataLoader(TensorDataset(torch.randn(4096, 32), torch.randint(0, 10, (4096,))), batch_size=32)
+model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 10))
+opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+for i, (x, y) in enumerate(loader):
+    (torch.nn.functional.cross_entropy(model(x), y) / 4).backward()
+    if (i + 1) % 4 == 0:  # gradient accumulation over 4 micro-batches
+        opt.step()
+        opt.zero_grad()
+    if i == 40:
+        break
+"""
+
+
 def _run_script(tmp_path: Path, source: str, report: tuple[str, ...] = ("--no-report",)) -> Path:
     script = tmp_path / "train.py"
     script.write_text(textwrap.dedent(source))
@@ -123,4 +140,14 @@ def test_torchscope_step_marks_the_steps(tmp_path: Path) -> None:
     assert manifest["options"]["step_marking"] == "manual"
     assert manifest["steps_seen"] >= 9
     assert _labels_per_step(run_dir, "torchscope:optimizer") == [2, 2, 2]
+    _check_report(run_dir)
+
+
+def test_gradient_accumulation_steps_are_optimizer_steps(tmp_path: Path) -> None:
+    # Before the first optimizer step the DataLoader rule marked each micro-batch a step: the window held a
+    # single micro-batch, then one with the optimizer's first step. Held while the optimizer had not stepped.
+    run_dir = _run_script(tmp_path, ACCUMULATION)
+    assert _manifest(run_dir)["options"]["step_marking"] == "optimizer"
+    assert _labels_per_step(run_dir, "torchscope:optimizer") == [1, 1, 1]
+    assert _labels_per_step(run_dir, "torchscope:backward") == [4, 4, 4]
     _check_report(run_dir)

@@ -19,9 +19,9 @@ class _Counter:
         self.steps += 1
 
 
-def _drive(script: list[Any]) -> tuple[StepDetector, _Counter]:
+def _drive(script: list[Any], optimizer_created: bool = False) -> tuple[StepDetector, _Counter]:
     counter = _Counter()
-    detector = StepDetector(counter)
+    detector = StepDetector(counter, optimizer_created=lambda: optimizer_created)
     for event in script:
         if isinstance(event, tuple):
             detector.on_boundary(*event)
@@ -72,6 +72,25 @@ def test_an_optimizer_takes_over_from_the_backward_rule() -> None:
     detector, counter = _drive([("forward", MODEL), "backward"] * 2 + [opt] + [("forward", MODEL), "backward", opt] * 3)
     assert detector.source == "optimizer"
     assert counter.steps == 1 + 3  # one from the backward rule, then one per optimizer step (the last pending)
+
+
+def test_fallbacks_wait_for_an_optimizer_that_exists_to_step() -> None:
+    # Gradient accumulation: 4 fetches and backwards per optimizer step. The DataLoader rule would mark
+    # each micro-batch before the first optimizer step; with an optimizer built, those boundaries are held.
+    opt = object()
+    micro = ["data", ("forward", MODEL), "backward"]
+    script = (micro * 4 + [opt]) * 3 + ["data"]
+    detector, counter = _drive(script, optimizer_created=True)
+    assert detector.source == "optimizer" and detector.held == 3  # fetches 2-4 of the first cycle
+    assert counter.steps == 3  # one per optimizer step, none per micro-batch
+    # Without an optimizer the same loop steps at every fetch after the first until one exists.
+    _, unheld = _drive(micro * 4)
+    assert unheld.steps == 3
+
+
+def test_an_optimizer_that_never_steps_delays_the_fallback_by_at_most_max_held() -> None:
+    detector, counter = _drive(["data"] * (steps.MAX_HELD + 6), optimizer_created=True)
+    assert detector.held == steps.MAX_HELD and counter.steps == 5 and detector.source == "dataloader"
 
 
 def test_the_marker_replaces_detection() -> None:

@@ -77,6 +77,19 @@ def _compiling() -> bool:
     return bool(torch.compiler.is_compiling())
 
 
+def optimizer_created() -> bool:
+    """Whether the script has built a torch.optim optimizer: torch wraps each optimizer class's ``step``
+    for its profiler on the class's first instance (``Optimizer._patch_step_function`` marks it ``hooked``).
+    A walk over a few dozen classes, no scan of the heap."""
+    pending: list[type] = [optim_module.Optimizer]
+    while pending:
+        cls = pending.pop()
+        if getattr(getattr(cls, "step", None), "hooked", False):
+            return True
+        pending.extend(cls.__subclasses__())
+    return False
+
+
 class _OpenPhase(msgspec.Struct):
     name: str
     key: int  # id() of the module or optimizer that opened it (0 for backward)

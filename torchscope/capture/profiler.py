@@ -29,7 +29,7 @@ from torchscope.capture.machine import LoaderRegistry
 from torchscope.capture.memory_snapshot import SnapshotRecorder
 from torchscope.capture.notices import describe, warn_line
 from torchscope.capture.overhead import StepClock
-from torchscope.capture.phases import PhaseHooks
+from torchscope.capture.phases import PhaseHooks, optimizer_created
 from torchscope.capture.quiet import native_stderr_filtered
 from torchscope.capture.rundir import DistEnv, choose_run_dir, detect_dist_env, worker_name
 from torchscope.capture.signals import DeferredSignals, SigtermSaver
@@ -357,7 +357,7 @@ class Profiler:
 
     def _install_hooks(self) -> None:
         if self.auto_step:
-            self._detector = StepDetector(self.step)
+            self._detector = StepDetector(self.step, optimizer_created=optimizer_created)
         detector = self._detector
         self._hooks = PhaseHooks(
             labels=self.config.phase_labels,

@@ -15,6 +15,10 @@ Pure logic, fed by :class:`torchscope.capture.phases.PhaseHooks` events, so it c
   first top-level module the script called, after its first call (the loop's repeating pattern).
 
 Whichever fallback marks a step first keeps marking them, until an optimizer steps (which then takes over).
+While an optimizer exists that has not stepped yet, the fallbacks hold their steps (at most
+:data:`MAX_HELD` of them): under gradient accumulation the first micro-batches come before the first
+optimizer step, and marking them as steps put single micro-batches and the first optimizer step (which
+creates its state) into the recorded window.
 
 The optimizer boundary is *deferred*: ``prof.step()`` runs at the next top-level event (a DataLoader fetch,
 a forward or a backward starting) instead of inside the optimizer hook. The hook runs inside torch's own
@@ -33,14 +37,20 @@ from typing import Any, Callable
 from torchscope.rundir.manifest import StepMarking
 
 _FALLBACKS = ("none", "dataloader", "backward", "module")
+# Fallback boundaries held while an optimizer exists but has not stepped: accumulation over up to 32
+# micro-batches; an optimizer that never steps (an evaluation script that builds one) delays the fallback
+# steps by this many boundaries.
+MAX_HELD = 32
 
 
 class StepDetector:
     """Turns phase events into ``step()`` calls; ``source`` says what drove them (the manifest's
     ``options.step_marking``)."""
 
-    def __init__(self, step: Callable[[], None]) -> None:
+    def __init__(self, step: Callable[[], None], optimizer_created: Callable[[], bool] = lambda: False) -> None:
         self._step = step
+        self._optimizer_created = optimizer_created  # whether the script has built an optimizer yet
+        self.held = 0  # fallback boundaries held for an optimizer that had not stepped
         self._source_ref: Callable[[], Any] | None = None  # weak reference to the step-source optimizer
         self._pending = False
         self._fetches = 0
@@ -81,6 +91,9 @@ class StepDetector:
             self.source = source
         self._backward_since_step = False
         self._anchor_since_step = False
+        if source is not None and self.held < MAX_HELD and self._optimizer_created():
+            self.held += 1  # a fallback's boundary: the optimizer's first step will mark the steps
+            return
         self._step()
 
     def on_optimizer_step(self, optimizer: Any) -> None:
