@@ -326,6 +326,16 @@ def _split_by_phase_clock(
     rest |= {name: remainder * pct / untimed_total if untimed_total > 0 else 0.0 for name, pct in untimed.items()}
     if untimed_total <= 0 and "other" in phases:
         rest["other"] = remainder
+    # The profiler only adds time: an untimed phase keeps no more of the remainder than it recorded. What is
+    # left is time the clock's phases leave out and the trace gives them (a closure's loss and zero_grad are
+    # the trace's forward, not the clock's): shared by the timed phases in proportion to what the trace
+    # holds beyond their clock (in proportion to their clock where none does).
+    excess = sum(max(rest[name] - phases[name], 0.0) for name in untimed if name in rest)
+    if excess > 0:
+        rest |= {name: min(rest[name], phases[name]) for name in untimed if name in rest}
+        beyond = {name: max(phases[name] - us, 0.0) for name, us in timed.items()}
+        weights = beyond if sum(beyond.values()) > 0 else timed
+        rest |= {name: us + excess * weights[name] / sum(weights.values()) for name, us in timed.items()}
     total = sum(rest.values())
     section.corrected_percent = ({"data_loading": 100.0 * share} if measured_data else {}) | {
         name: 100.0 * (1.0 - share) * us / total for name, us in rest.items()
