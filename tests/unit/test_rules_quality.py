@@ -90,6 +90,9 @@ def test_few_steps_says_when_the_run_ended_inside_the_window() -> None:
     # A longer script under a later window: starting earlier would record 3 steps.
     f = finding(report(steps=2, manifest=_captured(6, wait=4, warmup=1)), "trace_quality.few_steps")
     assert "--skip-first 0 --wait 0 --warmup 1 records steps 1-3" in f.recommendation
+    # A run that failed there says so first.
+    f = finding(report(steps=2, manifest={**_captured(3), "status": "error"}), "trace_quality.few_steps")
+    assert "the run failed at step 3" in f.title and f.recommendation.startswith("Let the run finish")
     # A complete window of 2 active steps is the user's choice: the general advice.
     f = finding(report(steps=2, manifest=_captured(9, active=2)), "trace_quality.few_steps")
     assert "ended" not in f.title and "last_step" not in f.evidence

@@ -68,12 +68,15 @@ def few_steps(ctx: Context) -> Optional[Verdict]:
         earlier = f"or start recording earlier: --skip-first 0 --wait 0 --warmup 1 records steps 1-{min(last_step, active)}"
     else:
         earlier = "since no earlier window holds 3 steps after a warm-up step"
+    # A run that failed or was interrupted did not run short by design: that comes first.
+    ended_how = {"error": "failed", "interrupted": "was interrupted"}.get(str(ctx.report.run.manifest.get("status")), "ended")
+    first = "" if ended_how == "ended" else "Let the run finish (the trace holds the steps before it stopped). "
     return Verdict(
-        title=f"Only {ctx.steps} step(s) captured: the run ended at step {last_step}, inside the profiled window",
+        title=f"Only {ctx.steps} step(s) captured: the run {ended_how} at step {last_step}, inside the profiled window",
         share=None,
         evidence={"steps": ctx.steps, "minimum": int(MIN_STEPS.value), "last_step": last_step, "first_recorded_step": first_active},
-        recommendation=f"The schedule records from step {first_active} (steps counted from 0) and needs {needed} "
-        f"steps to complete; the run ended at step {last_step}. Run more iterations ({needed + 1} or more), {earlier}.",
+        recommendation=f"{first}The schedule records from step {first_active} (steps counted from 0) and needs {needed} "
+        f"steps to complete; the run {ended_how} at step {last_step}. Run more iterations ({needed + 1} or more), {earlier}.",
     )
 
 
