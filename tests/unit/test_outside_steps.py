@@ -43,3 +43,20 @@ def _span() -> SpanInput:
 def test_culprits_are_the_training_threads_frames_and_any_threads_operators() -> None:
     culprits = outside_steps(_span()).culprits_us_per_step
     assert culprits == pytest.approx({"log_metrics (train.py:80)": 1000.0, "aten::add_": 800.0})
+
+
+def test_model_calls_under_the_culprits_are_counted_at_any_depth() -> None:
+    # `acc = sum(model(x).argmax(1).eq(y).float().mean().item() for x, y in val)`: the culprit is `sum`, the
+    # model calls (under no gradients, unlabelled) run two levels below it, 3 x 1000 us per step.
+    b = TraceBuilder()
+    for step in range(2):
+        t0 = 1000.0 + 10_000.0 * step
+        b.step(step + 1, t0, 10_000)
+        b.annotation(FORWARD, t0 + 100, 2000)
+        b.op("<built-in function sum>", t0 + 3000, 4000, cat="python_function")
+        for k in range(3):
+            b.op("train.py(14): <genexpr>", t0 + 3100 + 1200 * k, 1100, cat="python_function")
+            b.op("nn.Module: Sequential_0", t0 + 3150 + 1200 * k, 1000, cat="python_function")
+    section = outside_steps(SpanInput(parse_trace_bytes(json.dumps(b.document()).encode())))
+    assert next(iter(section.culprits_us_per_step)) == "sum"
+    assert section.model_calls_us_per_step == pytest.approx(3000.0)

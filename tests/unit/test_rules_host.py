@@ -388,3 +388,13 @@ def test_python_gaps_are_stated_without_the_profilers_overhead() -> None:
     assert "Python runs 1.4 ms per step" in f.title  # 24 % of the unprofiled 6 ms
     # Not measured, or no slower than the rest: the recorded share stands.
     assert finding(report(measurements=_dispatch(50, 100, 3000), phases=phases), "host_overhead.python").time_share == pytest.approx(0.3)
+
+
+def test_outside_steps_hint_for_model_calls_under_a_culprit() -> None:
+    # `sum(model(x) ... for x in val)`: the culprits are `sum` and the generator, the time is the model's.
+    culprits = {"sum": 3000.0, "<genexpr> (train.py:14)": 2900.0}
+    measurements = Measurements(outside_steps=OutsideSteps(culprits_us_per_step=culprits, model_calls_us_per_step=2700.0))
+    f = finding(report(measurements=measurements, phases={"other": 0.3}), "outside_steps.work")
+    assert "a model call without gradients" in f.recommendation and f.evidence["model_calls_us_per_step"] == 2700.0
+    small = Measurements(outside_steps=OutsideSteps(culprits_us_per_step=culprits, model_calls_us_per_step=100.0))
+    assert "a model call" not in finding(report(measurements=small, phases={"other": 0.3}), "outside_steps.work").recommendation

@@ -12,7 +12,7 @@ from typing import Callable
 import numpy as np
 
 from torchscope.analysis import intervals
-from torchscope.analysis.frames import is_interpreter_or_torch_code, is_library_code, readable_totals
+from torchscope.analysis.frames import is_interpreter_or_torch_code, is_library_code, is_module_call, readable_totals
 from torchscope.analysis.markers import HOST_RANGES, batch_fetch_mask, closure_mask, name_mask, own_marker_mask, phase_masks
 from torchscope.analysis.nesting import HostTree, launcher_of_device_events, nearest_ancestor_of, outermost_ancestor_of
 from torchscope.analysis.operators import OpTimes
@@ -270,8 +270,13 @@ def outside_phases(
     names, group = group_ids(events.name[chosen])
     totals = np.bincount(group, overlap, names.size) / max(len(steps), 1)
     top = np.argsort(-totals)[:10]
+    # The model calls among them at any depth (`sum(model(x) ... for x in val)` names `sum`): one union.
+    modules = np.flatnonzero(candidate & events.name_mask(is_module_call))
+    module_start = events.ts_us[modules]
+    model_calls = intervals.intersect(intervals.union(module_start, module_start + events.dur_us[modules]), other)
     return OutsideSteps(
-        culprits_us_per_step=readable_totals({events.strings[int(names[i])]: float(totals[i]) for i in top if totals[i] > 0})
+        culprits_us_per_step=readable_totals({events.strings[int(names[i])]: float(totals[i]) for i in top if totals[i] > 0}),
+        model_calls_us_per_step=intervals.total_length(model_calls) / max(len(steps), 1),
     )
 
 

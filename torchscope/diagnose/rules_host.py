@@ -475,6 +475,9 @@ def outside_steps_work(ctx: Context) -> Optional[Verdict]:
     clipping = [name for name in weighty if _is_grad_clipping(name)]
     movable = [name for name in weighty if name not in clipping]
     hints = _culprit_hints(movable)
+    model_us = ctx.report.measurements.outside_steps.model_calls_us_per_step
+    if model_us >= HINT_SHARE * explained_us and _NO_GRAD_MODEL_HINT not in hints:  # a model call under the culprits
+        hints.append(_NO_GRAD_MODEL_HINT)
     advice = []
     if hints or movable or not clipping:
         advice.append("Move this work out of the per-step path: "
@@ -490,6 +493,7 @@ def outside_steps_work(ctx: Context) -> Optional[Verdict]:
             "outside_us_per_step": explained_us,
             "unattributed_other_us_per_step": max(other_us - explained_us, 0.0),
             "culprits_us_per_step": top,
+            **({"model_calls_us_per_step": model_us} if model_us > 0 else {}),
         },
         recommendation=" ".join(advice),
     )

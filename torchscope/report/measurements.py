@@ -107,6 +107,9 @@ class OutsideSteps(Section):
     """Host work inside the steps that no phase (data, forward, backward, optimizer) covers, by name."""
 
     culprits_us_per_step: PerStepByName = {}
+    # Model (nn.Module) calls in that time, at any depth under the culprits: validation, metrics, an EMA or
+    # teacher model (a call without gradients after the backward is left unlabelled at capture).
+    model_calls_us_per_step: PerStep = 0.0
 
 
 class Compile(Section):
