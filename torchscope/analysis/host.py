@@ -353,6 +353,8 @@ def dataloader_kind(events: EventTable, steps: StepWindows, tree: HostTree) -> D
 
 def _called_frames(events: EventTable, tree: HostTree, calls: np.ndarray) -> np.ndarray:
     """The Python calls made directly inside `calls` (the generator a next() resumes), ascending."""
+    if calls.size == 0:
+        return calls
     inside = np.zeros(len(events), dtype=bool)
     inside[calls] = True
     python = events.kind_rows(Kind.PYTHON_FUNCTION)
