@@ -1,7 +1,8 @@
-"""A real capture (`torchscope run`, stacks on) of loops that fetch their batches with next(): from a
-generator (no DataLoader: PyTorch records no range for it) the fetch is data loading, named after the
-generator, with advice for a loop without a DataLoader; from a DataLoader's iterator it stays the
-DataLoader's. torchscope's own next() calls (contextlib resuming its context managers) are not fetches."""
+"""A real capture (`torchscope run`, stacks on) of loops that fetch their batches with next() or from a
+queue: from a generator (no DataLoader: PyTorch records no range for it) the fetch is data loading, named
+after the generator, with advice for a loop without a DataLoader; from a DataLoader's iterator it stays the
+DataLoader's; a wait in Queue.get() for a producer thread is data loading with advice about the producer.
+torchscope's own next() calls (contextlib resuming its context managers) are not fetches."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ pytest.importorskip("torch")
 pytestmark = pytest.mark.slow
 
 SCRIPT = '''
-import sys, time
+import queue, sys, threading, time
 import torch
 from torch import nn
 from torch.utils.data import DataLoader
@@ -29,11 +30,21 @@ def batches():
         yield torch.randn(16, 32)
 
 
-source = iter(DataLoader([torch.randn(32) for _ in range(256)], batch_size=16)) if sys.argv[1] == "loader" else batches()
+def produce(out):
+    while True:
+        time.sleep(0.004)  # a producer thread that does not keep up
+        out.put(torch.randn(16, 32))
+
+
+if sys.argv[1] == "queue":
+    ready = queue.Queue(maxsize=2)
+    threading.Thread(target=produce, args=(ready,), daemon=True).start()
+else:
+    source = iter(DataLoader([torch.randn(32) for _ in range(256)], batch_size=16)) if sys.argv[1] == "loader" else batches()
 model = nn.Linear(32, 4)
 optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
 for step in range(8):
-    x = next(source)
+    x = ready.get() if sys.argv[1] == "queue" else next(source)
     loss = model(x).pow(2).mean()
     optimizer.zero_grad()
     loss.backward()
@@ -75,3 +86,15 @@ def test_next_on_a_dataloader_stays_the_dataloaders(tmp_path: Path) -> None:
     loader = report.measurements.dataloader
     assert loader.single_process_fetches == 3 and loader.iterator_fetches == 0
     assert loader.iterator_frames_us_per_step == {}
+
+
+def test_waits_on_a_queue_a_producer_fills_are_data_loading(tmp_path: Path) -> None:
+    report = _capture(tmp_path, "queue")
+    loader = report.measurements.dataloader
+    assert loader.queue_waits == 3 and loader.iterator_fetches == 0  # one per recorded step
+    assert report.phases["data_loading"].us > report.phases["other"].us
+    finding = next(f for f in report.findings if f.id == "data_loading.exposed")
+    assert finding.title.endswith("the loop waits for its batches on a queue")
+    assert "producer does not keep up" in finding.recommendation and "Raise num_workers" not in finding.recommendation
+    assert [f.target for f in finding.fixes] == ["torch.utils.data.DataLoader"]
+    assert not any(f.id == "outside_steps.work" for f in report.findings)

@@ -13,7 +13,7 @@ import numpy as np
 
 from torchscope.analysis import intervals
 from torchscope.analysis.frames import is_interpreter_or_torch_code, is_library_code, is_module_call, readable_totals
-from torchscope.analysis.markers import HOST_RANGES, batch_fetch_mask, closure_mask, name_mask, own_marker_mask, phase_masks
+from torchscope.analysis.markers import HOST_RANGES, batch_fetch_mask, closure_mask, is_queue_get, name_mask, own_marker_mask, phase_masks
 from torchscope.analysis.nesting import HostTree, launcher_of_device_events, nearest_ancestor_of, outermost_ancestor_of
 from torchscope.analysis.operators import OpTimes
 from torchscope.analysis.steps import StepWindows, event_steps, main_thread_mask
@@ -348,6 +348,7 @@ def dataloader_kind(events: EventTable, steps: StepWindows, tree: HostTree) -> D
         multi_process_fetches=float(multi.sum()),
         iterator_fetches=float(distinct(tree.parent[frames]).size),
         iterator_frames_us_per_step=dict(list(readable.items())[:3]),
+        queue_waits=float(events.name_mask(is_queue_get, calls).sum()),
     )
 
 

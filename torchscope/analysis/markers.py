@@ -124,18 +124,21 @@ def _named_phases(events: EventTable) -> dict[str, np.ndarray]:
 
 
 NEXT_CALL = "<built-in function next>"  # how torch's Python tracer names a call of the builtin next()
+# `Queue.get` of the standard library (threads, multiprocessing), as the tracer names it (the path relative
+# to sys.path or absolute): a loop whose producer thread or process prepares the batches waits there.
+_QUEUE_GET = re.compile(r"(^|/)(queue|multiprocessing/queues)\.py\(\d+\): get$")
 
 
 def batch_fetch_mask(events: EventTable) -> np.ndarray:
-    """The training loop's own ``next(...)`` calls outside the other phases: the loop fetching its batch,
-    also from an iterator that is no DataLoader (a generator, a tokenizing iterable), which PyTorch marks
-    with no range. The loop's thread only (a prefetching thread's ``next`` overlaps the compute it hides
+    """The training loop's own ``next(...)`` and ``Queue.get()`` calls outside the other phases: the loop
+    fetching its batch, also from an iterator that is no DataLoader (a generator, a tokenizing iterable)
+    or from a queue a producer fills, which PyTorch marks with no range. The loop's thread only (a prefetching thread's ``next`` overlaps the compute it hides
     behind); Python calls are in the trace only with stacks recorded. Once per table, read-only."""
     return events.memo("batch_fetches", lambda: read_only(_batch_fetches(events, _named_phase_masks(events))))
 
 
 def _batch_fetches(events: EventTable, phases: dict[str, np.ndarray]) -> np.ndarray:
-    rows = np.flatnonzero(events.name_mask(_is_next_call) & events.kind_mask(Kind.PYTHON_FUNCTION))
+    rows = np.flatnonzero(events.name_mask(is_batch_call) & events.kind_mask(Kind.PYTHON_FUNCTION))
     fetches = np.zeros(len(events), dtype=bool)
     if rows.size == 0:
         return fetches
@@ -152,8 +155,13 @@ def _batch_fetches(events: EventTable, phases: dict[str, np.ndarray]) -> np.ndar
     return fetches
 
 
-def _is_next_call(name: str) -> bool:
-    return name == NEXT_CALL
+def is_batch_call(name: str) -> bool:
+    """A call that fetches a batch when the training loop makes it: ``next()``, or a queue's ``get``."""
+    return name == NEXT_CALL or is_queue_get(name)
+
+
+def is_queue_get(name: str) -> bool:
+    return _QUEUE_GET.search(name) is not None
 
 
 def closure_mask(events: EventTable) -> np.ndarray:

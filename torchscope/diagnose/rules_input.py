@@ -231,36 +231,28 @@ def data_loading_exposed(ctx: Context) -> Optional[Verdict]:
     settings = _main_loader(ctx)
     # Batches from the loop's own iterator (a generator), with no DataLoader fetch: loaded in the training
     # process, as with num_workers=0.
-    iterator = loader.iterator_fetches > 0 and not (loader.single_process_fetches or loader.multi_process_fetches or settings)
+    no_loader = not (loader.single_process_fetches or loader.multi_process_fetches or settings)
+    iterator = no_loader and loader.iterator_fetches > 0
+    # Waits on a queue a producer (thread or process) fills: no DataLoader's worker model to advise from.
+    queue = no_loader and not iterator and loader.queue_waits > 0
     single = loader.single_process_fetches > 0 or settings.get("num_workers") == 0 or iterator
     machine = _machine(ctx, settings, single)
     advice = advise(machine, exposed_us, step_us)
-    if not ctx.has_device and advice.predicted_step_us is not None and step_us > 0:
+    if not ctx.has_device and advice.predicted_step_us is not None and step_us > 0 and not queue:
         share, share_range = _advised_saving(advice, exposed_us, step_us)
     culprits = _iterator_culprits(ctx) if iterator else _getitem_culprits(ctx)
-    if iterator:
+    if queue:
+        title = f"Data loading blocks the step for {ms(exposed_us)}: the loop waits for its batches on a queue"
+    elif iterator:
         title = f"Data loading blocks the step for {ms(exposed_us)}: the loop makes its batches itself (no DataLoader)"
     elif single:
         title = f"Data loading blocks the step for {ms(exposed_us)} with num_workers=0"
     else:
         title = f"Data loading is exposed: the step waits {ms(exposed_us)} for batches"
-    targets = ["torch.utils.data.DataLoader"] if iterator else []
+    targets: list[str] = ["torch.utils.data.DataLoader"] if iterator or queue else []
     values: dict[str, FixValue] = {}
-    if advice.workers is not None:
-        targets.append("num_workers")
-        values["num_workers"] = advice.workers
-        if advice.threads is not None:
-            targets.append("torch.set_num_threads")
-            values["torch.set_num_threads"] = advice.threads
-        if ctx.has_device and not settings.get("pin_memory"):
-            targets.append("pin_memory")  # pin_memory only helps (and torch only accepts it quietly) with a device
-        if not settings.get("persistent_workers") and settings.get("iterations", 2) > 1:
-            targets.append("persistent_workers")
-        if machine.waiting and machine.workers:
-            targets.append("prefetch_factor")
-            values["prefetch_factor"] = 4
-    elif ctx.has_device and not settings.get("pin_memory"):
-        targets.append("pin_memory")
+    if not queue:  # a DataLoader's keywords: not for a producer of the user's own
+        _add_loader_fixes(targets, values, advice, machine, settings, ctx.has_device)
     if culprits and not iterator:
         targets.append("Dataset.__getitem__")
         values["Dataset.__getitem__"] = culprits
@@ -273,6 +265,7 @@ def data_loading_exposed(ctx: Context) -> Optional[Verdict]:
             "num_workers_zero": single,
             "multi_process_loader": loader.multi_process_fetches > 0,
             **({"iterator_fetches": loader.iterator_fetches} if iterator else {}),
+            **({"queue_waits": loader.queue_waits} if queue else {}),
             "cpu_count": _int(ctx.environment().get("cpu_count")),
             "cores_per_rank": machine.cores_per_rank,
             "num_workers": machine.workers,
@@ -280,11 +273,32 @@ def data_loading_exposed(ctx: Context) -> Optional[Verdict]:
             "loading_waits": machine.waiting,
             "predicted_step_us": advice.predicted_step_us,
         },
-        recommendation=_iterator_text(advice, culprits) if iterator else _text(advice, machine, settings, culprits, ctx.has_device),
+        recommendation=_QUEUE_TEXT if queue else _iterator_text(advice, culprits) if iterator else _text(advice, machine, settings, culprits, ctx.has_device),
         fix_values=values,
         fix_targets=tuple(targets),
         share_range=share_range,
     )
+
+
+def _add_loader_fixes(
+    targets: list[str], values: dict[str, FixValue], advice: Advice, machine: Machine, settings: dict[str, Any], device: bool
+) -> None:
+    """The DataLoader keywords (and thread count) the advice sets, as fix targets and values."""
+    if advice.workers is not None:
+        targets.append("num_workers")
+        values["num_workers"] = advice.workers
+        if advice.threads is not None:
+            targets.append("torch.set_num_threads")
+            values["torch.set_num_threads"] = advice.threads
+        if device and not settings.get("pin_memory"):
+            targets.append("pin_memory")  # pin_memory only helps (and torch only accepts it quietly) with a device
+        if not settings.get("persistent_workers") and settings.get("iterations", 2) > 1:
+            targets.append("persistent_workers")
+        if machine.waiting and machine.workers:
+            targets.append("prefetch_factor")
+            values["prefetch_factor"] = 4
+    elif device and not settings.get("pin_memory"):
+        targets.append("pin_memory")
 
 
 def _advised_saving(advice: Advice, data_us: float, step_us: float) -> tuple[float, tuple[float, float]]:
@@ -380,6 +394,14 @@ def _getitem_culprits(ctx: Context) -> str:
     total = getitem.getitem_us_per_step
     calls = [f"{name} {100 * us / total:.0f} %" for name, us in list(getitem.calls_us_per_step.items())[:3] if us >= 0.05 * total]
     return f"{getitem.frames[0]}: " + (", ".join(calls) if calls else "its own Python lines (no costly call)")
+
+
+_QUEUE_TEXT = (
+    "The loop waits in Queue.get() for batches that a producer (a thread or a process) puts on the queue: the "
+    "producer does not keep up. Make each batch cheaper to build, or run more producers (threads help only where "
+    "the work releases the GIL: file I/O, decoding in C; else processes), or move the production into a "
+    "torch.utils.data.IterableDataset iterated by DataLoader(..., num_workers=N), whose workers are processes."
+)
 
 
 def _iterator_culprits(ctx: Context) -> str:

@@ -129,6 +129,8 @@ class DataLoader(Section):
     # and the Python calls they run, by inclusive time (recorded only with stacks).
     iterator_fetches: Count = 0.0
     iterator_frames_us_per_step: PerStepByName = {}
+    # The loop's waits for a batch on a queue (`queue.Queue.get`, multiprocessing's) that a producer fills.
+    queue_waits: Count = 0.0
 
 
 class DeviceIdle(Section):
