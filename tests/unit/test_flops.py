@@ -137,6 +137,6 @@ def test_cpu_verdict_quotes_the_matmul_rate_against_the_rate_measured_at_capture
     assert f.evidence["matmul_gflops"] == pytest.approx(gflops, rel=1e-3)
     assert f.evidence["peak_fp32_gflops"] == 100.0
     assert f.evidence["matmul_share_of_fp32_peak"] == pytest.approx(gflops / 100.0, rel=1e-3)
-    assert "measured at capture" in f.title
+    assert "on 2 thread(s) measured at capture" in f.title and f.evidence["peak_threads"] == 2.0
     unmeasured = finding(report(phases={"forward": 0.5, "backward": 0.3}, operators=[linear, addmm]), "compute.bound")
     assert unmeasured.evidence["peak_fp32_gflops"] is None and unmeasured.evidence["matmul_share_of_fp32_peak"] is None

@@ -167,3 +167,38 @@ def test_memory_near_capacity() -> None:
     }
     assert "memory.near_capacity" not in findings(report(device=gpu(total_memory_bytes=total), memory=_memory(int(0.89 * total))))
     assert "memory.near_capacity" not in findings(report(device=gpu(total_memory_bytes=None), memory=_memory(total)))
+
+
+def _threads(threads: int, cpus: int, ranks: int = 1, workers: Optional[int] = None, omp: Optional[str] = None) -> dict:  # type: ignore[type-arg]
+    environment = {"torch_num_threads": threads, "cpu_count": 2 * cpus, "physical_cores": cpus, "local_world_size": ranks, "omp_num_threads": omp}
+    if workers is not None:
+        environment["dataloaders"] = [{"num_workers": workers, "iterations": 5}]
+    return {"environment": environment}
+
+
+def test_compute_threads_below_the_free_cores() -> None:
+    # torch.set_num_threads(1) on 2 cores (4 hardware threads), forward+backward 80 % of the step: up to 40 %
+    # at perfect scaling.
+    f = finding(report(phases={"forward": 0.3, "backward": 0.5}, manifest=_threads(1, 2)), "compute.threads")
+    assert (f.category, f.severity) == ("compute", "critical")
+    assert (f.time_share_low, f.time_share_high) == (0.2, 0.4)
+    assert "torch.set_num_threads(2)" in f.recommendation and "torchrun" not in f.recommendation
+    assert fixes(f) == {"torch.set_num_threads": ("torch_flag", 2)}
+    # The DataLoader's workers keep their cores: 1 thread, 2 workers on 4 cores leaves 2 for compute.
+    f = finding(report(phases={"forward": 0.3, "backward": 0.5}, manifest=_threads(1, 4, workers=2)), "compute.threads")
+    assert f.evidence["dataloader_workers"] == 2 and "torch.set_num_threads(2)" in f.recommendation
+    # As many threads as free cores, or one rank per core: nothing to say.
+    for manifest in (_threads(2, 2), _threads(1, 2, ranks=2), _threads(1, 4, workers=3)):
+        assert "compute.threads" not in findings(report(phases={"forward": 0.3, "backward": 0.5}, manifest=manifest))
+    # A GPU run, a trace without a manifest, a manifest without the physical cores: not judged.
+    assert "compute.threads" not in findings(report(device=gpu(), phases={"forward": 0.8}, manifest=_threads(1, 8)))
+    assert "compute.threads" not in findings(report(phases={"forward": 0.8}))
+    logical_only = {"environment": {"torch_num_threads": 8, "cpu_count": 16}}  # 8 cores, 2 threads each?
+    assert "compute.threads" not in findings(report(phases={"forward": 0.8}, manifest=logical_only))
+
+
+def test_compute_threads_names_torchruns_default() -> None:
+    # torchrun with 2 ranks on 16 cores sets OMP_NUM_THREADS=1: 8 cores per rank are free.
+    f = finding(report(phases={"forward": 0.4, "backward": 0.4}, manifest=_threads(1, 16, ranks=2, omp="1")), "compute.threads")
+    assert "run it with OMP_NUM_THREADS=8" in f.recommendation
+    assert fixes(f) == {"torch.set_num_threads": ("torch_flag", 8), "OMP_NUM_THREADS": ("env_var", "8")}

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 from typing import Any
 
 from torchscope.capture.cpu_peak import measure_cpu_peak
@@ -24,11 +25,13 @@ def capture_environment(
     ``cpu_peak``: on a machine without an accelerator, measure the CPU's matmul and copy rates
     (:mod:`torchscope.capture.cpu_peak`) for the roofline."""
     try:
-        cpus = len(os.sched_getaffinity(0))
+        allowed = sorted(os.sched_getaffinity(0))
     except (AttributeError, OSError):
-        cpus = os.cpu_count() or 1
+        allowed = list(range(os.cpu_count() or 1))
+    cpus = len(allowed)
     env: dict[str, Any] = {
         "cpu_count": cpus,
+        "physical_cores": physical_cores(allowed),
         "local_world_size": int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1),
         "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
     }
@@ -65,3 +68,17 @@ def _accelerator(torch_module: Any) -> str | None:
         device = current.current_accelerator()
         return str(device.type) if device is not None else None
     return "cuda" if torch_module.cuda.is_available() else None
+
+
+def physical_cores(cpus: list[int]) -> int | None:
+    """The cores (not hardware threads) the `cpus` belong to, from the kernel's topology (Linux sysfs);
+    None where it cannot be read. torch's default intra-op thread count is the physical cores, so a run
+    on fewer threads than hardware threads is not necessarily short of threads."""
+    cores = set()
+    for cpu in cpus:
+        topology = Path(f"/sys/devices/system/cpu/cpu{cpu}/topology")
+        try:
+            cores.add(((topology / "physical_package_id").read_text().strip(), (topology / "core_id").read_text().strip()))
+        except OSError:
+            return None
+    return len(cores) or None

@@ -59,6 +59,18 @@ class Context(msgspec.Struct, frozen=True):
         environment = self.report.run.manifest.get("environment")
         return environment if isinstance(environment, dict) else {}
 
+    def main_loader(self) -> dict[str, Any]:
+        """The settings of the DataLoader iterated most (the training loader), empty when not recorded."""
+        loaders = [entry for entry in self.environment().get("dataloaders") or [] if isinstance(entry, dict)]
+        if not loaders:
+            return {}
+        return max(loaders, key=lambda entry: as_int(entry.get("iterations")) or 0)
+
+
+def as_int(value: Any) -> Optional[int]:
+    """`value` when it is an int (not a bool), else None: for figures read from a manifest."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
 
 def make_context(report: Report) -> Context:
     """The Context of a Report (mean step time over every step row of every rank)."""

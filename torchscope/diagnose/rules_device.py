@@ -6,8 +6,9 @@ from __future__ import annotations
 from typing import Optional
 
 from torchscope.analysis.peaks import gpu_peak
-from torchscope.diagnose.context import Context, pct
+from torchscope.diagnose.context import Context, as_int, pct
 from torchscope.diagnose.rule import WARNING, Threshold, Verdict, by_share, rule
+from torchscope.diagnose.rules_quality import unprofiled_share
 from torchscope.diagnose.rules_host import TORCH_COMPILE, idle_share, is_launch_bound, top_idle_host_ops, unexplained_idle_share
 from torchscope.report.model import DeviceSummary, Fix
 
@@ -178,6 +179,66 @@ def compute_low_occupancy(ctx: Context) -> Optional[Verdict]:
     )
 
 
+THREADS = Threshold(
+    0.05,
+    "CPU traces: fewer intra-op threads than the physical cores a rank has free of DataLoader workers, where giving "
+    "forward and backward those cores would save >= 5 % of the step at perfect scaling (I)",
+)
+THREADS_SCALING_LOW = 0.5  # the pessimistic end: small and memory-bound ops gain little from more threads
+
+
+@rule(
+    "compute.threads",
+    "compute",
+    THREADS,
+    severity=by_share(THREADS.value),
+    fixes=(
+        Fix(kind="torch_flag", target="torch.set_num_threads", summary="as many intra-op threads as the rank has cores free of DataLoader workers"),
+        Fix(kind="env_var", target="OMP_NUM_THREADS", summary="the same, set for every rank before it starts (torchrun sets 1 when it starts several per node)"),
+    ),
+)
+def compute_threads(ctx: Context) -> Optional[Verdict]:
+    """CPU runs whose operators use fewer intra-op threads than the rank's free cores: the parallel
+    operators of forward and backward would run up to cores/threads faster."""
+    environment = ctx.environment()
+    # Physical cores, not hardware threads: torch's default is one thread per core, and a second thread
+    # on a core's sibling rarely helps. Not judged without them (an older manifest, not Linux).
+    threads, cores = as_int(environment.get("torch_num_threads")), as_int(environment.get("physical_cores"))
+    if ctx.has_device or not threads or not cores:
+        return None
+    ranks = max(as_int(environment.get("local_world_size")) or 1, 1)
+    workers = as_int(ctx.main_loader().get("num_workers")) or 0
+    free = max(cores // ranks - workers, 1)
+    compute = sum(unprofiled_share(ctx, phase) or ctx.phase_share(phase) for phase in ("forward", "backward"))
+    high = compute * (1.0 - threads / free)
+    if high < THREADS.value:
+        return None
+    low = THREADS_SCALING_LOW * high
+    omp = environment.get("omp_num_threads")
+    by_torchrun = ranks > 1 and str(omp) == "1"
+    return Verdict(
+        title=f"Operators run on {threads} intra-op thread(s) while {free} core(s) are free for them",
+        share=(low + high) / 2,
+        share_range=(low, high),
+        evidence={
+            "torch_num_threads": threads,
+            "physical_cores": cores,
+            "local_world_size": ranks,
+            "dataloader_workers": workers,
+            "omp_num_threads": omp,
+            "compute_share": compute,
+        },
+        recommendation=f"Forward and backward take {pct(compute)} of the step on {threads} thread(s). With {cores} "
+        f"physical core(s), {ranks} rank(s) on this machine and {workers} DataLoader worker(s), {free} core(s) per rank are "
+        f"free for compute: call torch.set_num_threads({free}) at the start of the script"
+        + (f" (torchrun sets OMP_NUM_THREADS=1 when it starts several ranks per node: run it with "
+           f"OMP_NUM_THREADS={free})" if by_torchrun else "")
+        + ". Large matmuls and convolutions scale with the threads; small and memory-bound operators less.",
+        fix_values={"torch.set_num_threads": free, "OMP_NUM_THREADS": str(free)},
+        fix_targets=("torch.set_num_threads", "OMP_NUM_THREADS") if omp is not None else ("torch.set_num_threads",),
+    )
+
+
 COMPUTE_BOUND = Threshold(0.5, "no other warning, and compute fills >= 50 % of the step (I)")
 
 
@@ -289,17 +350,22 @@ def matmul_roofline(ctx: Context, compute_seconds: float) -> dict[str, Optional[
         return {}
     achieved = sum(op.flops or 0.0 for op in rows) / seconds / 1e9
     peak_gflops: Optional[float] = None
+    threads: Optional[int] = None
     if ctx.report.device.present:
         peak = gpu_peak(ctx.report.device.name)
         peak_gflops = 1e3 * peak.fp32_tflops if peak else None
     else:
         measured = ctx.environment().get("cpu_peak")
-        value = measured.get("matmul_gflops") if isinstance(measured, dict) else None
+        measured = measured if isinstance(measured, dict) else {}
+        value = measured.get("matmul_gflops")
         peak_gflops = float(value) if isinstance(value, (int, float)) and value > 0 else None
+        # The rate at the run's own intra-op threads (a run limited to 1 thread is compared with 1 thread).
+        threads = as_int(measured.get("threads"))
     return {
         "matmul_gflops": achieved,
         "peak_fp32_gflops": peak_gflops,
         "matmul_share_of_fp32_peak": achieved / peak_gflops if peak_gflops else None,
+        **({"peak_threads": float(threads)} if threads else {}),
     }
 
 
@@ -307,7 +373,9 @@ def _roofline_text(roofline: dict[str, Optional[float]], on_gpu: bool) -> str:
     achieved, share = roofline.get("matmul_gflops"), roofline.get("matmul_share_of_fp32_peak")
     if achieved is None:
         return ""
-    peak = "the FP32 peak" if on_gpu else "this CPU's FP32 matmul rate measured at capture"
+    threads = roofline.get("peak_threads")
+    on_threads = f" on {threads:.0f} thread(s)" if threads else ""
+    peak = "the FP32 peak" if on_gpu else f"this CPU's FP32 matmul rate{on_threads} measured at capture"
     return f"; matmuls run at {achieved:,.1f} GFLOP/s" + (f" ({pct(share)} of {peak})" if share is not None else "")
 
 

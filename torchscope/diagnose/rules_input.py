@@ -11,7 +11,7 @@ from typing import Any, Optional
 
 import msgspec
 
-from torchscope.diagnose.context import Context, ms
+from torchscope.diagnose.context import Context, as_int, ms
 from torchscope.diagnose.rule import Threshold, Verdict, by_share, rule
 from torchscope.diagnose.rules_quality import stated_step_us, unprofiled_share
 from torchscope.report.model import Fix, FixValue
@@ -228,7 +228,7 @@ def data_loading_exposed(ctx: Context) -> Optional[Verdict]:
     step_us = stated_step_us(ctx)
     exposed_us = exposed * step_us
     loader = ctx.report.measurements.dataloader
-    settings = _main_loader(ctx)
+    settings = ctx.main_loader()
     # Batches from the loop's own iterator (a generator), with no DataLoader fetch: loaded in the training
     # process, as with num_workers=0.
     no_loader = not (loader.single_process_fetches or loader.multi_process_fetches or settings)
@@ -266,10 +266,10 @@ def data_loading_exposed(ctx: Context) -> Optional[Verdict]:
             "multi_process_loader": loader.multi_process_fetches > 0,
             **({"iterator_fetches": loader.iterator_fetches} if iterator else {}),
             **({"queue_waits": loader.queue_waits} if queue else {}),
-            "cpu_count": _int(ctx.environment().get("cpu_count")),
+            "cpu_count": as_int(ctx.environment().get("cpu_count")),
             "cores_per_rank": machine.cores_per_rank,
             "num_workers": machine.workers,
-            "intra_op_threads": _int(ctx.environment().get("torch_num_threads")),
+            "intra_op_threads": as_int(ctx.environment().get("torch_num_threads")),
             "loading_waits": machine.waiting,
             "predicted_step_us": advice.predicted_step_us,
         },
@@ -313,25 +313,13 @@ def _advised_saving(advice: Advice, data_us: float, step_us: float) -> tuple[flo
     return (low + high) / 2.0, (min(low, high), high)
 
 
-def _main_loader(ctx: Context) -> dict[str, Any]:
-    """The settings of the DataLoader iterated most (the training loader), empty when not recorded."""
-    loaders = [entry for entry in ctx.environment().get("dataloaders") or [] if isinstance(entry, dict)]
-    if not loaders:
-        return {}
-    return max(loaders, key=lambda entry: _int(entry.get("iterations")) or 0)
-
-
-def _int(value: Any) -> Optional[int]:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
 def _machine(ctx: Context, settings: dict[str, Any], single: bool) -> Machine:
     environment = ctx.environment()
-    cpus = _int(environment.get("cpu_count"))
-    ranks = max(_int(environment.get("local_world_size")) or 1, 1)
+    cpus = as_int(environment.get("cpu_count"))
+    ranks = max(as_int(environment.get("local_world_size")) or 1, 1)
     cores = max(cpus // ranks, 1) if cpus else None
-    threads = _int(environment.get("torch_num_threads")) or cores or 1
-    workers = _int(settings.get("num_workers"))
+    threads = as_int(environment.get("torch_num_threads")) or cores or 1
+    workers = as_int(settings.get("num_workers"))
     if workers is None and single:
         workers = 0
     fetch, rest = _cpu_per_wall(environment, min(threads, cores) if cores else threads)
