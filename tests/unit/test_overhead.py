@@ -114,7 +114,11 @@ def test_profiler_overhead_finding_states_the_slowdown() -> None:
     )
     f = finding(report(measurements=Measurements(profiler_overhead=section)), "trace_quality.profiler_overhead")
     assert f.title == "The profiler slowed the recorded steps 1.80x (data_loading 2.6x, forward 1.1x)"
-    assert f.severity == "info" and f.fixes[0].target == "with_stack"
+    assert f.severity == "info" and f.fixes[0].target == "with_stack" and "capture with --no-stack" in f.recommendation
+    # Captured without stacks already: no advice to turn them off, nor a fix that is set.
+    no_stack = {"options": {"with_stack": False}}
+    f = finding(report(measurements=Measurements(profiler_overhead=section), manifest=no_stack), "trace_quality.profiler_overhead")
+    assert f.fixes == [] and "--no-stack" not in f.recommendation and "stacks were off" in f.recommendation
 
 
 def test_too_few_events_to_distort_is_negligible_whatever_the_clock_says() -> None:

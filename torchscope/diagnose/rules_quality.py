@@ -291,6 +291,8 @@ def profiler_overhead(ctx: Context) -> Optional[Verdict]:
     if slowdown < OVERHEAD.value and not any(f >= PHASE_SLOWDOWN for f in phases.values()):
         return None
     worst = ", ".join(f"{name} {factor:.1f}x" for name, factor in sorted(phases.items(), key=lambda kv: -kv[1])[:3])
+    options = ctx.report.run.manifest.get("options")
+    stacks = not isinstance(options, dict) or options.get("with_stack") is not False  # unknown: as by default
     return Verdict(
         title=f"The profiler slowed the recorded steps {slowdown:.2f}x" + (f" ({worst})" if worst else ""),
         share=None,
@@ -302,10 +304,17 @@ def profiler_overhead(ctx: Context) -> Optional[Verdict]:
             "recorded_percent": {name: entry.percent for name, entry in ctx.report.phases.items() if entry.percent > 0},
             "corrected_percent": {name: pct for name, pct in section.corrected_percent.items() if pct > 0},
         },
-        recommendation="Recording (above all the Python tracer of with_stack) costs time per recorded event, so "
-        "Python-heavy phases ran slower than the rest; the costs of data loading, the optimizer and Python "
-        "between operators are stated without that overhead (capture step clock; docs/capture.md). For timings "
-        "alone, capture with --no-stack.",
+        recommendation=(
+            "Recording (above all the Python tracer of with_stack) costs time per recorded event, so Python-heavy "
+            "phases ran slower than the rest"
+            if stacks
+            else "Recording costs time per operator (its shapes and memory events; stacks were off), so phases of "
+            "many small operators ran slower than the rest"
+        )
+        + "; the costs of data loading, the optimizer and Python between operators are stated without that "
+        "overhead (capture step clock; docs/capture.md)."
+        + (" For timings alone, capture with --no-stack." if stacks else " For timings alone, also --no-shapes --no-memory."),
+        fix_targets=None if stacks else (),
     )
 
 
