@@ -79,6 +79,32 @@ def test_a_window_too_short_for_the_tick_counters_states_no_share_of_other_proce
     assert "trace_quality.busy_machine" not in findings(quiet)
 
 
+@pytest.mark.skipif(not machine.Path("/proc/stat").exists(), reason="Linux /proc only")
+def test_a_short_window_is_extended_to_the_first_boundary_that_resolves_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Three fast recorded steps end the window after 30 ms: too short on any CPU count. The sampler keeps
+    # measuring; the next step boundary past the shortest window ends it, and the share is stated.
+    sampler = machine.CpuSampler()
+    sampler.begin()
+    start = sampler._first.wall  # type: ignore[union-attr]
+    monkeypatch.setattr(machine.time, "monotonic", lambda: start + 0.03)
+    sampler.end()
+    assert sampler._last is None
+    sampler.poll()
+    assert sampler._last is None  # still too short
+    monkeypatch.setattr(machine.time, "monotonic", lambda: start + sampler._shortest_s + 0.01)
+    sampler.poll()
+    figures = sampler.summary()
+    assert figures["wall_s"] >= sampler._shortest_s and "other_share" in figures
+    # A run that stops first ends it whatever its length (finish): the share is then left out.
+    short = machine.CpuSampler()
+    short.begin()
+    first = short._first.wall  # type: ignore[union-attr]
+    monkeypatch.setattr(machine.time, "monotonic", lambda: first + 0.02)
+    short.end()
+    short.finish()
+    assert short._last is not None and "other_share" not in short.summary()
+
+
 class _Dataset:
     def __getitem__(self, index: int) -> int:
         return index

@@ -101,6 +101,19 @@ def tree_ticks(pid: int) -> Optional[int]:
     return total
 
 
+# The share of other processes is stated only when the window's capacity (wall time x CPUs) is at least
+# ten times what the tick counters can be off by: a 2 ms window read one stray 10 ms tick as "other
+# processes used 100 % of the CPUs", and a 60 ms window on 2 CPUs reads each stray tick as 8 %. The
+# sampler so extends a shorter window to the first step boundary after it is long enough (CpuSampler.poll).
+MAX_TICK_ERROR = 0.1
+
+
+def tick_error_s(cpus: int, ticks_per_s: int) -> float:
+    """How far the other processes' CPU time can be off: a tick of each CPU's busy counter and one of
+    this process tree's, each read at a random point within its tick."""
+    return (cpus + 1) / ticks_per_s
+
+
 class CpuSample:
     """One reading of the clocks (any figure may be None where /proc is missing)."""
 
@@ -122,18 +135,40 @@ class CpuSampler:
         self._cpus = allowed_cpus()
         self._first: Optional[CpuSample] = None
         self._last: Optional[CpuSample] = None
+        self._ending = False  # end() was called on a window too short to resolve: poll() ends it later
+        # The shortest window whose capacity (wall x CPUs) is ten times the tick counters' error.
+        self._shortest_s = tick_error_s(len(self._cpus), _clock_ticks()) / (MAX_TICK_ERROR * max(len(self._cpus), 1))
 
     def begin(self) -> None:
         """Start (again) measuring; never raises."""
+        self._ending = False
         try:
             self._first, self._last = CpuSample(self._pid, self._cpus), None
         except Exception:
             self._first = None
 
     def end(self) -> None:
-        """Stop measuring (the first call after :meth:`begin` counts); never raises."""
+        """The window to measure has ended: stop now if it is long enough for the tick counters to resolve
+        other processes' share (see :data:`MAX_TICK_ERROR`), else at the first :meth:`poll` that finds it
+        so (a few fast recorded steps last tens of milliseconds). Never raises."""
+        self._ending = self._first is not None and self._last is None
+        self.poll()
+
+    def poll(self) -> None:
+        """Stop measuring if :meth:`end` was called and the window is now long enough: one clock read
+        otherwise, so that it can run at every step boundary."""
+        first = self._first
+        if not self._ending or first is None or self._last is not None:
+            return
+        if time.monotonic() - first.wall < self._shortest_s:
+            return
+        self.finish()
+
+    def finish(self) -> None:
+        """Stop measuring, whatever the window's length (the run is over); never raises."""
         if self._first is None or self._last is not None:
             return
+        self._ending = False
         try:
             self._last = CpuSample(self._pid, self._cpus)
         except Exception:
@@ -145,7 +180,7 @@ class CpuSampler:
         if first is None:
             return {}
         if last is None:
-            self.end()
+            self.finish()
             last = self._last
         if last is None or last.wall <= first.wall:
             return {}
@@ -175,18 +210,6 @@ def contention_figures(
         if tick_error_s(cpus, ticks_per_s) <= MAX_TICK_ERROR * wall * cpus:
             out["other_share"] = round(min(other_s / (wall * cpus), 1.0), 4)
     return out
-
-
-# The share of other processes is stated only when the window's capacity (wall time x CPUs) is at least
-# ten times what the tick counters can be off by: a 2 ms window read one stray 10 ms tick as "other
-# processes used 100 % of the CPUs", and a 60 ms window on 2 CPUs reads each stray tick as 8 %.
-MAX_TICK_ERROR = 0.1
-
-
-def tick_error_s(cpus: int, ticks_per_s: int) -> float:
-    """How far the other processes' CPU time can be off: a tick of each CPU's busy counter and one of
-    this process tree's, each read at a random point within its tick."""
-    return (cpus + 1) / ticks_per_s
 
 
 def _load_average() -> Optional[float]:

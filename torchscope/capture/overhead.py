@@ -173,6 +173,8 @@ class StepClock:
         self._timing_phases = step_state(self.config, self._step) == "none"
         if step_state(self.config, self._step - 1) == "record" and step_state(self.config, self._step) != "record":
             self.sampler.end()  # after the profiler's step(): the window has ended (later calls are ignored)
+        else:
+            self.sampler.poll()  # a window too short for /proc's ticks ends at the first boundary that suffices
         if self.fetches._patch is not None:
             # Fetches are timed only in the steps kept as unprofiled: in a recorded step the timer's clock reads
             # (syscalls, where a busy machine deschedules) sit outside torch's fetch range, as "other" time.
@@ -198,7 +200,7 @@ class StepClock:
         """The profiler stopped (failed, stepped aside, closed): later steps are not timed."""
         self._stopped = True
         self.fetches.uninstall()
-        self.sampler.end()
+        self.sampler.finish()
 
     def summary(self) -> dict[str, Any]:
         """The manifest's ``timing``: step durations by kind (us) and the contention figures."""
