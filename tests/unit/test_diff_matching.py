@@ -92,6 +92,16 @@ def test_a_site_missing_from_an_incomplete_list_is_not_called_added() -> None:
     assert other.base_calls_per_step == other.new_calls_per_step == 2 / STEPS
 
 
+def test_an_operator_whose_sites_all_differ_is_compared_whole() -> None:
+    # The script renamed (train_v1.py -> train_v2.py): no site in common, so the sites would list every
+    # call as removed and added; the operator is matched by name and shapes instead.
+    base = _report({MM: (8, 800.0)}, {("aten::mm", "<module> (train_v1.py:7)"): (8, 800.0)})
+    new = _report({MM: (8, 400.0)}, {("aten::mm", "<module> (train_v2.py:7)"): (8, 400.0)})
+    rows = _by_key(diff_reports(base, new).operators)
+    assert list(rows) == [("aten::mm", MM[1], None)] and rows[("aten::mm", MM[1], None)].status == "changed"
+    assert rows[("aten::mm", MM[1], None)].change_us_per_step == -400.0 / STEPS
+
+
 def test_kernels_match_by_name_and_show_their_launcher() -> None:
     def kernel(name: str, us: float, by: str) -> KernelRow:
         return KernelRow(name=name, calls=4, total_us=us, mean_us=us / 4, min_us=us / 4, max_us=us / 4, launched_by=by)

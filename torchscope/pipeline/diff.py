@@ -265,8 +265,8 @@ def operator_keys(base: Report, new: Report) -> tuple[RowTimes, RowTimes]:
     reports recorded, so nothing is added or removed only because one side recorded more:
 
     * input shapes when both reports have the by-shape table, else None (name only);
-    * call sites for an operator both reports list sites for (report.call_sites: the top operators' top
-      user-code frames; none without stacks or in older reports). Its time is split by site instead of
+    * call sites for an operator both reports list sites for, at least one the same on both sides
+      (report.call_sites: the top operators' top user-code frames; none without stacks or in older reports). Its time is split by site instead of
       by shape (the report keeps sites and shapes apart, not jointly), plus an OTHER_SITES row for the
       calls without a listed site. A site listed on one side only is added/removed only when the other
       side's list is complete (every call has a site); otherwise it may be hiding in that side's
@@ -274,7 +274,9 @@ def operator_keys(base: Report, new: Report) -> tuple[RowTimes, RowTimes]:
     """
     shapes = _has_shapes(base) and _has_shapes(new)
     b_sites, n_sites = _sites(base), _sites(new)
-    sited = b_sites.keys() & n_sites.keys()
+    # Sites split an operator only where they match: with none in common (the script renamed, the code
+    # moved) every site would be "removed" and "added", so the operator is compared whole.
+    sited = {name for name in b_sites.keys() & n_sites.keys() if b_sites[name].keys() & n_sites[name].keys()}
     b_rows, n_rows = _by_shape(base, shapes, sited), _by_shape(new, shapes, sited)
     for name in sorted(sited):  # a fixed order: rows that tie on their change keep it
         b_total, n_total = _operator_total(base, name), _operator_total(new, name)
