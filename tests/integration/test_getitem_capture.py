@@ -75,3 +75,56 @@ def test_finding_names_the_datasets_getitem_not_a_librarys(tmp_path: Path) -> No
     assert next(iter(getitem.calls_us_per_step)) == "sleep"
     loading = next(f for f in report.findings if f.category == "data_loading")
     assert f"__getitem__ (train_modulelist.py:{line}): sleep" in loading.recommendation
+
+
+COLLATE_SCRIPT = '''
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+WORDS = [f"w{i}" for i in range(500)]
+VOCAB = {w: i for i, w in enumerate(WORDS)}
+TEXTS = [" ".join(WORDS[(i * 7 + j) % 500] for j in range(256)) for i in range(2048)]
+
+
+class Texts(Dataset):
+    def __len__(self):
+        return len(TEXTS)
+
+    def __getitem__(self, i):
+        return TEXTS[i]
+
+
+def collate(texts):
+    return torch.tensor([[VOCAB[w] for w in t.split()] for t in texts])  # tokenizing in the collate_fn
+
+
+model = torch.nn.Sequential(torch.nn.Embedding(500, 64), torch.nn.Flatten(), torch.nn.Linear(64 * 256, 10))
+optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+for step, x in enumerate(DataLoader(Texts(), batch_size=64, collate_fn=collate)):
+    loss = model(x).pow(2).mean()
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    if step == 8:
+        break
+'''
+
+
+def test_a_costly_collate_fn_is_named_instead_of_getitem(tmp_path: Path) -> None:
+    script = tmp_path / "train_collate.py"
+    script.write_text(COLLATE_SCRIPT)
+    run = subprocess.run(
+        [sys.executable, "-m", "torchscope", "run", "--out", str(tmp_path / "run"), "--no-report", str(script)],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert run.returncode == 0, run.stderr
+    report = torchscope.analyze(tmp_path / "run", jobs=1, use_cache=False)
+    getitem = report.measurements.getitem
+    line = COLLATE_SCRIPT.splitlines().index("def collate(texts):") + 1
+    (name, us), = getitem.collate_us_per_step.items()  # torch's fetch also calls hasattr: not a collate
+    assert name == f"collate (train_collate.py:{line})" and us > 10 * getitem.getitem_us_per_step
+    loading = next(f for f in report.findings if f.id == "data_loading.exposed")
+    assert f"The collate_fn, collate (train_collate.py:{line})" in loading.recommendation
+    assert "__getitem__" not in loading.recommendation  # a few microseconds of the fetch
+    fixes = {fix.target: fix.value for fix in loading.fixes}
+    assert fixes.get("collate_fn") == f"collate (train_collate.py:{line})" and "Dataset.__getitem__" not in fixes

@@ -28,6 +28,10 @@ from torchscope.trace.kinds import Kind
 from torchscope.trace.tables import EventTable
 
 _GETITEM = re.compile(r"^[^()]*\(\d+\): (__getitem__|__getitems__)$")
+# torch's single-process fetch (`torch/utils/data/_utils/fetch.py: fetch`): it calls the dataset's
+# __getitem__ (in a list comprehension, or __getitems__) and then the collate_fn on the samples.
+_FETCH = re.compile(r"(^|/)torch/utils/data/_utils/fetch\.py\(\d+\): fetch$")
+_NOT_COLLATE = re.compile(r"\(\d+\): (<listcomp>|<genexpr>|__getitem__|__getitems__|__len__)$|^<built-in")  # fetch's hasattr
 MAX_CALLS = 8  # the costliest calls kept per span
 
 
@@ -49,7 +53,8 @@ def extract(span: SpanInput) -> Optional[Getitem]:
         return None
     frames = np.flatnonzero(python & events.name_mask(_is_dataset_getitem))
     frames = frames[event_steps(events, span.steps)[frames] >= 0]
-    if frames.size == 0:
+    collate = _collate_calls(events, span, python)
+    if frames.size == 0 and collate.size == 0:
         return None
     parent = span.tree.parent
     outermost = frames[~np.isin(parent[frames], frames)]  # a __getitem__ calling another one counts once
@@ -62,7 +67,27 @@ def extract(span: SpanInput) -> Optional[Getitem]:
         calls_per_step=float(outermost.size / steps),
         getitem_us_per_step=float(events.dur_us[outermost].sum() / steps),
         calls_us_per_step=dict(sorted(totals.items(), key=lambda kv: -kv[1])[:MAX_CALLS]),
+        collate_us_per_step=_by_readable_name(events, collate, steps),
     )
+
+
+def _collate_calls(events: EventTable, span: SpanInput, python: np.ndarray) -> np.ndarray:
+    """The collate_fn calls of the main-process fetches inside the steps: the Python calls torch's fetch
+    makes that are neither its comprehension over the dataset nor a __getitem__."""
+    fetches = python & events.name_mask(_is_torch_fetch)
+    if not fetches.any():
+        return np.zeros(0, dtype=np.int64)
+    parent = span.tree.parent
+    calls = np.flatnonzero(python & fetches[np.maximum(parent, 0)] & (parent >= 0) & ~events.name_mask(_is_not_collate))
+    return calls[event_steps(events, span.steps)[calls] >= 0]
+
+
+def _is_torch_fetch(name: str) -> bool:
+    return _FETCH.search(name) is not None
+
+
+def _is_not_collate(name: str) -> bool:
+    return _NOT_COLLATE.search(name) is not None
 
 
 def _by_readable_name(events: EventTable, rows: np.ndarray, per: int) -> dict[str, float]:

@@ -206,6 +206,11 @@ def _fetch_words(machine: Machine, data_us: float) -> str:
         ),
         Fix(
             kind="code_change",
+            target="collate_fn",
+            summary="keep the collate_fn to stacking tensors: tokenize, pad or decode per sample in the dataset, or ahead of time",
+        ),
+        Fix(
+            kind="code_change",
             target="torch.utils.data.DataLoader",
             value="DataLoader(MyIterableDataset(), batch_size=None, num_workers=N)",
             summary="fetch the batches a plain iterator (a generator) makes through a DataLoader over an "
@@ -240,7 +245,10 @@ def data_loading_exposed(ctx: Context) -> Optional[Verdict]:
     advice = advise(machine, exposed_us, step_us)
     if not ctx.has_device and advice.predicted_step_us is not None and step_us > 0 and not queue:
         share, share_range = _advised_saving(advice, exposed_us, step_us)
-    culprits = _iterator_culprits(ctx) if iterator else _getitem_culprits(ctx)
+    collate = _costly_collate(ctx)
+    # A collate_fn that holds nearly all of the fetch: __getitem__ is not where the time goes.
+    getitem_matters = collate is None or collate[2] <= 1.0 - COLLATE_SHARE
+    culprits = _iterator_culprits(ctx) if iterator else _getitem_culprits(ctx) if getitem_matters else ""
     if queue:
         title = f"Data loading blocks the step for {ms(exposed_us)}: the loop waits for its batches on a queue"
     elif iterator:
@@ -256,6 +264,9 @@ def data_loading_exposed(ctx: Context) -> Optional[Verdict]:
     if culprits and not iterator:
         targets.append("Dataset.__getitem__")
         values["Dataset.__getitem__"] = culprits
+    if collate is not None and not (iterator or queue):
+        targets.append("collate_fn")
+        values["collate_fn"] = collate[0]
     return Verdict(
         title=title,
         share=share,
@@ -273,7 +284,8 @@ def data_loading_exposed(ctx: Context) -> Optional[Verdict]:
             "loading_waits": machine.waiting,
             "predicted_step_us": advice.predicted_step_us,
         },
-        recommendation=_QUEUE_TEXT if queue else _iterator_text(advice, culprits) if iterator else _text(advice, machine, settings, culprits, ctx.has_device),
+        recommendation=_QUEUE_TEXT if queue else _iterator_text(advice, culprits) if iterator
+        else _text(advice, machine, settings, culprits, ctx.has_device, getitem_matters) + _collate_text(collate),
         fix_values=values,
         fix_targets=tuple(targets),
         share_range=share_range,
@@ -392,6 +404,29 @@ _QUEUE_TEXT = (
 )
 
 
+COLLATE_SHARE = 0.25  # of the main-process fetch (__getitem__ calls and collate_fn): the collate is named
+
+
+def _costly_collate(ctx: Context) -> Optional[tuple[str, float, float]]:
+    """(the collate_fn's readable name, its us per step, its share of the fetch) where it holds at least
+    COLLATE_SHARE of what the main process spends fetching (recorded stacks), else None."""
+    getitem = ctx.report.measurements.getitem
+    if not getitem.collate_us_per_step:
+        return None
+    name, us = max(getitem.collate_us_per_step.items(), key=lambda kv: kv[1])
+    fetch_us = getitem.getitem_us_per_step + sum(getitem.collate_us_per_step.values())
+    share = us / fetch_us if fetch_us > 0 else 0.0
+    return (name, us, share) if share >= COLLATE_SHARE else None
+
+
+def _collate_text(collate: Optional[tuple[str, float, float]]) -> str:
+    if collate is None:
+        return ""
+    name, us, share = collate
+    return (f" The collate_fn, {name}, takes {ms(us)} per step ({100 * share:.0f} % of the fetch, recorded): keep it "
+            "to stacking tensors, and tokenize, pad or decode per sample in the dataset, or ahead of time.")
+
+
 def _iterator_culprits(ctx: Context) -> str:
     """"batches (train.py:8) 7.1 ms, ..." : what the loop's next() calls run, or ""."""
     frames = ctx.report.measurements.dataloader.iterator_frames_us_per_step
@@ -408,7 +443,7 @@ def _iterator_text(advice: Advice, culprits: str) -> str:
     return f"{where} {move} a DataLoader with workers where cores allow ({advice.reason}), or make the batches cheaper to build."
 
 
-def _text(advice: Advice, machine: Machine, settings: dict[str, Any], culprits: str, device: bool) -> str:
+def _text(advice: Advice, machine: Machine, settings: dict[str, Any], culprits: str, device: bool, getitem_matters: bool = True) -> str:
     current = machine.workers
     where = "The DataLoader loads batches in the training process (num_workers=0)." if current == 0 else (
         f"The DataLoader's {current} worker(s) do not keep up." if current else "The DataLoader does not keep up.")
@@ -430,7 +465,7 @@ def _text(advice: Advice, machine: Machine, settings: dict[str, Any], culprits: 
         parts.append(f"More workers would not help: {advice.reason}.")
     if culprits:
         parts.append(f"Make __getitem__ cheaper; its costliest calls (recorded stacks): {culprits}.")
-    elif current == 0 or advice.workers is None:
+    elif (current == 0 or advice.workers is None) and getitem_matters:
         parts.append("Make __getitem__ cheaper (pre-decoded data, vectorised or cached transforms).")
     return " ".join(parts)
 

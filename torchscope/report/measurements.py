@@ -221,6 +221,9 @@ class Getitem(Section):
     calls_per_step: PerStep = 0.0
     getitem_us_per_step: PerStep = 0.0
     calls_us_per_step: PerStepByName = {}
+    # The batch's collate_fn (a user's `collate`, torch's `default_collate`), called by the DataLoader's
+    # fetch after the __getitem__ calls: inclusive recorded time per step, by readable name.
+    collate_us_per_step: PerStepByName = {}
 
 
 class StepTime(Section):
