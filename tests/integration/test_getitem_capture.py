@@ -5,12 +5,11 @@ finding names the Dataset's own frame and its costly call, never torch's or the 
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from helpers.capture_run import capture
 import torchscope
 
 pytest.importorskip("torch")
@@ -59,16 +58,10 @@ for step, (x, y) in enumerate(DataLoader(Slow(), batch_size=16, num_workers=0)):
 
 
 def test_finding_names_the_datasets_getitem_not_a_librarys(tmp_path: Path) -> None:
-    script = tmp_path / "train_modulelist.py"
-    script.write_text(SCRIPT)
-    run = subprocess.run(
-        [sys.executable, "-m", "torchscope", "run", "--out", str(tmp_path / "run"), "--no-report", str(script)],
-        capture_output=True, text=True, timeout=300,
-    )
-    assert run.returncode == 0, run.stderr
-    trace = next((tmp_path / "run").glob("*.pt.trace.json*")).read_text()
+    run_dir = capture(tmp_path, SCRIPT, "train_modulelist.py")
+    trace = next(run_dir.glob("*.pt.trace.json*")).read_text()
     assert "torch/nn/modules/container.py(" in trace and "): __getitem__" in trace  # the library frames are there
-    report = torchscope.analyze(tmp_path / "run", jobs=1, use_cache=False)
+    report = torchscope.analyze(run_dir, jobs=1, use_cache=False)
     getitem = report.measurements.getitem
     line = SCRIPT.splitlines().index("    def __getitem__(self, i):") + 1
     assert getitem.frames == [f"__getitem__ (train_modulelist.py:{line})"]
@@ -111,14 +104,7 @@ for step, x in enumerate(DataLoader(Texts(), batch_size=64, collate_fn=collate))
 
 
 def test_a_costly_collate_fn_is_named_instead_of_getitem(tmp_path: Path) -> None:
-    script = tmp_path / "train_collate.py"
-    script.write_text(COLLATE_SCRIPT)
-    run = subprocess.run(
-        [sys.executable, "-m", "torchscope", "run", "--out", str(tmp_path / "run"), "--no-report", str(script)],
-        capture_output=True, text=True, timeout=300,
-    )
-    assert run.returncode == 0, run.stderr
-    report = torchscope.analyze(tmp_path / "run", jobs=1, use_cache=False)
+    report = torchscope.analyze(capture(tmp_path, COLLATE_SCRIPT, "train_collate.py"), jobs=1, use_cache=False)
     getitem = report.measurements.getitem
     line = COLLATE_SCRIPT.splitlines().index("def collate(texts):") + 1
     (name, us), = getitem.collate_us_per_step.items()  # torch's fetch also calls hasattr: not a collate

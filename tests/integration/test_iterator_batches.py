@@ -6,12 +6,11 @@ torchscope's own next() calls (contextlib resuming its context managers) are not
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from helpers.capture_run import capture
 import torchscope
 
 pytest.importorskip("torch")
@@ -53,15 +52,7 @@ for step in range(8):
 
 
 def _capture(tmp_path: Path, source: str) -> torchscope.Report:
-    script = tmp_path / "train_next.py"
-    script.write_text(SCRIPT)
-    out = tmp_path / source
-    run = subprocess.run(
-        [sys.executable, "-m", "torchscope", "run", "--out", str(out), "--no-report", str(script), source],
-        capture_output=True, text=True, timeout=300,
-    )
-    assert run.returncode == 0, run.stderr
-    return torchscope.analyze(out, jobs=1, use_cache=False)
+    return torchscope.analyze(capture(tmp_path, SCRIPT, "train_next.py", source), jobs=1, use_cache=False)
 
 
 def test_batches_from_a_generator_are_data_loading(tmp_path: Path) -> None:

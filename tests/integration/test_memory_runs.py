@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from helpers.capture_run import capture
 import torchscope
 from torchscope.report.model import Report
 
@@ -179,15 +180,7 @@ for step in range(8):
 def test_leak_of_graphs_is_found_in_a_default_three_step_capture(tmp_path: Path) -> None:
     # The first recorded step frees the 16 MiB of gradients made before recording, which the CPU allocator
     # does not report: with that step in, the line read 16 MiB more on one step and its R^2 fell below 0.9.
-    script = tmp_path / "keeps_graphs.py"
-    script.write_text(GRAPH_SCRIPT)
-    out = tmp_path / "run"
-    run = subprocess.run(
-        [sys.executable, "-m", "torchscope", "run", "--out", str(out), "--no-report", str(script)],
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    assert run.returncode == 0, run.stderr
-    report = torchscope.analyze(out, jobs=1, use_cache=False)
+    report = torchscope.analyze(capture(tmp_path, GRAPH_SCRIPT, "keeps_graphs.py"), jobs=1, use_cache=False)
     assert report.memory.growth["cpu"].boundaries == 3  # steps 2-4, from the start of step 3
     leak = next(f for f in report.findings if f.id == "memory.leak")
     # x (256 x 1024) and the ReLU's output (256 x 2048), float32, kept by each step's graph.

@@ -4,12 +4,11 @@ more cores: `compute.threads` reads the thread count the capture recorded and na
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from helpers.capture_run import capture
 import torchscope
 from torchscope.capture.environment import physical_cores
 
@@ -31,16 +30,8 @@ for step in range(8):
 
 @pytest.mark.skipif((physical_cores(sorted(os.sched_getaffinity(0))) or 0) < 2, reason="needs 2 physical cores")
 def test_one_thread_on_a_machine_with_more_cores(tmp_path: Path) -> None:
-    script = tmp_path / "one_thread.py"
-    script.write_text(SCRIPT)
-    out = tmp_path / "run"
-    run = subprocess.run(
-        [sys.executable, "-m", "torchscope", "run", "--out", str(out), "--no-report", str(script)],
-        capture_output=True, text=True, timeout=300,
-        env={name: value for name, value in os.environ.items() if name != "OMP_NUM_THREADS"},  # the script sets its threads
-    )  # fmt: skip
-    assert run.returncode == 0, run.stderr
-    report = torchscope.analyze(out, jobs=1, use_cache=False)
+    env = {name: value for name, value in os.environ.items() if name != "OMP_NUM_THREADS"}  # the script sets its threads
+    report = torchscope.analyze(capture(tmp_path, SCRIPT, "one_thread.py", env=env), jobs=1, use_cache=False)
     cores = report.run.manifest["environment"]["physical_cores"]
     finding = next(f for f in report.findings if f.id == "compute.threads")
     assert finding.evidence["torch_num_threads"] == 1
