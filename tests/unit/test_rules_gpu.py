@@ -10,6 +10,7 @@ import pytest
 import torchscope
 from helpers.real_traces import TraceSet
 from helpers.trace_builder import TraceBuilder
+from torchscope.report.measurements import ANOMALY_CHECK
 from torchscope.report.model import Finding, Report
 
 analyze = torchscope.analyze
@@ -275,3 +276,41 @@ def test_tensor_core_eligibility_sees_through_op_wrappers(tmp_path: Path) -> Non
 def test_trace_without_steps_gets_no_critical_verdict(real_traces: TraceSet) -> None:
     report = analyze(real_traces.folder("alexnet_sync"), jobs=1, use_cache=False)
     assert all(f.severity == "info" for f in report.findings if f.category != "trace_quality")
+
+
+def test_anomaly_mode_checks_and_stacks_found_in_the_trace(tmp_path: Path) -> None:
+    """Anomaly mode's NaN check after a backward node (isnan, _is_any_true and a syncing item, directly
+    under the engine's evaluate_function range) and a stack saved from inside a forward operator; the same
+    ops and frame elsewhere (the user's own isnan, fx's format_stack called from Python) are not it."""
+    b = TraceBuilder().gpu()
+    for i in range(STEPS):
+        t0 = i * STEP_US
+        b.step(i, t0, STEP_US)
+        b.op("aten::addmm", t0 + 10, 300)
+        b.op("torch/fx/traceback.py(497): format_stack", t0 + 100, 150, cat="python_function")
+        b.op("torch/_dynamo/output_graph.py(10): create_proxy", t0 + 400, 100, cat="python_function")
+        b.op("torch/fx/traceback.py(497): format_stack", t0 + 420, 50, cat="python_function")
+        b.op("train.py(10): check_finite", t0 + 600, 100, cat="python_function")
+        b.op("aten::isnan", t0 + 610, 20)
+        b.op("autograd::engine::evaluate_function: AddmmBackward0", t0 + 1000, 2000)
+        b.op("AddmmBackward0", t0 + 1010, 300)
+        b.op("aten::isnan", t0 + 1400, 50)
+        b.op("aten::_is_any_true", t0 + 1460, 40)
+        b.op("aten::item", t0 + 1510, 1400)
+        b.op("aten::_local_scalar_dense", t0 + 1515, 1390)
+        b.launch(t0 + 1520, 20, t0 + 2800, 10, name="Memcpy DtoH (Device -> Pageable)", runtime="cudaMemcpyAsync", cat="gpu_memcpy")
+        b.runtime("cudaStreamSynchronize", t0 + 1545, 1300)
+        b.op("aten::item", t0 + 4000, 600)  # the user's own .item(): the sync finding's
+        b.op("aten::_local_scalar_dense", t0 + 4005, 590)
+        b.launch(t0 + 4010, 20, t0 + 4300, 10, name="Memcpy DtoH (Device -> Pageable)", runtime="cudaMemcpyAsync", cat="gpu_memcpy")
+        b.runtime("cudaStreamSynchronize", t0 + 4035, 500)
+        b.launch(t0 + 5000, 10, t0 + 5020, 4500)
+    report = _report(b, tmp_path)
+    anomaly = report.measurements.anomaly
+    assert (anomaly.nan_checks_per_step, anomaly.nan_check_us_per_step) == (1, pytest.approx(50 + 40 + 1400))
+    assert (anomaly.stack_captures_per_step, anomaly.stack_capture_us_per_step) == (1, pytest.approx(150))
+    assert report.measurements.sync.by_op == {ANOMALY_CHECK: pytest.approx(1300), "aten::item": pytest.approx(500)}
+    assert _finding(report, "synchronization.host_device").evidence["by_op_us_per_step"] == {"aten::item": pytest.approx(500)}
+    f = _finding(report, "host_overhead.anomaly_mode")
+    assert f.evidence["nan_checks_per_step"] == 1 and "one synchronisation per backward node" in f.recommendation
+    assert 0 < f.time_share < (1490 + 150) / STEP_US + 1e-9

@@ -6,6 +6,8 @@ from __future__ import annotations
 import pytest
 from test_rules_support import finding, findings, fixes, gpu, report
 from torchscope.report.measurements import (
+    ANOMALY_CHECK,
+    AnomalyMode,
     Compile,
     DataLoader,
     DeviceIdle,
@@ -408,3 +410,56 @@ def test_outside_steps_names_the_culprits_that_matter() -> None:
     f = finding(report(measurements=measurements, phases=phases), "outside_steps.work")
     assert f.title.endswith("mostly in next")
     assert f.evidence["culprits_us_per_step"] == {"next": 1570.0, "nn.Module: Embedding_0": 40.0}
+
+
+def test_anomaly_mode_cost_from_its_checks_and_saved_stacks() -> None:
+    """The stacks (Python) are scaled as the forward is; the checks (native ops) lie between their share
+    scaled as the backward is and their recorded time over the unprofiled step."""
+    phases = {"forward": 0.4, "backward": 0.5, "optimizer": 0.1}
+    slowed = ProfilerOverhead(method="step_clock", unprofiled_step_us=5000.0, profiled_step_us=10_000.0,
+                              corrected_percent={"forward": 30.0, "backward": 50.0, "optimizer": 20.0})
+    measurements = Measurements(
+        anomaly=AnomalyMode(nan_checks_per_step=15, nan_check_us_per_step=1000.0, stack_captures_per_step=10,
+                            stack_capture_us_per_step=2000.0),
+        profiler_overhead=slowed,
+    )
+    f = finding(report(measurements=measurements, phases=phases), "host_overhead.anomaly_mode")
+    assert (f.category, f.severity) == ("host_overhead", "critical")
+    stacks = 0.2 * 30 / 40  # 2 of 10 ms recorded, the forward 30 % of its recorded 40 %
+    low, high = stacks + 0.1 * 1.0, stacks + 1000 / 5000  # backward 50 of 50 %; 1 ms of the unprofiled 5 ms
+    assert (f.time_share_low, f.time_share_high) == pytest.approx((low, high))
+    assert f.time_share == pytest.approx((low + high) / 2)
+    assert "15 NaN checks and 10 stacks saved per step" in f.title
+    assert fixes(f) == {"torch.autograd.set_detect_anomaly": ("code_change", "torch.autograd.set_detect_anomaly(False)")}
+    assert "Not measured" not in f.recommendation
+    # Without stacks only the checks are measured, and the finding says so; not measured, the recorded share.
+    measurements = Measurements(anomaly=AnomalyMode(nan_checks_per_step=15, nan_check_us_per_step=1000.0))
+    f = finding(report(measurements=measurements, phases=phases), "host_overhead.anomaly_mode")
+    assert (f.time_share, f.severity) == (pytest.approx(0.1), "warning")
+    assert "stacks it saves for each autograd node" in f.recommendation and "with_stack=True" in f.recommendation
+
+
+def test_anomaly_mode_from_the_manifest_alone_has_no_cost() -> None:
+    """check_nan=False and no stacks: nothing in the trace, the capture saw it on at a step boundary."""
+    f = finding(report(manifest={"environment": {"anomaly_mode": True}}), "host_overhead.anomaly_mode")
+    assert f.time_share is None and f.severity == "warning"
+    assert "its cost is not measured in this trace" in f.title
+    assert "check_nan=False" in f.recommendation
+    assert "host_overhead.anomaly_mode" not in findings(report(manifest={"environment": {"anomaly_mode": False}}))
+    assert "host_overhead.anomaly_mode" not in findings(report())
+
+
+def test_anomaly_checks_syncs_are_not_the_sync_finding() -> None:
+    """On a GPU each check's .item() syncs: those syncs belong to the anomaly finding, not to the
+    advice to remove .item() from the loop."""
+    sync = Synchronization(syncs_per_step=16, sync_us_per_step=1700.0, by_op={ANOMALY_CHECK: 1500.0, "aten::item": 200.0})
+    measurements = Measurements(sync=sync, anomaly=AnomalyMode(nan_checks_per_step=15, nan_check_us_per_step=1800.0))
+    result = report(measurements=measurements, device=gpu())
+    assert finding(result, "synchronization.host_device").evidence["by_op_us_per_step"] == {"aten::item": 200.0}
+    f = finding(result, "host_overhead.anomaly_mode")
+    assert "one synchronisation per backward node" in f.recommendation
+    # The syncs' part without a what-if model: their measured share; the rest of the checks (300 us) as is.
+    assert f.time_share == pytest.approx(0.18)
+    only_checks = Measurements(sync=Synchronization(syncs_per_step=15, sync_us_per_step=1500.0, by_op={ANOMALY_CHECK: 1500.0}),
+                               anomaly=AnomalyMode(nan_checks_per_step=15, nan_check_us_per_step=1800.0))
+    assert "synchronization.host_device" not in findings(report(measurements=only_checks, device=gpu()))

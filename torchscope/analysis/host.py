@@ -12,13 +12,14 @@ from typing import Callable
 import numpy as np
 
 from torchscope.analysis import intervals
+from torchscope.analysis.anomaly import under_checks
 from torchscope.analysis.frames import is_interpreter_or_torch_code, is_library_code, is_module_call, readable_totals
 from torchscope.analysis.markers import HOST_RANGES, batch_fetch_mask, closure_mask, is_queue_get, name_mask, own_marker_mask, phase_masks
 from torchscope.analysis.nesting import HostTree, launcher_of_device_events, nearest_ancestor_of, outermost_ancestor_of
 from torchscope.analysis.operators import OpTimes
 from torchscope.analysis.steps import StepWindows, event_steps, main_thread_mask
 from torchscope.arrays import distinct, group_ids, median, nanmedian, read_only
-from torchscope.report.measurements import Compile, Copies, DataLoader, Dispatch, LaunchOverhead, Optimizer, OutsideSteps, Synchronization
+from torchscope.report.measurements import ANOMALY_CHECK, Compile, Copies, DataLoader, Dispatch, LaunchOverhead, Optimizer, OutsideSteps, Synchronization
 from torchscope.trace.kinds import Kind
 from torchscope.trace.tables import EventTable
 
@@ -129,12 +130,15 @@ def synchronization(events: EventTable, steps: StepWindows, tree: HostTree, time
     if syncs.size == 0:
         return Synchronization()
     op = outermost_ancestor_of(tree, times.op_mask, syncs)
+    checked = under_checks(events, tree, syncs)
     by_op: dict[str, float] = {}
     sites: dict[str, float] = {}
-    for index, owner in zip(syncs.tolist(), op.tolist()):  # one iteration per sync call, not per event
-        name = events.strings[events.name[owner if owner >= 0 else index]]
+    for index, owner, check in zip(syncs.tolist(), op.tolist(), checked.tolist()):  # one iteration per sync call
+        # Anomaly mode's checks under one name (not each engine node's), for its own finding; their call
+        # site would only be the backward call.
+        name = ANOMALY_CHECK if check else events.strings[events.name[owner if owner >= 0 else index]]
         by_op[name] = by_op.get(name, 0.0) + float(events.dur_us[index])
-        site = _user_frame(events, tree, owner if owner >= 0 else index)
+        site = None if check else _user_frame(events, tree, owner if owner >= 0 else index)
         if site:
             sites[site] = sites.get(site, 0.0) + float(events.dur_us[index])
     return Synchronization(

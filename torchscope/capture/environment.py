@@ -18,12 +18,16 @@ from torchscope.capture.cpu_peak import measure_cpu_peak
 
 
 def capture_environment(
-    dataloaders: list[dict[str, Any]] | None = None, timing: dict[str, Any] | None = None, cpu_peak: bool = False
+    dataloaders: list[dict[str, Any]] | None = None,
+    timing: dict[str, Any] | None = None,
+    cpu_peak: bool = False,
+    anomaly_seen: bool = False,
 ) -> dict[str, Any]:
     """CPUs and threading of this process, plus the DataLoaders iterated and the step clock's ``timing``
     (its ``contention`` kept apart) when given (never raises; torch's part only if the script imported torch).
     ``cpu_peak``: on a machine without an accelerator, measure the CPU's matmul and copy rates
-    (:mod:`torchscope.capture.cpu_peak`) for the roofline."""
+    (:mod:`torchscope.capture.cpu_peak`) for the roofline. ``anomaly_seen``: autograd's anomaly detection
+    was on at a step boundary (a ``detect_anomaly()`` block may have ended before the capture does)."""
     try:
         allowed = sorted(os.sched_getaffinity(0))
     except (AttributeError, OSError):
@@ -42,6 +46,7 @@ def capture_environment(
             env["cudnn_benchmark"] = bool(torch_module.backends.cudnn.benchmark)
             env["cuda_devices"] = int(torch_module.cuda.device_count()) if torch_module.cuda.is_available() else 0
             env["accelerator"] = _accelerator(torch_module)
+            env["anomaly_mode"] = anomaly_seen or anomaly_mode_enabled(torch_module)
         except Exception:  # an exotic build must not cost the manifest
             pass
         if cpu_peak and env.get("accelerator", "unknown") is None:
@@ -57,6 +62,14 @@ def capture_environment(
             env["contention"] = contention
         env["step_times"] = timing
     return env
+
+
+def anomaly_mode_enabled(torch_module: Any) -> bool:
+    """Whether autograd's anomaly detection is on now (never raises)."""
+    try:
+        return bool(torch_module.is_anomaly_enabled())
+    except Exception:
+        return False
 
 
 def _accelerator(torch_module: Any) -> str | None:

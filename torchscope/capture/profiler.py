@@ -23,7 +23,7 @@ import torch
 import torch.profiler
 
 from torchscope.capture import conflicts
-from torchscope.capture.environment import capture_environment
+from torchscope.capture.environment import anomaly_mode_enabled, capture_environment
 from torchscope.capture.ignored_warnings import IgnoredWarning
 from torchscope.capture.machine import LoaderRegistry
 from torchscope.capture.memory_snapshot import SnapshotRecorder
@@ -136,6 +136,7 @@ class Profiler:
         self._detector: StepDetector | None = None
         self._clock = StepClock(self.config)  # the profiler's own cost and CPU contention (capture/overhead.py)
         self._loaders = LoaderRegistry()  # the DataLoaders' settings, for advice that fits them
+        self._anomaly_seen = False  # autograd's anomaly detection on at a step boundary (a debugging aid left on)
         self._signals = DeferredSignals()
         self._sigterm = SigtermSaver(self._save_on_sigterm)
         self._activities: list[str] = ["cpu"]
@@ -237,6 +238,7 @@ class Profiler:
         # to the signal guard and the bookkeeping around the clock, which the unprofiled training does not
         # pay, and the clock counted it as the steps' compute (the data share read 2-3 points low).
         self._clock.step_ended()
+        self._anomaly_seen = self._anomaly_seen or anomaly_mode_enabled(torch)
         if self.config.repeat > 0 and self.capture_complete:
             # Every window is saved: torch's profiler has nothing left to do until close(). Skipping its step()
             # and the guards around it spares the rest of the run 0.4-0.5 ms a step (5-9 ms on some steps of
@@ -437,7 +439,9 @@ class Profiler:
             exit_code=self.exit_code,
             torch_version=str(torch.__version__),
             # The CPU's own peak only after a completed capture: never while saving on a signal or an error.
-            environment=capture_environment(self._loaders.loaders, self._clock.summary(), cpu_peak=self.status in (None, "complete")),
+            environment=capture_environment(
+                self._loaders.loaders, self._clock.summary(), self.status in (None, "complete"), self._anomaly_seen
+            ),
             backend=self._writer.backend if self._writer is not None else None,
         )
         try:

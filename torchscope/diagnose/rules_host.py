@@ -7,9 +7,10 @@ import re
 from typing import Any, Optional
 
 from torchscope.diagnose.context import Context, ms, pct
-from torchscope.diagnose.rule import Threshold, Verdict, by_share, rule
+from torchscope.diagnose.rule import CRITICAL_SHARE, Severities, Threshold, Verdict, by_share, rule
 from torchscope.diagnose.rules_input import COPY_OPS
-from torchscope.diagnose.rules_quality import scaled, stated_step_us, unprofiled_scale
+from torchscope.diagnose.rules_quality import scaled, stated_step_us, unprofiled_scale, unprofiled_step_us
+from torchscope.report.measurements import ANOMALY_CHECK
 from torchscope.report.model import Fix, Report
 
 TORCH_COMPILE = Fix(
@@ -502,6 +503,99 @@ def outside_steps_work(ctx: Context) -> Optional[Verdict]:
     )
 
 
+ANOMALY = Threshold(0, "any NaN check or stack capture of autograd's anomaly mode (tuning guide: disable debugging APIs)")
+
+
+@rule(
+    "host_overhead.anomaly_mode",
+    "host_overhead",
+    ANOMALY,
+    severity=Severities(base="warning", critical_from=CRITICAL_SHARE),
+    fixes=(
+        Fix(
+            kind="code_change",
+            target="torch.autograd.set_detect_anomaly",
+            value="torch.autograd.set_detect_anomaly(False)",
+            summary="turn anomaly detection off for training (remove detect_anomaly() around the loop); use it "
+            "only to find where a NaN comes from",
+        ),
+    ),
+)
+def host_overhead_anomaly_mode(ctx: Context) -> Optional[Verdict]:
+    """Autograd's anomaly detection is on: a NaN check after each backward node, a Python stack saved for
+    each node the forward creates."""
+    anomaly = ctx.report.measurements.anomaly
+    recorded = ctx.environment().get("anomaly_mode") is True
+    if anomaly.nan_checks_per_step <= 0 and anomaly.stack_captures_per_step <= 0 and not recorded:
+        return None
+    share, share_range = _anomaly_cost(ctx)
+    parts = []
+    if anomaly.nan_checks_per_step > 0:
+        parts.append(f"{anomaly.nan_checks_per_step:.0f} NaN checks")
+    if anomaly.stack_captures_per_step > 0:
+        parts.append(f"{anomaly.stack_captures_per_step:.0f} stacks saved")
+    measured = f": {' and '.join(parts)} per step" if parts else ""
+    unmeasured = []
+    if anomaly.stack_captures_per_step <= 0:
+        unmeasured.append(
+            "the stacks it saves for each autograd node are not measured (they are recorded only with stacks, "
+            "with_stack=True: without them their time is inside the forward operators)"
+        )
+    if anomaly.nan_checks_per_step <= 0:
+        unmeasured.append("no NaN check was recorded (check_nan=False)")
+    gpu = (
+        " On a GPU each check's .item() waits for the device: one synchronisation per backward node."
+        if ctx.has_device and anomaly.nan_checks_per_step > 0
+        else ""
+    )
+    return Verdict(
+        title="Autograd anomaly detection is on" + (measured if share is not None else " (its cost is not measured in this trace)"),
+        share=share,
+        share_range=share_range,
+        evidence={
+            "nan_checks_per_step": anomaly.nan_checks_per_step,
+            "nan_check_us_per_step": anomaly.nan_check_us_per_step,
+            "stack_captures_per_step": anomaly.stack_captures_per_step,
+            "stack_capture_us_per_step": anomaly.stack_capture_us_per_step,
+            **({"anomaly_mode_in_manifest": True} if recorded else {}),
+        },
+        recommendation=(
+            "torch.autograd.set_detect_anomaly(True) (or a detect_anomaly() block around the loop) is a debugging "
+            "aid: it saves a Python stack for every autograd node the forward creates and checks every output of "
+            "every backward node for NaNs." + gpu + " Turn it off for training and use it only to find where a "
+            "NaN comes from."
+            + (" Not measured: " + "; ".join(unmeasured) + "." if unmeasured else "")
+        ),
+    )
+
+
+def _anomaly_cost(ctx: Context) -> tuple[Optional[float], Optional[tuple[float, float]]]:
+    """The share of the step anomaly mode costs, with its range.
+
+    The stacks are Python, slowed by the tracer like the forward around them: scaled as that phase is. The
+    checks are native operators, which the profiler slows less than the many small nodes of the backward
+    around them: their cost lies between their share scaled as the backward is and their recorded time over
+    the unprofiled step. On a GPU the checks' syncs save what the what-if model says of them."""
+    anomaly = ctx.report.measurements.anomaly
+    if anomaly.nan_check_us_per_step <= 0 and anomaly.stack_capture_us_per_step <= 0:
+        return None, None
+    stacks = ctx.share(anomaly.stack_capture_us_per_step) * unprofiled_scale(ctx, "forward")
+    checks_us = anomaly.nan_check_us_per_step
+    sync = ctx.report.measurements.sync
+    synced_us = min(sync.by_op.get(ANOMALY_CHECK, 0.0), checks_us)
+    if ctx.has_device and synced_us > 0:
+        all_us = sum(sync.by_op.values())
+        _, (sync_low, sync_high) = ctx.cost("sync", ctx.share(synced_us), scale=synced_us / all_us)
+        checks_us -= synced_us
+    else:
+        sync_low = sync_high = 0.0
+    low = ctx.share(checks_us) * unprofiled_scale(ctx, "backward")
+    unprofiled = unprofiled_step_us(ctx)
+    high = min(checks_us / unprofiled, 1.0) if unprofiled else low
+    low, high = stacks + sync_low + low, min(stacks + sync_high + max(high, low), 1.0)
+    return (low + high) / 2.0, (low, high)
+
+
 SYNC = Threshold(0.03, "any is reported; warning from 3 % of the step (NSYS `cuda_api_sync` lists all; MSPROF co-occurrence)")
 
 
@@ -531,8 +625,8 @@ def synchronization_host_device(ctx: Context) -> Optional[Verdict]:
     sync = ctx.report.measurements.sync
     if sync.syncs_per_step <= 0 or not ctx.has_device:
         return None
-    # Syncs issued by copy ops are the h2d_copy.blocking finding: count them once.
-    by_op = {op: us for op, us in sync.by_op.items() if op not in COPY_OPS}
+    # Syncs issued by copy ops are the h2d_copy.blocking finding, anomaly mode's checks its own: count them once.
+    by_op = {op: us for op, us in sync.by_op.items() if op not in COPY_OPS and op != ANOMALY_CHECK}
     if not by_op:
         return None
     us = sum(by_op.values())

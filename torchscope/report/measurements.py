@@ -247,6 +247,20 @@ class StepTime(Section):
     unprofiled_ci_half_percent: Median = 0.0
 
 
+# The `Synchronization.by_op` name of the syncs inside anomaly mode's NaN checks (their `.item()`).
+ANOMALY_CHECK = "anomaly mode's NaN checks"
+
+
+class AnomalyMode(Section):
+    """Autograd's anomaly detection left on (analysis/anomaly.py): its NaN checks after each backward node,
+    and the Python stacks it saves for each node the forward creates (seen only with stacks recorded)."""
+
+    nan_checks_per_step: PerStep = 0.0  # outputs checked (one `aten::isnan` each)
+    nan_check_us_per_step: PerStep = 0.0  # host time of the checks (isnan, _is_any_true, item: its sync too)
+    stack_captures_per_step: PerStep = 0.0  # `torch.fx.traceback.format_stack` called from an operator
+    stack_capture_us_per_step: PerStep = 0.0
+
+
 class Measurements(msgspec.Struct, kw_only=True):
     """Every measurement section of a run (each at its defaults when no span had it)."""
 
@@ -264,6 +278,7 @@ class Measurements(msgspec.Struct, kw_only=True):
     memory: Memory = msgspec.field(default_factory=Memory)
     profiler_overhead: ProfilerOverhead = msgspec.field(default_factory=ProfilerOverhead)
     getitem: Getitem = msgspec.field(default_factory=Getitem)
+    anomaly: AnomalyMode = msgspec.field(default_factory=AnomalyMode)
     step_time: StepTime = msgspec.field(default_factory=StepTime)
 
 
