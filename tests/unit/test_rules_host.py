@@ -3,6 +3,7 @@ synchronization.host_device."""
 
 from __future__ import annotations
 
+import msgspec
 import pytest
 from test_rules_support import finding, findings, fixes, gpu, report
 from torchscope.report.measurements import (
@@ -12,6 +13,7 @@ from torchscope.report.measurements import (
     DataLoader,
     DeviceIdle,
     Dispatch,
+    GarbageCollection,
     LaunchOverhead,
     Measurements,
     Optimizer,
@@ -463,3 +465,34 @@ def test_anomaly_checks_syncs_are_not_the_sync_finding() -> None:
     only_checks = Measurements(sync=Synchronization(syncs_per_step=15, sync_us_per_step=1500.0, by_op={ANOMALY_CHECK: 1500.0}),
                                anomaly=AnomalyMode(nan_checks_per_step=15, nan_check_us_per_step=1800.0))
     assert "synchronization.host_device" not in findings(report(measurements=only_checks, device=gpu()))
+
+
+def test_gc_pauses_from_the_step_clock() -> None:
+    """Full collections: gc.freeze() spares most of them (half, at the low end); the young ones at best
+    (gc.disable in the loop): the high end is all of it. Shares of the unprofiled steps' mean."""
+    section = GarbageCollection(unprofiled_steps=30, unprofiled_step_mean_us=20_000.0, unprofiled_gc_us_per_step=3000.0,
+                                unprofiled_full_gc_us_per_step=2000.0, unprofiled_collections_per_step=40,
+                                unprofiled_longest_pause_us=60_000.0)
+    f = finding(report(measurements=Measurements(gc=section)), "host_overhead.gc_pauses")
+    assert (f.time_share_low, f.time_share_high) == pytest.approx((0.05, 0.15))
+    assert f.time_share == pytest.approx(0.10) and f.severity == "warning"
+    assert "takes 15.0% of the step, 10.0% in full collections (longest pause 60.0 ms)" in f.title
+    assert fixes(f) == {"gc.freeze": ("code_change", "gc.freeze()")}
+    assert "gc.collect()" not in f.recommendation.split(".")[0]
+    # Small and short: no finding; one long pause is reported even when rare.
+    small = msgspec.structs.replace(section, unprofiled_gc_us_per_step=200.0, unprofiled_full_gc_us_per_step=0.0,
+                                    unprofiled_longest_pause_us=400.0)
+    assert "host_overhead.gc_pauses" not in findings(report(measurements=Measurements(gc=small)))
+    rare = msgspec.structs.replace(small, unprofiled_longest_pause_us=1500.0)
+    assert "host_overhead.gc_pauses" in findings(report(measurements=Measurements(gc=rare)))
+
+
+def test_gc_pauses_from_the_trace_and_explicit_collections() -> None:
+    """Without the clock, the recorded collections (no generation known): from none saved to all of them."""
+    section = GarbageCollection(collections_per_step=3, explicit_collections_per_step=1, gc_us_per_step=1000.0,
+                                long_pauses_per_step=0, longest_pause_us=600.0)
+    f = finding(report(measurements=Measurements(gc=section)), "host_overhead.gc_pauses")
+    assert (f.time_share_low, f.time_share_high) == pytest.approx((0.0, 0.10))
+    assert f.evidence["full_gc_share"] is None and f.evidence["explicit_collections_per_step"] == 1
+    assert f.recommendation.startswith("1 collection(s) per step are the script's own gc.collect()")
+    assert "host_overhead.gc_pauses" not in findings(report())

@@ -13,6 +13,7 @@ import numpy as np
 
 from torchscope.analysis import intervals
 from torchscope.analysis.anomaly import under_checks
+from torchscope.analysis.garbage_collection import is_gc_event
 from torchscope.analysis.frames import is_interpreter_or_torch_code, is_library_code, is_module_call, readable_totals
 from torchscope.analysis.markers import HOST_RANGES, batch_fetch_mask, closure_mask, is_queue_get, name_mask, own_marker_mask, phase_masks
 from torchscope.analysis.nesting import HostTree, launcher_of_device_events, nearest_ancestor_of, outermost_ancestor_of
@@ -263,7 +264,8 @@ def outside_phases(
     # calls: signal.signal, contextlib) is overhead, not a culprit's. Their calls need not nest in the
     # tree (the next ProfilerStep range opens inside the hook), so their time is taken out, not their
     # descendants. Not `torchscope run`'s runner frames: they enclose the steps and hold the whole script.
-    hooks = np.flatnonzero(profiler_frames & ~around_steps & main_thread)
+    # Garbage collections are host_overhead.gc_pauses' time, not the culprit's that allocated when one started.
+    hooks = np.flatnonzero((profiler_frames & ~around_steps & main_thread) | events.name_mask(is_gc_event))
     if hooks.size:
         hook_start = events.ts_us[hooks]
         other = intervals.subtract(other, intervals.union(hook_start, hook_start + events.dur_us[hooks]))

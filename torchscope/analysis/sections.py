@@ -6,7 +6,7 @@ from __future__ import annotations
 from functools import partial
 from typing import Any, Callable, Optional
 
-from torchscope.analysis import anomaly, host, patterns, whatif
+from torchscope.analysis import anomaly, garbage_collection, host, patterns, whatif
 from torchscope.analysis.reduce import merge_sections
 from torchscope.analysis.registry import Analysis, Part
 from torchscope.analysis.span import SpanInput
@@ -60,6 +60,10 @@ def anomaly_mode(s: SpanInput) -> m.AnomalyMode | None:
     return anomaly.anomaly_mode(s.events, s.steps, s.tree)
 
 
+def gc(s: SpanInput) -> m.GarbageCollection | None:
+    return garbage_collection.garbage_collection(s.events, s.steps, s.tree)
+
+
 def _reduce(name: str, parts: list[Part[Optional[m.Section]]]) -> dict[str, Any]:
     return {f"measurements.{name}": merge_sections(parts, m.SECTION_TYPES[name])}
 
@@ -87,4 +91,5 @@ SECTIONS: tuple[Analysis[Any], ...] = (
     _section("savings", whatif.savings),
     _section("patterns", patterns.patterns),
     _section("anomaly", anomaly_mode),
+    _section("gc", gc),
 )

@@ -17,6 +17,9 @@ hooks open and close (forward, backward, optimizer: :meth:`StepClock.phase_ended
 split comes from 30 unprofiled steps too, not from the 3 recorded ones, where one descheduling on a busy
 machine moves a phase's median.
 
+Python's garbage collections in the unprofiled steps are timed too (:class:`~torchscope.capture.gc_timer.GcTimer`):
+a full collection is a pause of up to hundreds of milliseconds that the 3 recorded steps rarely hold.
+
 The clock also drives the CPU contention sampler (``capture/machine.py``) over the first recorded window,
 reading ``/proc`` (milliseconds) outside the recorded steps: before the profiler's ``step()`` that starts the
 window and after the one that ends it.
@@ -29,6 +32,7 @@ import threading
 import time
 from typing import Any, Callable, Literal, Optional
 
+from torchscope.capture.gc_timer import GcTimer
 from torchscope.capture.machine import CpuSampler
 from torchscope.capture.patching import Patch
 from torchscope.rundir.config import CaptureConfig
@@ -124,6 +128,10 @@ class StepClock:
         self._phase_s: dict[str, float] = {}  # the running step's phase times, while it is unprofiled
         self._timing_phases = False
         self.fetches = FetchTimer()
+        self.collections = GcTimer()
+        self.unprofiled_gc_us: list[float] = []  # garbage collections in each unprofiled step, all generations
+        self.unprofiled_full_gc_us: list[float] = []  # ... full ones (generation 2)
+        self._gc_count = 0
         self._cpu_at_start = 0.0
         self._cpu_us = {"fetch_wall": 0.0, "fetch_cpu": 0.0, "rest_wall": 0.0, "rest_cpu": 0.0}  # unprofiled steps
         self.sampler = CpuSampler()
@@ -138,6 +146,7 @@ class StepClock:
         self._step = 0
         self._timing_phases = step_state(self.config, 0) == "none"
         self.fetches.install()
+        self.collections.install()
         if step_state(self.config, 0) == "record":
             self.sampler.begin()
 
@@ -148,6 +157,7 @@ class StepClock:
         duration = (time.perf_counter() - self._started_at) * 1e6
         cpu = (time.process_time() - self._cpu_at_start) * 1e6
         fetch, fetch_cpu = self.fetches.take()
+        collected, collected_full, collections = self.collections.take()
         state = step_state(self.config, self._step)
         if self._step >= 1:  # step 0 pays one-time costs (lazy initialisation, allocator growth)
             kept = self.unprofiled_us if state == "none" else self.profiled_us if state == "record" else None
@@ -155,6 +165,9 @@ class StepClock:
                 kept.append(round(duration, 1))
                 if state == "none":
                     self.unprofiled_fetch_us.append(round(min(fetch, duration), 1))
+                    self.unprofiled_gc_us.append(round(min(collected * 1e6, duration), 1))
+                    self.unprofiled_full_gc_us.append(round(min(collected_full * 1e6, duration), 1))
+                    self._gc_count += collections
                     for name, times in self.unprofiled_phase_us.items():
                         times.append(round(min(self._phase_s.get(name, 0.0) * 1e6, duration), 1))
                     self._cpu_us["fetch_wall"] += fetch
@@ -193,6 +206,7 @@ class StepClock:
         """Whether more unprofiled steps should be timed (the step hooks kept for them after the window)."""
         if self._stopped or len(self.unprofiled_us) >= REFERENCE_STEPS:
             self.fetches.uninstall()  # nothing more to time: the rest of the run pays nothing
+            self.collections.uninstall()
             return False
         return True
 
@@ -200,6 +214,7 @@ class StepClock:
         """The profiler stopped (failed, stepped aside, closed): later steps are not timed."""
         self._stopped = True
         self.fetches.uninstall()
+        self.collections.uninstall()
         self.sampler.finish()
 
     def summary(self) -> dict[str, Any]:
@@ -209,6 +224,11 @@ class StepClock:
             "unprofiled_fetch_us": self.unprofiled_fetch_us,
             "profiled_step_us": self.profiled_us,
         }
+        if self.unprofiled_gc_us:
+            out["unprofiled_gc_us"] = self.unprofiled_gc_us
+            out["unprofiled_full_gc_us"] = self.unprofiled_full_gc_us
+            out["unprofiled_gc_collections"] = self._gc_count
+            out["gc_longest_pause_us"] = round(self.collections.longest_s * 1e6, 1)
         if any(any(times) for times in self.unprofiled_phase_us.values()):
             out["unprofiled_phase_us"] = self.unprofiled_phase_us
         spent = self._cpu_us

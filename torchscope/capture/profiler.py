@@ -328,6 +328,7 @@ class Profiler:
                 profile_memory=c.profile_memory,
                 with_stack=c.with_stack,
                 with_flops=c.with_flops,
+                **_gc_recording(c.with_stack),
             )
             self._cycle_warning.install()
             with conflicts.own_call(self), native_stderr_filtered(self._quiet):
@@ -465,6 +466,17 @@ class Profiler:
         if record:
             self.errors.append(message)
         warn_line(message)
+
+
+def _gc_recording(with_stack: bool) -> dict[str, Any]:
+    """With stacks, the Python tracer also records each garbage collection ("Python GC" events): a pause
+    in the training thread that is otherwise only a gap. Empty where this torch has no such option."""
+    if not with_stack:
+        return {}
+    try:
+        return {"experimental_config": torch.profiler._ExperimentalConfig(record_python_gc_info=True)}
+    except Exception:  # an older torch: no GC events, nothing else changes
+        return {}
 
 
 def status_for_exception(exc: BaseException | None) -> Status:

@@ -596,6 +596,76 @@ def _anomaly_cost(ctx: Context) -> tuple[Optional[float], Optional[tuple[float, 
     return (low + high) / 2.0, (low, high)
 
 
+GC_PAUSES = Threshold(0.02, ">= 2 % of the step in Python garbage collections, or a pause >= 1 ms (MSPROF gc.yaml: a GC event over 1000 us)")
+LONG_GC_PAUSE_US = 1000.0
+
+
+@rule(
+    "host_overhead.gc_pauses",
+    "host_overhead",
+    GC_PAUSES,
+    severity=by_share(),
+    fixes=(
+        Fix(
+            kind="code_change",
+            target="gc.freeze",
+            value="gc.freeze()",
+            summary="call it once the model, datasets and caches are built: the objects that exist then are never "
+            "walked by a collection again",
+        ),
+    ),
+)
+def host_overhead_gc_pauses(ctx: Context) -> Optional[Verdict]:
+    """Python's garbage collector stops the training thread: full collections walk every object the process
+    holds, young ones the step's own container objects."""
+    gc = ctx.report.measurements.gc
+    if gc.unprofiled_steps > 0 and gc.unprofiled_step_mean_us > 0:
+        # The capture's clock: every collection of 30 unprofiled steps, by generation, against their mean step.
+        mean_us = gc.unprofiled_step_mean_us
+        full, total = gc.unprofiled_full_gc_us_per_step / mean_us, gc.unprofiled_gc_us_per_step / mean_us
+        longest, per_step = gc.unprofiled_longest_pause_us, gc.unprofiled_collections_per_step
+        low, high = full / 2, total  # gc.freeze() spares most of the full collections; the young ones at best
+        where = f"over {gc.unprofiled_steps:.0f} steps timed without the profiler"
+    elif gc.collections_per_step > 0:
+        # The trace's "Python GC" events: the recorded steps only, no generation.
+        total = full = ctx.share(gc.gc_us_per_step)
+        longest, per_step = gc.longest_pause_us, gc.collections_per_step
+        low, high = 0.0, total
+        where = "in the recorded steps"
+    else:
+        return None
+    if total < GC_PAUSES.value and longest < LONG_GC_PAUSE_US:
+        return None
+    share = (low + high) / 2
+    full_text = f", {pct(full)} in full collections" if gc.unprofiled_steps > 0 else ""
+    return Verdict(
+        title=f"Python's garbage collector takes {pct(total)} of the step{full_text} (longest pause {ms(longest)})",
+        share=share,
+        share_range=(low, high),
+        evidence={
+            "gc_share": total,
+            "full_gc_share": full if gc.unprofiled_steps > 0 else None,
+            "collections_per_step": per_step,
+            "longest_pause_us": longest,
+            "measured": where,
+            **({"explicit_collections_per_step": gc.explicit_collections_per_step} if gc.explicit_collections_per_step else {}),
+        },
+        recommendation=(
+            (
+                f"{gc.explicit_collections_per_step:.3g} collection(s) per step are the script's own gc.collect(): "
+                "call it every N steps, or not at all. "
+                if gc.explicit_collections_per_step > 0
+                else ""
+            )
+            + "Each collection stops the training thread. A full collection walks every object the process holds, so "
+            "it grows with long-lived Python objects (a dataset index, caches of dicts or lists): call gc.freeze() "
+            "once they are built, before the loop, and collections skip them from then on. Young collections free the "
+            "reference cycles the step itself creates: create fewer container objects per step, or gc.disable() in "
+            "the loop with gc.collect() every N steps (watch memory)."
+        ),
+    )
+
+
 SYNC = Threshold(0.03, "any is reported; warning from 3 % of the step (NSYS `cuda_api_sync` lists all; MSPROF co-occurrence)")
 
 

@@ -261,6 +261,24 @@ class AnomalyMode(Section):
     stack_capture_us_per_step: PerStep = 0.0
 
 
+class GarbageCollection(Section):
+    """Python's garbage collections (analysis/garbage_collection.py): inside the recorded steps, from the
+    "Python GC" events of a capture with stacks (defaults where the trace holds none); and, per run, in the
+    unprofiled steps the capture's clock timed (`unprofiled_*`, from the manifest; 0 steps: not timed)."""
+
+    collections_per_step: PerStep = 0.0
+    explicit_collections_per_step: PerStep = 0.0  # of them, the script's own gc.collect() calls
+    gc_us_per_step: PerStep = 0.0
+    long_pauses_per_step: PerStep = 0.0  # collections of 1 ms or more
+    longest_pause_us: Median = 0.0  # the longest in a span; the run's: the spans' median
+    unprofiled_steps: Count = 0.0
+    unprofiled_step_mean_us: Median = 0.0  # the mean, not the median: a rare full collection is the point
+    unprofiled_gc_us_per_step: Median = 0.0  # all generations
+    unprofiled_full_gc_us_per_step: Median = 0.0  # full collections (generation 2)
+    unprofiled_collections_per_step: Median = 0.0
+    unprofiled_longest_pause_us: Median = 0.0  # over every collection the clock timed
+
+
 class Measurements(msgspec.Struct, kw_only=True):
     """Every measurement section of a run (each at its defaults when no span had it)."""
 
@@ -279,6 +297,7 @@ class Measurements(msgspec.Struct, kw_only=True):
     profiler_overhead: ProfilerOverhead = msgspec.field(default_factory=ProfilerOverhead)
     getitem: Getitem = msgspec.field(default_factory=Getitem)
     anomaly: AnomalyMode = msgspec.field(default_factory=AnomalyMode)
+    gc: GarbageCollection = msgspec.field(default_factory=GarbageCollection)
     step_time: StepTime = msgspec.field(default_factory=StepTime)
 
 

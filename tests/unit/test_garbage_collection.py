@@ -1,0 +1,70 @@
+"""Python's garbage collections: the capture's timer (real collections), the trace's "Python GC" events
+(a synthetic trace: which are inside steps, which are the script's own gc.collect()), and the run-level
+figures read from the manifest's step clock."""
+
+from __future__ import annotations
+
+import gc
+from pathlib import Path
+
+import pytest
+
+import torchscope
+from helpers.trace_builder import TraceBuilder
+from test_rules_support import report
+from torchscope.analysis.garbage_collection import from_step_clock
+from torchscope.capture.gc_timer import GcTimer
+
+
+def test_timer_times_full_collections_apart() -> None:
+    timer = GcTimer()
+    timer.install()
+    try:
+        garbage = [[i] for i in range(50_000)]
+        for item in garbage:
+            item.append(item)  # cycles: only a collection frees them
+        del garbage
+        gc.collect()  # a full collection (generation 2)
+        total, full, count = timer.take()
+        assert count >= 1 and full > 0 and total >= full
+        assert timer.longest_s >= full / count
+        assert timer.take() == (0.0, 0.0, 0)  # taken: the next step starts from zero
+    finally:
+        timer.uninstall()
+    assert timer._callback not in gc.callbacks
+    gc.collect()
+    assert timer.take() == (0.0, 0.0, 0)
+
+
+def test_collections_inside_steps_from_the_trace(tmp_path: Path) -> None:
+    b = TraceBuilder()
+    for i in range(4):
+        t0 = i * 10_000.0
+        b.step(i, t0, 10_000)
+        b.op("train.py(12): <module>", t0 + 10, 9000, cat="python_function")
+        b.op("Python GC", t0 + 100, 300, cat="python_function")  # triggered by an allocation
+        b.op("<built-in function collect>", t0 + 5000, 2100, cat="python_function")
+        b.op("Python GC", t0 + 5010, 2000, cat="python_function")  # the script's gc.collect()
+        b.op("aten::mm", t0 + 8000, 500)
+    b.op("Python GC", 50_000, 5000, cat="python_function")  # after the last step: not the steps'
+    section = torchscope.analyze(b.write(tmp_path / "trace.json"), jobs=1, use_cache=False).measurements.gc
+    assert (section.collections_per_step, section.explicit_collections_per_step) == (2, 1)
+    assert section.gc_us_per_step == pytest.approx(2300)
+    assert (section.long_pauses_per_step, section.longest_pause_us) == (1, pytest.approx(2000))
+    assert section.unprofiled_steps == 0  # a bare trace: no step clock
+
+
+def test_run_level_figures_from_the_step_clock() -> None:
+    times = {"unprofiled_step_us": [10_000.0, 10_000.0, 40_000.0], "unprofiled_gc_us": [500.0, 500.0, 30_500.0],
+             "unprofiled_full_gc_us": [0.0, 0.0, 30_000.0], "unprofiled_gc_collections": 12, "gc_longest_pause_us": 30_000.0}
+    result = report(manifest={"environment": {"step_times": times}})
+    from_step_clock(result)
+    section = result.measurements.gc
+    assert (section.unprofiled_steps, section.unprofiled_step_mean_us) == (3, pytest.approx(20_000))
+    assert section.unprofiled_gc_us_per_step == pytest.approx(31_500 / 3)
+    assert section.unprofiled_full_gc_us_per_step == pytest.approx(10_000)
+    assert (section.unprofiled_collections_per_step, section.unprofiled_longest_pause_us) == (4, 30_000)
+    # Lists that do not pair with the steps (an older or damaged manifest): nothing is stated.
+    damaged = report(manifest={"environment": {"step_times": {**times, "unprofiled_gc_us": [1.0]}}})
+    from_step_clock(damaged)
+    assert damaged.measurements.gc.unprofiled_steps == 0
