@@ -314,3 +314,42 @@ def test_anomaly_mode_checks_and_stacks_found_in_the_trace(tmp_path: Path) -> No
     f = _finding(report, "host_overhead.anomaly_mode")
     assert f.evidence["nan_checks_per_step"] == 1 and "one synchronisation per backward node" in f.recommendation
     assert 0 < f.time_share < (1490 + 150) / STEP_US + 1e-9
+
+
+def _launch_steps(builder: TraceBuilder, blocking: bool) -> None:
+    """Steps of 20 kernels of 200 us, each launched after 100 us of host work: with blocking launches
+    each call returns when its kernel ends (the host then does its next 100 us), asynchronously at once."""
+    t = 0.0
+    for i in range(STEPS):
+        builder.step(i, t, 20 * 310 if blocking else 20 * 110 + 200)
+        for _ in range(20):
+            builder.op("aten::mm", t, 110 if not blocking else 310)
+            builder.launch(t + 100, 203 if blocking else 8, t + 102, 200)
+            t += 310 if blocking else 110
+        t += 0 if blocking else 200
+
+
+def test_blocking_launches_are_their_own_finding(tmp_path: Path) -> None:
+    b = TraceBuilder().gpu()
+    _launch_steps(b, blocking=True)
+    report = _report(b, tmp_path)
+    launch = report.measurements.launch
+    assert launch.blocking_launch_fraction == 1.0 and launch.long_kernels_per_step == 20
+    assert launch.launch_wait_us_per_step == pytest.approx(20 * 200)
+    f = _finding(report, "synchronization.launch_blocking")
+    # Asynchronous, the host's 20 x 100 us would overlap the kernels' 20 x 200 us: the step falls to the
+    # device's busy time (low end) from at most the whole wait.
+    step_us = 20 * 310
+    assert f.time_share_high == pytest.approx(4000 / step_us, abs=1e-3)
+    assert f.time_share_low == pytest.approx(1 - report.device.utilization, abs=1e-3)
+    assert [fix.target for fix in f.fixes] == ["CUDA_LAUNCH_BLOCKING"]
+    # Not read as tiny kernels or as an idle GPU: each launch outlasts its kernel, and the GPU idles while the host works.
+    assert not {"host_overhead.launch_bound", "idle.device"} & {x.id for x in report.findings}
+
+
+def test_asynchronous_launches_are_not_blocking(tmp_path: Path) -> None:
+    b = TraceBuilder().gpu()
+    _launch_steps(b, blocking=False)
+    report = _report(b, tmp_path)
+    assert report.measurements.launch.blocking_launch_fraction == 0.0
+    assert "synchronization.launch_blocking" not in {x.id for x in report.findings}

@@ -496,3 +496,16 @@ def test_gc_pauses_from_the_trace_and_explicit_collections() -> None:
     assert f.evidence["full_gc_share"] is None and f.evidence["explicit_collections_per_step"] == 1
     assert f.recommendation.startswith("1 collection(s) per step are the script's own gc.collect()")
     assert "host_overhead.gc_pauses" not in findings(report())
+
+
+def test_launch_blocking_named_from_the_environment() -> None:
+    """CUDA_LAUNCH_BLOCKING=1 recorded by the capture, on a trace too short to judge its launches."""
+    environment = {"environment": {"cuda_launch_blocking": True}}
+    measurements = Measurements(launch=LaunchOverhead(kernels_per_step=3, long_kernels_per_step=1, launch_wait_us_per_step=500.0))
+    f = finding(report(measurements=measurements, device=gpu(), manifest=environment), "synchronization.launch_blocking")
+    assert f.evidence["cuda_launch_blocking_in_environment"] is True and f.time_share_high == pytest.approx(0.05)
+    assert fixes(f) == {"CUDA_LAUNCH_BLOCKING": ("env_var", "0")}
+    # Neither the setting nor enough long kernels to judge (1 per step x 4 steps): no finding.
+    measurements.launch.blocking_launch_fraction = 1.0
+    assert "synchronization.launch_blocking" not in findings(report(measurements=measurements, device=gpu()))
+    assert "synchronization.launch_blocking" not in findings(report(measurements=measurements, manifest=environment))  # CPU run

@@ -68,6 +68,10 @@ def dispatch_overhead(
     )
 
 
+LONG_KERNEL_US = 20.0  # longer than a launch call takes (5-20 us, HTA)
+CLOCK_SLACK_US = 2.0  # host and device timestamps are aligned to a few microseconds
+
+
 def launch_overhead(events: EventTable, steps: StepWindows) -> LaunchOverhead | None:
     """Kernels shorter than the runtime call that launched them (HTA's "short kernels"); None without
     kernels in the steps."""
@@ -80,9 +84,20 @@ def launch_overhead(events: EventTable, steps: StepWindows) -> LaunchOverhead | 
     ok = launcher >= 0
     shorter = events.dur_us[kernels][ok] < events.dur_us[launcher[ok]]
     n = max(len(steps), 1)
+    # Launches that return only once their kernel has finished (CUDA_LAUNCH_BLOCKING=1): judged on kernels
+    # longer than any launch call takes, which an asynchronous launch returns long before they end.
+    kernel_start, launch_start = events.ts_us[kernels[ok]], events.ts_us[launcher[ok]]
+    kernel_end = kernel_start + events.dur_us[kernels[ok]]
+    launch_end = launch_start + events.dur_us[launcher[ok]]
+    long = events.dur_us[kernels[ok]] >= LONG_KERNEL_US
+    waited = long & (launch_end >= kernel_end - CLOCK_SLACK_US)
+    inside = np.minimum(launch_end, kernel_end) - np.maximum(launch_start, kernel_start)
     return LaunchOverhead(
         kernels_per_step=float(kernels.size / n),
         short_kernel_fraction=float(shorter.mean()) if ok.any() else 0.0,
+        long_kernels_per_step=float(np.count_nonzero(long) / n),
+        blocking_launch_fraction=float(np.count_nonzero(waited) / np.count_nonzero(long)) if long.any() else 0.0,
+        launch_wait_us_per_step=float(np.maximum(inside, 0.0).sum() / n),
         median_kernel_us=float(median(events.dur_us[kernels])),
         median_launch_us=float(median(events.dur_us[launcher[ok]])) if ok.any() else 0.0,
         runtime_us_per_step=float(

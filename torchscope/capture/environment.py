@@ -38,6 +38,8 @@ def capture_environment(
         "physical_cores": physical_cores(allowed),
         "local_world_size": int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1),
         "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
+        # A debugging setting that makes every kernel launch synchronous (CUDA reads it at initialisation).
+        "cuda_launch_blocking": os.environ.get("CUDA_LAUNCH_BLOCKING", "").strip() == "1",
     }
     torch_module = sys.modules.get("torch")
     if torch_module is not None:

@@ -40,6 +40,7 @@ RULES: tuple[Rule, ...] = (
     rules_host.optimizer_zero_grad_fill,
     rules_host.outside_steps_work,
     rules_host.synchronization_host_device,
+    rules_host.synchronization_launch_blocking,
     rules_device.idle_device,
     rules_device.compute_tensor_cores_unused,
     rules_device.compute_layout_transposes,

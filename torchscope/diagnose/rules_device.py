@@ -9,7 +9,14 @@ from torchscope.analysis.peaks import gpu_peak
 from torchscope.diagnose.context import Context, as_int, pct
 from torchscope.diagnose.rule import WARNING, Threshold, Verdict, by_share, rule
 from torchscope.diagnose.rules_quality import unprofiled_share
-from torchscope.diagnose.rules_host import TORCH_COMPILE, idle_share, is_launch_bound, top_idle_host_ops, unexplained_idle_share
+from torchscope.diagnose.rules_host import (
+    TORCH_COMPILE,
+    idle_share,
+    is_launch_bound,
+    launches_block,
+    top_idle_host_ops,
+    unexplained_idle_share,
+)
 from torchscope.report.model import DeviceSummary, Fix
 
 LOW_UTILIZATION = Threshold(0.5, "GPU utilisation < 50 % (TB, NSYS `gpu_time_util`)")
@@ -19,9 +26,10 @@ LOW_UTILIZATION = Threshold(0.5, "GPU utilisation < 50 % (TB, NSYS `gpu_time_uti
 @rule("idle.device", "idle", LOW_UTILIZATION, severity=by_share())
 def idle_device(ctx: Context) -> Optional[Verdict]:
     """The GPU idles while the host is neither loading data nor blocked in a sync (and the run is not
-    launch-bound, which host_overhead.launch_bound reports)."""
+    launch-bound, which host_overhead.launch_bound reports, nor launching synchronously, which
+    synchronization.launch_blocking does)."""
     utilization = ctx.report.device.utilization
-    if not ctx.report.device.present or utilization is None or is_launch_bound(ctx):
+    if not ctx.report.device.present or utilization is None or is_launch_bound(ctx) or launches_block(ctx):
         return None
     share = unexplained_idle_share(ctx)
     if share <= 0 or utilization >= LOW_UTILIZATION.value:

@@ -165,8 +165,8 @@ LAUNCH_BOUND_UTILIZATION = 0.7
 def host_overhead_launch_bound(ctx: Context) -> Optional[Verdict]:
     """GPU runs: kernels shorter than their launch, and the device idle for reasons other than data
     loading and syncs."""
-    if not ctx.has_device or not is_launch_bound(ctx):
-        return None
+    if not ctx.has_device or not is_launch_bound(ctx) or launches_block(ctx):
+        return None  # blocking launches outlast every kernel: synchronization.launch_blocking's
     unexplained = unexplained_idle_share(ctx)
     if unexplained <= 0:
         return None
@@ -662,6 +662,60 @@ def host_overhead_gc_pauses(ctx: Context) -> Optional[Verdict]:
             "once they are built, before the loop, and collections skip them from then on. Young collections free the "
             "reference cycles the step itself creates: create fewer container objects per step, or gc.disable() in "
             "the loop with gc.collect() every N steps (watch memory)."
+        ),
+    )
+
+
+LAUNCH_BLOCKING = Threshold(0.9, ">= 90 % of kernels of 20 us or more end before their launch call returns (I: CUDA_LAUNCH_BLOCKING=1 makes every launch synchronous)")
+MIN_LONG_KERNELS = 10  # per run, for the fraction to mean something
+
+
+def launches_block(ctx: Context) -> bool:
+    """Every launch waits for its kernel: the trace's launches, or the environment the capture recorded."""
+    launch = ctx.report.measurements.launch
+    measured = launch.long_kernels_per_step * max(ctx.steps, 1) >= MIN_LONG_KERNELS
+    return (measured and launch.blocking_launch_fraction >= LAUNCH_BLOCKING.value) or ctx.environment().get("cuda_launch_blocking") is True
+
+
+@rule(
+    "synchronization.launch_blocking",
+    "synchronization",
+    LAUNCH_BLOCKING,
+    severity=Severities(base="warning", critical_from=CRITICAL_SHARE),
+    fixes=(
+        Fix(
+            kind="env_var",
+            target="CUDA_LAUNCH_BLOCKING",
+            value="0",
+            summary="unset it (a debugging setting): kernel launches return at once and the CPU runs ahead of the GPU",
+        ),
+    ),
+)
+def synchronization_launch_blocking(ctx: Context) -> Optional[Verdict]:
+    """Kernel launches are synchronous: the host waits for each kernel, so host and device never overlap."""
+    if not ctx.has_device or not launches_block(ctx):
+        return None
+    launch = ctx.report.measurements.launch
+    wait = ctx.share(launch.launch_wait_us_per_step)
+    # Asynchronous, the step is at least the device's busy time: the saving is the wait, at most the step less that.
+    busy = ctx.report.device.utilization
+    low = min(wait, max(1.0 - busy, 0.0)) if busy is not None else 0.0
+    share, share_range = ((low + wait) / 2, (low, wait)) if wait > 0 else (None, None)
+    return Verdict(
+        title=f"Kernel launches wait for their kernels (CUDA_LAUNCH_BLOCKING): {ms(launch.launch_wait_us_per_step)} per step",
+        share=share,
+        share_range=share_range,
+        evidence={
+            "blocking_launch_fraction": launch.blocking_launch_fraction,
+            "long_kernels_per_step": launch.long_kernels_per_step,
+            "launch_wait_us_per_step": launch.launch_wait_us_per_step,
+            "gpu_utilization": busy,
+            **({"cuda_launch_blocking_in_environment": True} if ctx.environment().get("cuda_launch_blocking") is True else {}),
+        },
+        recommendation=(
+            "Every kernel launch returned only after its kernel finished, as with CUDA_LAUNCH_BLOCKING=1 (a debugging "
+            "setting that makes CUDA errors point at the right line): the CPU cannot queue work ahead, so the host's "
+            "and the GPU's time add up instead of overlapping. Unset it for training."
         ),
     )
 

@@ -48,13 +48,17 @@ class Section(msgspec.Struct, kw_only=True):
 
 
 class LaunchOverhead(Section):
-    """Kernels shorter than the runtime call that launched them (HTA's "short kernels")."""
+    """Kernels shorter than the runtime call that launched them (HTA's "short kernels"), and launches that
+    wait for their kernel (CUDA_LAUNCH_BLOCKING=1)."""
 
     kernels_per_step: PerStep = 0.0
     short_kernel_fraction: PerStep = 0.0
     median_kernel_us: Median = 0.0
     median_launch_us: Median = 0.0
     runtime_us_per_step: PerStep = 0.0
+    long_kernels_per_step: PerStep = 0.0  # kernels of 20 us or more, linked to their launch
+    blocking_launch_fraction: PerStep = 0.0  # of those, launches that returned only after the kernel ended
+    launch_wait_us_per_step: PerStep = 0.0  # host time inside launch calls while their kernel ran
 
 
 class Synchronization(Section):
