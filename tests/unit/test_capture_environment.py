@@ -18,6 +18,7 @@ def test_cuda_launch_blocking(monkeypatch: pytest.MonkeyPatch, value: str | None
     assert capture_environment()["cuda_launch_blocking"] is expected
 
 
+@pytest.mark.filterwarnings("ignore:Anomaly Detection has been enabled")
 def test_anomaly_mode_now_or_seen_at_a_step() -> None:
     assert capture_environment()["anomaly_mode"] is False
     assert capture_environment(anomaly_seen=True)["anomaly_mode"] is True  # a detect_anomaly() block that ended

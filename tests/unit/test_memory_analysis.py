@@ -130,6 +130,34 @@ def test_allocator_calls_after_the_first_step_cost_time(tmp_path: Path) -> None:
     assert frag.time_share == 0.15 and frag.severity == "warning"
 
 
+def test_cache_given_back_every_step_is_named(tmp_path: Path) -> None:
+    """torch.cuda.empty_cache() each step: a cudaFree under no operator (it is not one), then the next step's
+    operator takes the memory again with cudaMalloc. A free inside an operator (an out-of-memory retry) is not it."""
+
+    def trace(release_inside_op: bool) -> Report:
+        b = TraceBuilder().gpu()
+        for i in range(4):
+            t0 = i * STEP_US
+            b.step(i + 5, t0, STEP_US)
+            b.op("aten::empty", t0 + 5, 120.0)
+            b.runtime("cudaMalloc", t0 + 10, 100.0)
+            if release_inside_op:
+                b.op("aten::empty", t0 + 195, 60.0)
+            b.runtime("cudaFree", t0 + 200, 50.0)
+        return torchscope.analyze(b.write(tmp_path / f"t{release_inside_op}.json"), jobs=1, use_cache=False)
+
+    report = trace(release_inside_op=False)
+    assert report.measurements.memory.cache_releases_per_step == 1.0
+    frag = next(f for f in report.findings if f.id == "memory.fragmentation")
+    assert frag.title.startswith("torch.cuda.empty_cache() gives the cache back every step: 1.0 cudaFree per step")
+    assert [fix.target for fix in frag.fixes] == ["torch.cuda.empty_cache"] and frag.time_share == 0.15
+    assert "PYTORCH_CUDA_ALLOC_CONF" not in frag.recommendation
+    report = trace(release_inside_op=True)
+    assert report.measurements.memory.cache_releases_per_step == 0.0
+    frag = next(f for f in report.findings if f.id == "memory.fragmentation")
+    assert [fix.target for fix in frag.fixes] == ["PYTORCH_CUDA_ALLOC_CONF"] and "empty_cache" not in frag.recommendation
+
+
 def test_pairing_reuses_addresses_in_time_order() -> None:
     # addr 1: alloc, free, alloc again (never freed); addr 2: free only (orphan).
     nbytes = np.array([10, 5, -10, 20, -7])

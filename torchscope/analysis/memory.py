@@ -215,7 +215,19 @@ def _allocator_calls(events: EventTable, span: SpanInput) -> Memory:
     calls = np.flatnonzero(runtime & events.name_mask(_is_allocator_call))
     calls = calls[span.steps.index_of(events.ts_us[calls]) >= 1]
     n = len(span.steps) - 1
-    return Memory(allocator_calls_per_step=calls.size / n, allocator_us_per_step=float(events.dur_us[calls].sum()) / n)
+    # The allocator frees inside the operator that needs the memory (an out-of-memory retry); a free under no
+    # operator is the cache given back on request: torch.cuda.empty_cache() (not an operator itself).
+    frees = calls[events.name_mask(_is_free_call, calls)]
+    released = frees[span.times.launching_op[frees] < 0]
+    return Memory(
+        allocator_calls_per_step=calls.size / n,
+        allocator_us_per_step=float(events.dur_us[calls].sum()) / n,
+        cache_releases_per_step=released.size / n,
+    )
+
+
+def _is_free_call(name: str) -> bool:
+    return name in ("cudaFree", "hipFree", "cuMemRelease")
 
 
 def _thin(t: np.ndarray, values: np.ndarray) -> list[list[float]]:

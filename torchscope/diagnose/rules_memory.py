@@ -165,6 +165,12 @@ def memory_churn(ctx: Context) -> Optional[Verdict]:
             value="expandable_segments:True",
             summary="grow segments in place instead of caching many differently sized ones",
         ),
+        Fix(
+            kind="code_change",
+            target="torch.cuda.empty_cache",
+            value="remove torch.cuda.empty_cache() from the training loop",
+            summary="the cache it gives back is allocated again from the driver in the next step",
+        ),
     ),
 )
 def memory_fragmentation(ctx: Context) -> Optional[Verdict]:
@@ -185,15 +191,37 @@ def memory_fragmentation(ctx: Context) -> Optional[Verdict]:
         device, (reserved, allocated) = max(wide.items(), key=lambda kv: kv[1][0] - kv[1][1])
         evidence.update(device=device, peak_reserved_bytes=reserved, peak_allocated_bytes=allocated)
         title = f"The allocator reserves {mib(reserved)} on {device} for a peak of {mib(allocated)} allocated"
+    elif memory.cache_releases_per_step > 0:
+        title = (
+            f"torch.cuda.empty_cache() gives the cache back every step: {memory.cache_releases_per_step:.1f} cudaFree "
+            f"per step, and cudaMalloc to take it again ({calls:.1f} calls, {ms(memory.allocator_us_per_step)} per step)"
+        )
     else:
         title = f"cudaMalloc/cudaFree run {calls:.1f} times per step ({ms(memory.allocator_us_per_step)}) after warm-up"
+    if memory.cache_releases_per_step > 0:
+        evidence["cache_releases_per_step"] = memory.cache_releases_per_step
+        advice = (
+            "Frees outside any operator are the cache given back on request (torch.cuda.empty_cache()); the next step "
+            "allocates it again from the driver, and cudaFree synchronises the device. Remove empty_cache() from the loop "
+            "(it frees nothing the allocator would not reuse); if memory is short, see the memory findings."
+        )
+        targets: Optional[tuple[str, ...]] = ("torch.cuda.empty_cache",) if not wide else None
+    else:
+        advice = ""
+        targets = ("PYTORCH_CUDA_ALLOC_CONF",)
     return Verdict(
         title=title,
         share=share,
         evidence=evidence,
         recommendation=(
-            "The CUDA caching allocator is fragmented (blocks of changing sizes) or keeps going back to the driver. "
-            "Set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True; keep tensor shapes stable across steps "
-            "(pad variable-length batches to a few bucket sizes)."
-        ),
+            (advice + " " if advice else "")
+            + (
+                "The CUDA caching allocator is fragmented (blocks of changing sizes) or keeps going back to the driver. "
+                "Set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True; keep tensor shapes stable across steps "
+                "(pad variable-length batches to a few bucket sizes)."
+                if wide or not advice
+                else ""
+            )
+        ).strip(),
+        fix_targets=targets,
     )

@@ -188,6 +188,7 @@ class Memory(Section):
     peak_reserved_bytes: PerStepByName = {}
     allocator_calls_per_step: PerStep = 0.0  # cudaMalloc/cudaFree (and HIP's) inside steps
     allocator_us_per_step: PerStep = 0.0
+    cache_releases_per_step: PerStep = 0.0  # of them, frees outside any operator: torch.cuda.empty_cache()
 
 
 class ProfilerOverhead(Section):
