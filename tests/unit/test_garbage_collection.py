@@ -68,3 +68,4 @@ def test_run_level_figures_from_the_step_clock() -> None:
     damaged = report(manifest={"environment": {"step_times": {**times, "unprofiled_gc_us": [1.0]}}})
     from_step_clock(damaged)
     assert damaged.measurements.gc.unprofiled_steps == 0
+

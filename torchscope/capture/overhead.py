@@ -30,6 +30,7 @@ from __future__ import annotations
 import functools
 import threading
 import time
+import weakref
 from typing import Any, Callable, Literal, Optional
 
 from torchscope.capture.gc_timer import GcTimer
@@ -60,17 +61,26 @@ def step_state(config: CaptureConfig, step: int) -> State:
 
 class FetchTimer:
     """Time spent in DataLoader fetches (``_BaseDataLoaderIter.__next__``), outermost calls only, summed
-    until :meth:`take`. Two ``perf_counter`` calls per batch: cheap enough to time unprofiled steps."""
+    until :meth:`take`. Two ``perf_counter`` calls per batch: cheap enough to time unprofiled steps.
+
+    It also times the worker processes' turnover, summed until :meth:`take_restarts`: starting them
+    (``_MultiProcessingDataLoaderIter.__init__``, each epoch without ``persistent_workers``), the new
+    iterator's first fetch (it waits for them to boot) and the fetch that ends an epoch and shuts them
+    down (``StopIteration``, without ``persistent_workers``)."""
 
     def __init__(self) -> None:
         self._total = 0.0
         self._cpu = 0.0  # this process's CPU time during the fetches: does loading compute or wait?
+        self._restart = 0.0
+        self._restarts = 0
+        self._fresh: weakref.WeakSet[Any] = weakref.WeakSet()  # iterators whose workers just started
         self._local = threading.local()
         self._patch: Optional[Patch] = None
+        self._start_patch: Optional[Patch] = None
         self.active = False
 
     def install(self) -> None:
-        """Wrap the fetch (a no-op without torch's DataLoader)."""
+        """Wrap the fetch and the workers' start (a no-op without torch's DataLoader)."""
         if self._patch is not None:
             return
         try:
@@ -79,6 +89,10 @@ class FetchTimer:
             return
         self._patch = Patch(dataloader._BaseDataLoaderIter, "__next__", self._wrap)
         self._patch.install()
+        starting = getattr(dataloader, "_MultiProcessingDataLoaderIter", None)
+        if starting is not None:
+            self._start_patch = Patch(starting, "__init__", self._wrap_start)
+            self._start_patch.install()
         self.active = True
 
     def _wrap(self, original: Callable[..., Any]) -> Callable[..., Any]:
@@ -90,24 +104,60 @@ class FetchTimer:
                 return original(iterator)
             timer._local.inside = True
             started, cpu = time.perf_counter(), time.process_time()
+            turnover = iterator in timer._fresh
             try:
                 return original(iterator)
+            except StopIteration:
+                # The epoch's end: without persistent workers, the iterator shuts its workers down here.
+                turnover = turnover or getattr(iterator, "_persistent_workers", True) is False
+                raise
             finally:
                 # CPU time read inside the wall interval: on a busy machine process_time() (a syscall) is
                 # where the process is most often descheduled, and a stall after the wall read was counted
                 # as the step's compute (the data share read up to 10 points low at load 7 on 2 cores).
                 timer._cpu += time.process_time() - cpu
-                timer._total += time.perf_counter() - started
+                elapsed = time.perf_counter() - started
+                timer._total += elapsed
+                if turnover:
+                    timer._restart += elapsed
+                    timer._fresh.discard(iterator)
                 timer._local.inside = False
 
         return __next__
 
+    def _wrap_start(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        timer = self
+
+        @functools.wraps(original)
+        def __init__(iterator: Any, *args: Any, **kwargs: Any) -> None:
+            if not timer.active:
+                return original(iterator, *args, **kwargs)
+            started = time.perf_counter()
+            try:
+                return original(iterator, *args, **kwargs)
+            finally:
+                timer._restart += time.perf_counter() - started
+                timer._restarts += 1
+                try:
+                    timer._fresh.add(iterator)
+                except TypeError:  # not weak-referenceable: its first fetch goes uncounted
+                    pass
+
+        return __init__
+
     def uninstall(self) -> None:
-        """Stop timing and take the wrapper off (it passes through if another patch holds it)."""
+        """Stop timing and take the wrappers off (each passes through if another patch holds it)."""
         self.active = False
-        if self._patch is not None:
-            self._patch.uninstall()
-        self._patch = None
+        for patch in (self._patch, self._start_patch):
+            if patch is not None:
+                patch.uninstall()
+        self._patch = self._start_patch = None
+
+    def take_restarts(self) -> tuple[float, int]:
+        """(seconds in the workers' turnover, worker starts) since the last call."""
+        taken = (self._restart, self._restarts)
+        self._restart, self._restarts = 0.0, 0
+        return taken
 
     def take(self) -> tuple[float, float]:
         """(wall, process CPU) time of the fetches since the last call, in us."""
@@ -129,6 +179,8 @@ class StepClock:
         self._timing_phases = False
         self.fetches = FetchTimer()
         self.collections = GcTimer()
+        self.unprofiled_restart_us: list[float] = []  # DataLoader workers' turnover in each unprofiled step
+        self._restarts = 0
         self.unprofiled_gc_us: list[float] = []  # garbage collections in each unprofiled step, all generations
         self.unprofiled_full_gc_us: list[float] = []  # ... full ones (generation 2)
         self._gc_count = 0
@@ -157,6 +209,7 @@ class StepClock:
         duration = (time.perf_counter() - self._started_at) * 1e6
         cpu = (time.process_time() - self._cpu_at_start) * 1e6
         fetch, fetch_cpu = self.fetches.take()
+        restart, restarts = self.fetches.take_restarts()
         collected, collected_full, collections = self.collections.take()
         state = step_state(self.config, self._step)
         if self._step >= 1:  # step 0 pays one-time costs (lazy initialisation, allocator growth)
@@ -165,6 +218,8 @@ class StepClock:
                 kept.append(round(duration, 1))
                 if state == "none":
                     self.unprofiled_fetch_us.append(round(min(fetch, duration), 1))
+                    self.unprofiled_restart_us.append(round(min(restart * 1e6, duration), 1))
+                    self._restarts += restarts
                     self.unprofiled_gc_us.append(round(min(collected * 1e6, duration), 1))
                     self.unprofiled_full_gc_us.append(round(min(collected_full * 1e6, duration), 1))
                     self._gc_count += collections
@@ -224,6 +279,9 @@ class StepClock:
             "unprofiled_fetch_us": self.unprofiled_fetch_us,
             "profiled_step_us": self.profiled_us,
         }
+        if any(self.unprofiled_restart_us):
+            out["unprofiled_loader_restart_us"] = self.unprofiled_restart_us
+            out["unprofiled_loader_restarts"] = self._restarts
         if self.unprofiled_gc_us:
             out["unprofiled_gc_us"] = self.unprofiled_gc_us
             out["unprofiled_full_gc_us"] = self.unprofiled_full_gc_us

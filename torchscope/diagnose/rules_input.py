@@ -11,7 +11,7 @@ from typing import Any, Optional
 
 import msgspec
 
-from torchscope.diagnose.context import Context, as_int, ms
+from torchscope.diagnose.context import Context, as_int, ms, pct
 from torchscope.diagnose.rule import Threshold, Verdict, by_share, rule
 from torchscope.diagnose.rules_quality import stated_step_us, unprofiled_share
 from torchscope.report.model import Fix, FixValue
@@ -468,6 +468,50 @@ def _text(advice: Advice, machine: Machine, settings: dict[str, Any], culprits: 
     elif (current == 0 or advice.workers is None) and getitem_matters:
         parts.append("Make __getitem__ cheaper (pre-decoded data, vectorised or cached transforms).")
     return " ".join(parts)
+
+
+RESTARTS = Threshold(0.02, ">= 2 % of the mean step in the DataLoader workers' start, first batch and shutdown, in the steps the capture timed without the profiler (I; torch docs: persistent_workers keeps them alive across epochs)")
+
+
+@rule(
+    "data_loading.worker_restarts",
+    "data_loading",
+    RESTARTS,
+    severity=by_share(),
+    fixes=(Fix(kind="dataloader_kwarg", target="persistent_workers", value=True, summary="keep the workers alive across epochs"),),
+)
+def data_loading_worker_restarts(ctx: Context) -> Optional[Verdict]:
+    """A multi-process DataLoader starts and stops its workers every epoch (persistent_workers=False)."""
+    loader = ctx.report.measurements.dataloader
+    if loader.unprofiled_steps <= 0 or loader.unprofiled_step_mean_us <= 0 or loader.worker_restarts_per_step <= 0:
+        return None
+    share = loader.restart_us_per_step / loader.unprofiled_step_mean_us
+    if share < RESTARTS.value:
+        return None
+    every = 1.0 / loader.worker_restarts_per_step
+    per_restart = loader.restart_us_per_step * every
+    # Low: the turnover the clock timed (the workers' start, first batch and shutdown); high: all the steps
+    # holding one cost beyond a typical step (the iterator's set-up and teardown around those calls too).
+    high = max(min(loader.restart_step_excess_us_per_step / loader.unprofiled_step_mean_us, 1.0), share)
+    return Verdict(
+        title=f"The DataLoader restarts its workers every {every:.3g} steps ({ms(per_restart)} each): "
+        f"{pct(share)} of the mean step",
+        share=(share + high) / 2,
+        share_range=(share, high),
+        evidence={
+            "restart_us_per_step": loader.restart_us_per_step,
+            "restart_step_excess_us_per_step": loader.restart_step_excess_us_per_step,
+            "steps_per_restart": every,
+            "restart_us": per_restart,
+            "unprofiled_step_mean_us": loader.unprofiled_step_mean_us,
+            "unprofiled_steps": loader.unprofiled_steps,
+        },
+        recommendation=(
+            "Without persistent_workers=True each epoch starts the DataLoader's worker processes, waits for their "
+            "first batches and shuts them down at its end, in one step of every epoch (a short epoch makes it "
+            "frequent). Pass persistent_workers=True to keep them alive across epochs."
+        ),
+    )
 
 
 PAGEABLE = Threshold(0.02, "any is reported (NSYS `cuda_memcpy_async` flags every pageable copy); warning from 2 % of the step")

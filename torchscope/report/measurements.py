@@ -135,6 +135,13 @@ class DataLoader(Section):
     iterator_frames_us_per_step: PerStepByName = {}
     # The loop's waits for a batch on a queue (`queue.Queue.get`, multiprocessing's) that a producer fills.
     queue_waits: Count = 0.0
+    # Per run, from the capture's step clock (analysis/loader_restarts.py; 0 steps: not timed): the worker
+    # processes' turnover in the unprofiled steps (start, first fetch, shutdown at the epoch's end).
+    unprofiled_steps: Count = 0.0
+    unprofiled_step_mean_us: Median = 0.0  # the mean: an epoch's turnover is one step in many
+    worker_restarts_per_step: Median = 0.0
+    restart_us_per_step: Median = 0.0  # the turnover the clock timed, averaged over every unprofiled step
+    restart_step_excess_us_per_step: Median = 0.0  # the steps holding one, beyond the median of the others
 
 
 class DeviceIdle(Section):
