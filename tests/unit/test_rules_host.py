@@ -319,6 +319,24 @@ def test_outside_steps_hints_read_the_words_of_the_call(culprit: str, hint: list
     assert [h for h in hints if h in text] == hint
 
 
+@pytest.mark.parametrize(
+    ("culprit", "source"),
+    [
+        ("batches (train.py:5)", True),  # a generator the loop iterates with `for`: its frame, no next() call
+        ("get_batch (train.py:116)", True),  # nanoGPT's
+        ("load_data (prep.py:9)", True),
+        ("load_checkpoint (train.py:40)", False),  # a checkpoint, not a batch
+        ("evaluate_batch (train.py:90)", False),
+        ("sleep", False),
+    ],
+)
+def test_outside_steps_names_the_loops_batch_source(culprit: str, source: bool) -> None:
+    measurements, phases = _outside(0.3, {culprit: 2000.0})
+    text = finding(report(measurements=measurements, phases=phases), "outside_steps.work").recommendation
+    assert ("looks like the loop's batch source" in text) is source
+    assert ("Move this work out of the per-step path" in text) is not source
+
+
 def _sync(by_op: dict[str, float], sites: dict[str, float]) -> Measurements:
     return Measurements(sync=Synchronization(syncs_per_step=3, sync_us_per_step=sum(by_op.values()), by_op=by_op, call_sites=sites))
 

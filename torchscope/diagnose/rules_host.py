@@ -451,6 +451,21 @@ def _is_grad_clipping(name: str) -> bool:
     return "clip" in words and bool(words & {"grad", "grads", "gradient", "gradients", "norm"})
 
 
+# A function named after the batches it makes (`get_batch`, a `batches()` generator the loop iterates with
+# `for`, which PyTorch records as the generator's frame, no `next()` call): the loop's own batch source.
+_BATCH_WORDS = frozenset({"batch", "batches", "data", "dataset", "loader", "dataloader", "fetch", "prefetch", "sample", "samples", "collate"})
+_BATCH_SOURCE_TEXT = (
+    "{name} looks like the loop's batch source: data loading the step waits for, not work to run less often. "
+    "Load ahead of the step: a DataLoader with num_workers (an IterableDataset can wrap a generator), or a "
+    "background thread that fills a queue; on a GPU, pin the batches and copy them with non_blocking=True."
+)
+
+
+def _is_batch_source(name: str) -> bool:
+    words, file = _words(name)
+    return bool(words & _BATCH_WORDS) and not (words & _CHECKPOINT_WORDS or file in _CHECKPOINT_FILES or words & _EVAL_WORDS)
+
+
 _CLIP_TEXT = (
     "Gradient clipping ({name}) belongs to every step and is not work to move: it computes the gradients' norm "
     "in fewer ops with foreach=True (torch.nn.utils.clip_grad_norm_(..., foreach=True)), and under FSDP with "
@@ -477,15 +492,18 @@ def outside_steps_work(ctx: Context) -> Optional[Verdict]:
     # Advice for the culprits that matter: a 13 us .item() beside a 3 ms sleep is not why the step is slow.
     weighty = [name for name, us in top.items() if us >= HINT_SHARE * explained_us]
     clipping = [name for name in weighty if _is_grad_clipping(name)]
-    movable = [name for name in weighty if name not in clipping]
+    sources = [name for name in weighty if name not in clipping and _is_batch_source(name)]
+    movable = [name for name in weighty if name not in clipping and name not in sources]
     hints = _culprit_hints(movable)
     model_us = ctx.report.measurements.outside_steps.model_calls_us_per_step
     if model_us >= HINT_SHARE * explained_us and _NO_GRAD_MODEL_HINT not in hints:  # a model call under the culprits
         hints.append(_NO_GRAD_MODEL_HINT)
     advice = []
-    if hints or movable or not clipping:
+    if hints or movable or not (clipping or sources):
         advice.append("Move this work out of the per-step path: "
                       + ("; ".join(hints) if hints else "run it every N steps or in a background thread") + ".")
+    if sources:
+        advice.append(_BATCH_SOURCE_TEXT.format(name=sources[0]))
     if clipping:
         advice.append(_CLIP_TEXT.format(name=clipping[0]))
     return Verdict(
