@@ -54,3 +54,5 @@ def test_full_collections_are_timed_and_named(tmp_path: Path) -> None:
     frozen, frozen_times = _run(tmp_path, "frozen")
     # gc.freeze() takes the index out of every collection: the advice's effect, measured by the same clock.
     assert sum(frozen_times["unprofiled_full_gc_us"]) < 0.5 * sum(times["unprofiled_full_gc_us"])
+    # Short pauses, and none of the capture's own (step 0, the recorded steps, the trace's export) counted.
+    assert frozen.measurements.gc.unprofiled_longest_pause_us < 1000

@@ -9,6 +9,7 @@ import json
 import pytest
 
 from helpers.trace_builder import TraceBuilder
+from torchscope.analysis.host import _is_profiler_frame
 from torchscope.analysis.sections import outside_steps
 from torchscope.analysis.span import SpanInput
 from torchscope.rundir.labels import FORWARD
@@ -60,3 +61,12 @@ def test_model_calls_under_the_culprits_are_counted_at_any_depth() -> None:
     section = outside_steps(SpanInput(parse_trace_bytes(json.dumps(b.document()).encode())))
     assert next(iter(section.culprits_us_per_step)) == "sum"
     assert section.model_calls_us_per_step == pytest.approx(3000.0)
+
+
+@pytest.mark.parametrize("name", ["/site-packages/torchscope/capture/profiler.py(232): step", "torchscope/capture/profiler.py(232): step",
+                                  "torch/profiler/profiler.py(800): step"])
+def test_torchscopes_and_the_profilers_frames_are_never_culprits(name: str) -> None:
+    """PyTorch's tracer writes a frame's path relative to its sys.path entry when it can (a checkout on
+    sys.path): torchscope's own step frame is overhead either way."""
+    assert _is_profiler_frame(name)
+    assert not _is_profiler_frame("train.py(12): step")

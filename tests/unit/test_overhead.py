@@ -59,6 +59,45 @@ def test_fetch_timer_times_outermost_fetches_and_restores_the_original() -> None
     assert dataloader._BaseDataLoaderIter.__next__ is original
 
 
+class _SlowItems:
+    """Items that take 20 ms each: a worker's first batch is slow whether or not the workers persist."""
+
+    def __len__(self) -> int:
+        return 8
+
+    def __getitem__(self, index: int) -> int:
+        import time
+
+        time.sleep(0.02)
+        return index
+
+
+def test_fetch_timer_times_worker_restarts_only() -> None:
+    """Restarts: a loader's workers started again (not its first start, never persistent ones, never a
+    single-process loader), the restarted iterator's first fetch (kept apart) and the epoch's shutdown."""
+    dataloader = pytest.importorskip("torch.utils.data.dataloader")
+    original = dataloader._MultiProcessingDataLoaderIter.__init__
+    timer = FetchTimer()
+    timer.install()
+    try:
+        for loader in (dataloader.DataLoader(list(range(8)), batch_size=2),
+                       dataloader.DataLoader(_SlowItems(), batch_size=2, num_workers=2, persistent_workers=True)):
+            for _ in range(3):
+                assert len(list(loader)) == 4
+            assert timer.take_restarts() == (0.0, 0.0, 0), loader.num_workers
+        loader = dataloader.DataLoader(_SlowItems(), batch_size=2, num_workers=2)
+        assert len(list(loader)) == 4  # the first start: only its shutdown at the epoch's end counts
+        first_epoch, first_fetch, restarts = timer.take_restarts()
+        assert first_epoch > 0 and (first_fetch, restarts) == (0.0, 0)
+        for _ in range(2):
+            assert len(list(loader)) == 4
+        turnover, first_fetch, restarts = timer.take_restarts()
+        assert restarts == 2 and 2 * 0.02 <= first_fetch < turnover  # each first fetch waits for a batch
+    finally:
+        timer.uninstall()
+    assert dataloader._MultiProcessingDataLoaderIter.__init__ is original
+
+
 def _report(section: ProfilerOverhead, step_times: dict[str, Any], **phases: float) -> Any:
     return report(
         measurements=Measurements(profiler_overhead=section),

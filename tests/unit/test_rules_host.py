@@ -527,3 +527,7 @@ def test_launch_blocking_named_from_the_environment() -> None:
     measurements.launch.blocking_launch_fraction = 1.0
     assert "synchronization.launch_blocking" not in findings(report(measurements=measurements, device=gpu()))
     assert "synchronization.launch_blocking" not in findings(report(measurements=measurements, manifest=environment))  # CPU run
+    # Enough long kernels that did not wait: the trace's measurement outweighs the setting (set after CUDA
+    # started, or for another process).
+    measured = Measurements(launch=LaunchOverhead(long_kernels_per_step=20, blocking_launch_fraction=0.1, launch_wait_us_per_step=50.0))
+    assert "synchronization.launch_blocking" not in findings(report(measurements=measured, device=gpu(), manifest=environment))

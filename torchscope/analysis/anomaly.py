@@ -5,10 +5,11 @@ Anomaly mode does two things, both visible in a Kineto trace:
 
 * **A NaN check after every backward node** (unless `check_nan=False`): the autograd engine runs
   `isnan(output)._is_any_true().item()` on each output of each node, inside the node's
-  `autograd::engine::evaluate_function: XBackward0` range, beside the node's own range. Nothing else calls
-  operators directly under that range, so `aten::isnan`, `aten::_is_any_true` and `aten::item` there are
-  the checks. On a GPU each `.item()` copies to the host and waits for the device: a synchronisation per
-  node. Recorded with or without stacks.
+  `autograd::engine::evaluate_function: XBackward0` range, beside the node's own range. Other operators
+  run there too (the input buffer's accumulation, the user's tensor hooks), so the checks are taken where
+  all three of `aten::isnan`, `aten::_is_any_true` and `aten::item` sit under one such range: a hook calling
+  `isnan` or `.item()` alone is not anomaly mode. On a GPU each `.item()` copies to the host and waits for
+  the device: a synchronisation per node. Recorded with or without stacks.
 * **A Python stack saved for every autograd node the forward creates**: the node's constructor, inside
   the operator (`aten::addmm`), calls `torch.fx.traceback.format_stack()`. With stacks recorded it is a
   Python frame whose parent is that operator; without, its time hides in the operator's self time and is
@@ -43,6 +44,14 @@ def _is_isnan(name: str) -> bool:
     return name == "aten::isnan"
 
 
+def _is_any_true(name: str) -> bool:
+    return name == "aten::_is_any_true"
+
+
+def _is_item(name: str) -> bool:
+    return name == "aten::item"
+
+
 def _is_stack_capture(name: str) -> bool:
     return _STACK_CAPTURE.search(name) is not None
 
@@ -57,7 +66,15 @@ def check_rows(events: EventTable, tree: HostTree) -> np.ndarray:
         parent = tree.parent[candidates]
         has_parent = parent >= 0
         candidates, parent = candidates[has_parent], parent[has_parent]
-        rows = candidates[events.name_mask(_is_engine_node, parent)]
+        under_node = events.name_mask(_is_engine_node, parent)
+        candidates, parent = candidates[under_node], parent[under_node]
+        # The three together under one node: a hook of the user's may call isnan or item there alone.
+        found = np.zeros(len(events) if candidates.size else 0, dtype=np.uint8)
+        for predicate in (_is_isnan, _is_any_true, _is_item):
+            has = np.zeros(found.size, dtype=bool)
+            has[parent[events.name_mask(predicate, candidates)]] = True
+            found += has
+        rows = candidates[found[parent] == 3] if candidates.size else candidates
         rows.setflags(write=False)
         return rows
 

@@ -55,8 +55,14 @@ def dispatch_overhead(
     end = start + events.dur_us[top]
     in_compute = intervals.overlap_per_window(compute, start, end)
     tiny = events.dur_us[top] < TINY_OP_US
-    covered = intervals.intersect(intervals.union(start, end), compute)
-    gap_us = intervals.total_length(compute) - intervals.total_length(covered)
+    # Garbage collections are host_overhead.gc_pauses' time, not Python between operators.
+    collections = np.flatnonzero(events.name_mask(is_gc_event) & main)
+    python_time = compute
+    if collections.size:
+        gc_start = events.ts_us[collections]
+        python_time = intervals.subtract(compute, intervals.union(gc_start, gc_start + events.dur_us[collections]))
+    covered = intervals.intersect(intervals.union(start, end), python_time)
+    gap_us = intervals.total_length(python_time) - intervals.total_length(covered)
     counted = in_compute > 0
     return Dispatch(
         compute_phase_us_per_step=intervals.total_length(compute) / n,
@@ -302,8 +308,10 @@ def outside_phases(
 
 
 def _is_profiler_frame(name: str) -> bool:
-    """Frames of the profiler and torchscope's own hooks: measurement overhead, not the user's work."""
-    return "/torchscope/" in name or "torch/autograd/profiler" in name or "torch/profiler/" in name
+    """Frames of the profiler and torchscope's own hooks: measurement overhead, not the user's work. PyTorch's
+    tracer writes a path relative to its sys.path entry (`torchscope/capture/profiler.py(232): step` where the
+    package is imported from a checkout) or absolute."""
+    return "/torchscope/" in name or name.startswith("torchscope/") or "torch/autograd/profiler" in name or "torch/profiler/" in name
 
 
 def encloses_markers(events: EventTable, tree: HostTree) -> np.ndarray:

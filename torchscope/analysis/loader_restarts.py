@@ -4,8 +4,9 @@ Without ``persistent_workers=True`` a multi-process DataLoader starts its worker
 iteration begins and shuts them down when it ends: tens of milliseconds each time (a fork, the workers'
 first batch, the joins), in one step of every epoch. The 3 recorded steps rarely hold it; the step clock
 times it in the unprofiled steps (capture/overhead.py, ``FetchTimer``): the manifest's
-``environment.step_times.unprofiled_loader_restart_us`` (per unprofiled step) and
-``unprofiled_loader_restarts``.
+``environment.step_times.unprofiled_loader_restart_us`` (per unprofiled step), the part of it in the
+restarted iterators' first fetch (``unprofiled_loader_first_fetch_us``: the workers' boot and the first
+batch, which persistent workers would still load) and ``unprofiled_loader_restarts``.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ def from_step_clock(report: Report) -> None:
     if not isinstance(times, dict):
         return
     steps, restart = _numbers(times.get("unprofiled_step_us")), _numbers(times.get("unprofiled_loader_restart_us"))
+    first = _numbers(times.get("unprofiled_loader_first_fetch_us"))
     restarts = times.get("unprofiled_loader_restarts")
     if not steps or len(restart) != len(steps) or not isinstance(restarts, int) or isinstance(restarts, bool):
         return
@@ -32,6 +34,7 @@ def from_step_clock(report: Report) -> None:
     section.unprofiled_step_mean_us = sum(steps) / n
     section.worker_restarts_per_step = max(restarts, 0) / n
     section.restart_us_per_step = sum(restart) / n
+    section.restart_first_fetch_us_per_step = sum(first) / n if len(first) == n else 0.0
     # All a turnover step costs (the iterator's set-up and teardown around the timed calls too): its time
     # beyond the median of the steps without one.
     others = sorted(step for step, turnover in zip(steps, restart) if turnover <= 0)

@@ -15,15 +15,15 @@ from typing import Any, Optional
 
 
 class GcTimer:
-    """Time in garbage collections, all generations and full ones (generation 2), summed until
-    :meth:`take`; the longest pause is kept over every collection it timed."""
+    """Time in garbage collections, all generations and full ones (generation 2), and the longest pause,
+    since the last :meth:`take`."""
 
     def __init__(self) -> None:
         self._started: Optional[float] = None
         self._total = 0.0
         self._full = 0.0
         self._count = 0
-        self.longest_s = 0.0
+        self._longest = 0.0
         self.installed = False
 
     def install(self) -> None:
@@ -53,13 +53,14 @@ class GcTimer:
             self._count += 1
             if info.get("generation") == 2:
                 self._full += pause
-            self.longest_s = max(self.longest_s, pause)
+            self._longest = max(self._longest, pause)
         except Exception:
             pass
 
-    def take(self) -> tuple[float, float, int]:
-        """(seconds in all collections, seconds in full ones, collections) since the last call."""
-        taken = (self._total, self._full, self._count)
-        self._total = self._full = 0.0
+    def take(self) -> tuple[float, float, int, float]:
+        """(seconds in all collections, seconds in full ones, collections, the longest one's seconds) since
+        the last call."""
+        taken = (self._total, self._full, self._count, self._longest)
+        self._total = self._full = self._longest = 0.0
         self._count = 0
         return taken

@@ -63,17 +63,20 @@ class FetchTimer:
     """Time spent in DataLoader fetches (``_BaseDataLoaderIter.__next__``), outermost calls only, summed
     until :meth:`take`. Two ``perf_counter`` calls per batch: cheap enough to time unprofiled steps.
 
-    It also times the worker processes' turnover, summed until :meth:`take_restarts`: starting them
-    (``_MultiProcessingDataLoaderIter.__init__``, each epoch without ``persistent_workers``), the new
-    iterator's first fetch (it waits for them to boot) and the fetch that ends an epoch and shuts them
-    down (``StopIteration``, without ``persistent_workers``)."""
+    It also times the worker processes' turnover, summed until :meth:`take_restarts`: starting them again
+    (``_MultiProcessingDataLoaderIter.__init__`` for a DataLoader that started workers before: each epoch
+    without ``persistent_workers``), the new iterator's first fetch (it waits for them to boot, and for the
+    first batch, which persistent workers would load too: kept apart) and the fetch that ends an epoch and
+    shuts them down (``StopIteration`` of a multi-process iterator without ``persistent_workers``)."""
 
     def __init__(self) -> None:
         self._total = 0.0
         self._cpu = 0.0  # this process's CPU time during the fetches: does loading compute or wait?
         self._restart = 0.0
+        self._first_fetch = 0.0  # the part of _restart spent in the new iterators' first fetch
         self._restarts = 0
-        self._fresh: weakref.WeakSet[Any] = weakref.WeakSet()  # iterators whose workers just started
+        self._fresh: weakref.WeakSet[Any] = weakref.WeakSet()  # iterators whose workers just restarted
+        self._started_loaders: weakref.WeakSet[Any] = weakref.WeakSet()  # DataLoaders that started workers
         self._local = threading.local()
         self._patch: Optional[Patch] = None
         self._start_patch: Optional[Patch] = None
@@ -104,12 +107,13 @@ class FetchTimer:
                 return original(iterator)
             timer._local.inside = True
             started, cpu = time.perf_counter(), time.process_time()
-            turnover = iterator in timer._fresh
+            first = ending = False
             try:
+                first = timer._is_fresh(iterator)
                 return original(iterator)
             except StopIteration:
-                # The epoch's end: without persistent workers, the iterator shuts its workers down here.
-                turnover = turnover or getattr(iterator, "_persistent_workers", True) is False
+                # The epoch's end: a multi-process iterator without persistent workers shuts them down here.
+                ending = getattr(iterator, "_num_workers", 0) > 0 and getattr(iterator, "_persistent_workers", True) is False
                 raise
             finally:
                 # CPU time read inside the wall interval: on a busy machine process_time() (a syscall) is
@@ -118,9 +122,10 @@ class FetchTimer:
                 timer._cpu += time.process_time() - cpu
                 elapsed = time.perf_counter() - started
                 timer._total += elapsed
-                if turnover:
+                if first or ending:
                     timer._restart += elapsed
-                    timer._fresh.discard(iterator)
+                if first:
+                    timer._first_fetch += elapsed
                 timer._local.inside = False
 
         return __next__
@@ -130,7 +135,8 @@ class FetchTimer:
 
         @functools.wraps(original)
         def __init__(iterator: Any, *args: Any, **kwargs: Any) -> None:
-            if not timer.active:
+            restarting = timer._restarting(args[0] if args else kwargs.get("loader"))  # each start is followed
+            if not timer.active or not restarting:
                 return original(iterator, *args, **kwargs)
             started = time.perf_counter()
             try:
@@ -145,6 +151,27 @@ class FetchTimer:
 
         return __init__
 
+    def _restarting(self, loader: Any) -> bool:
+        """Whether this start of `loader`'s workers is a restart (never raises): its first start is not,
+        and persistent workers are started once."""
+        try:
+            if loader in self._started_loaders:
+                return getattr(loader, "persistent_workers", False) is False
+            self._started_loaders.add(loader)
+        except TypeError:  # not weak-referenceable or hashable: not followed
+            pass
+        return False
+
+    def _is_fresh(self, iterator: Any) -> bool:
+        """Whether `iterator` restarted its workers and has not fetched yet (taken off; never raises)."""
+        try:
+            if iterator in self._fresh:
+                self._fresh.discard(iterator)
+                return True
+        except TypeError:
+            pass
+        return False
+
     def uninstall(self) -> None:
         """Stop timing and take the wrappers off (each passes through if another patch holds it)."""
         self.active = False
@@ -153,10 +180,10 @@ class FetchTimer:
                 patch.uninstall()
         self._patch = self._start_patch = None
 
-    def take_restarts(self) -> tuple[float, int]:
-        """(seconds in the workers' turnover, worker starts) since the last call."""
-        taken = (self._restart, self._restarts)
-        self._restart, self._restarts = 0.0, 0
+    def take_restarts(self) -> tuple[float, float, int]:
+        """(seconds in the workers' turnover, of them in first fetches, restarts) since the last call."""
+        taken = (self._restart, self._first_fetch, self._restarts)
+        self._restart, self._first_fetch, self._restarts = 0.0, 0.0, 0
         return taken
 
     def take(self) -> tuple[float, float]:
@@ -180,10 +207,12 @@ class StepClock:
         self.fetches = FetchTimer()
         self.collections = GcTimer()
         self.unprofiled_restart_us: list[float] = []  # DataLoader workers' turnover in each unprofiled step
+        self.unprofiled_first_fetch_us: list[float] = []  # ... of it, the restarted iterators' first fetch
         self._restarts = 0
         self.unprofiled_gc_us: list[float] = []  # garbage collections in each unprofiled step, all generations
         self.unprofiled_full_gc_us: list[float] = []  # ... full ones (generation 2)
         self._gc_count = 0
+        self._gc_longest_s = 0.0
         self._cpu_at_start = 0.0
         self._cpu_us = {"fetch_wall": 0.0, "fetch_cpu": 0.0, "rest_wall": 0.0, "rest_cpu": 0.0}  # unprofiled steps
         self.sampler = CpuSampler()
@@ -209,8 +238,8 @@ class StepClock:
         duration = (time.perf_counter() - self._started_at) * 1e6
         cpu = (time.process_time() - self._cpu_at_start) * 1e6
         fetch, fetch_cpu = self.fetches.take()
-        restart, restarts = self.fetches.take_restarts()
-        collected, collected_full, collections = self.collections.take()
+        restart, first_fetch, restarts = self.fetches.take_restarts()
+        collected, collected_full, collections, longest = self.collections.take()
         state = step_state(self.config, self._step)
         if self._step >= 1:  # step 0 pays one-time costs (lazy initialisation, allocator growth)
             kept = self.unprofiled_us if state == "none" else self.profiled_us if state == "record" else None
@@ -219,10 +248,12 @@ class StepClock:
                 if state == "none":
                     self.unprofiled_fetch_us.append(round(min(fetch, duration), 1))
                     self.unprofiled_restart_us.append(round(min(restart * 1e6, duration), 1))
+                    self.unprofiled_first_fetch_us.append(round(min(first_fetch * 1e6, duration), 1))
                     self._restarts += restarts
                     self.unprofiled_gc_us.append(round(min(collected * 1e6, duration), 1))
                     self.unprofiled_full_gc_us.append(round(min(collected_full * 1e6, duration), 1))
                     self._gc_count += collections
+                    self._gc_longest_s = max(self._gc_longest_s, longest)  # the unprofiled steps' only
                     for name, times in self.unprofiled_phase_us.items():
                         times.append(round(min(self._phase_s.get(name, 0.0) * 1e6, duration), 1))
                     self._cpu_us["fetch_wall"] += fetch
@@ -281,12 +312,13 @@ class StepClock:
         }
         if any(self.unprofiled_restart_us):
             out["unprofiled_loader_restart_us"] = self.unprofiled_restart_us
+            out["unprofiled_loader_first_fetch_us"] = self.unprofiled_first_fetch_us
             out["unprofiled_loader_restarts"] = self._restarts
         if self.unprofiled_gc_us:
             out["unprofiled_gc_us"] = self.unprofiled_gc_us
             out["unprofiled_full_gc_us"] = self.unprofiled_full_gc_us
             out["unprofiled_gc_collections"] = self._gc_count
-            out["gc_longest_pause_us"] = round(self.collections.longest_s * 1e6, 1)
+            out["gc_longest_pause_us"] = round(self._gc_longest_s * 1e6, 1)
         if any(any(times) for times in self.unprofiled_phase_us.values()):
             out["unprofiled_phase_us"] = self.unprofiled_phase_us
         spent = self._cpu_us

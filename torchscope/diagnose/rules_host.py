@@ -610,7 +610,7 @@ def _anomaly_cost(ctx: Context) -> tuple[Optional[float], Optional[tuple[float, 
     low = ctx.share(checks_us) * unprofiled_scale(ctx, "backward")
     unprofiled = unprofiled_step_us(ctx)
     high = min(checks_us / unprofiled, 1.0) if unprofiled else low
-    low, high = stacks + sync_low + low, min(stacks + sync_high + max(high, low), 1.0)
+    low, high = min(stacks + sync_low + low, 1.0), min(stacks + sync_high + max(high, low), 1.0)
     return (low + high) / 2.0, (low, high)
 
 
@@ -689,10 +689,13 @@ MIN_LONG_KERNELS = 10  # per run, for the fraction to mean something
 
 
 def launches_block(ctx: Context) -> bool:
-    """Every launch waits for its kernel: the trace's launches, or the environment the capture recorded."""
+    """Every launch waits for its kernel: the trace's launches where it has enough long kernels to tell (the
+    variable may have been set after CUDA started, or for another process), else the environment the capture
+    recorded."""
     launch = ctx.report.measurements.launch
-    measured = launch.long_kernels_per_step * max(ctx.steps, 1) >= MIN_LONG_KERNELS
-    return (measured and launch.blocking_launch_fraction >= LAUNCH_BLOCKING.value) or ctx.environment().get("cuda_launch_blocking") is True
+    if launch.long_kernels_per_step * max(ctx.steps, 1) >= MIN_LONG_KERNELS:
+        return launch.blocking_launch_fraction >= LAUNCH_BLOCKING.value
+    return ctx.environment().get("cuda_launch_blocking") is True
 
 
 @rule(
@@ -715,10 +718,12 @@ def synchronization_launch_blocking(ctx: Context) -> Optional[Verdict]:
         return None
     launch = ctx.report.measurements.launch
     wait = ctx.share(launch.launch_wait_us_per_step)
-    # Asynchronous, the step is at least the device's busy time: the saving is the wait, at most the step less that.
+    # Blocking, the host's and the device's time add up; asynchronous, the step is at least the device's busy
+    # time: at most the wait, and at most the step less that busy time, is saved (when the two overlap fully);
+    # the low end keeps half of it (syncs and dependencies the host still waits for).
     busy = ctx.report.device.utilization
-    low = min(wait, max(1.0 - busy, 0.0)) if busy is not None else 0.0
-    share, share_range = ((low + wait) / 2, (low, wait)) if wait > 0 else (None, None)
+    high = min(wait, max(1.0 - busy, 0.0)) if busy is not None else wait
+    share, share_range = (0.75 * high, (0.5 * high, high)) if high > 0 else (None, None)
     return Verdict(
         title=f"Kernel launches wait for their kernels (CUDA_LAUNCH_BLOCKING): {ms(launch.launch_wait_us_per_step)} per step",
         share=share,

@@ -490,16 +490,19 @@ def data_loading_worker_restarts(ctx: Context) -> Optional[Verdict]:
         return None
     every = 1.0 / loader.worker_restarts_per_step
     per_restart = loader.restart_us_per_step * every
-    # Low: the turnover the clock timed (the workers' start, first batch and shutdown); high: all the steps
-    # holding one cost beyond a typical step (the iterator's set-up and teardown around those calls too).
+    # Low: the workers' start and shutdown (persistent workers skip both); the first fetch also waits for
+    # the first batch, which persistent workers load too. High: the whole turnover, or all the turnover steps
+    # cost beyond a typical step (the iterator's set-up and teardown around the timed calls).
+    low = max(loader.restart_us_per_step - loader.restart_first_fetch_us_per_step, 0.0) / loader.unprofiled_step_mean_us
     high = max(min(loader.restart_step_excess_us_per_step / loader.unprofiled_step_mean_us, 1.0), share)
     return Verdict(
         title=f"The DataLoader restarts its workers every {every:.3g} steps ({ms(per_restart)} each): "
         f"{pct(share)} of the mean step",
-        share=(share + high) / 2,
-        share_range=(share, high),
+        share=(low + high) / 2,
+        share_range=(low, high),
         evidence={
             "restart_us_per_step": loader.restart_us_per_step,
+            "restart_first_fetch_us_per_step": loader.restart_first_fetch_us_per_step,
             "restart_step_excess_us_per_step": loader.restart_step_excess_us_per_step,
             "steps_per_restart": every,
             "restart_us": per_restart,

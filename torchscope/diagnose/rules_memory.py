@@ -192,8 +192,10 @@ def memory_fragmentation(ctx: Context) -> Optional[Verdict]:
         evidence.update(device=device, peak_reserved_bytes=reserved, peak_allocated_bytes=allocated)
         title = f"The allocator reserves {mib(reserved)} on {device} for a peak of {mib(allocated)} allocated"
     elif memory.cache_releases_per_step > 0:
+        releases = memory.cache_releases_per_step
+        every = "every step" if releases >= 1 else f"every {1 / releases:.3g} steps"
         title = (
-            f"torch.cuda.empty_cache() gives the cache back every step: {memory.cache_releases_per_step:.1f} cudaFree "
+            f"torch.cuda.empty_cache() gives the cache back {every}: {releases:.1f} cudaFree "
             f"per step, and cudaMalloc to take it again ({calls:.1f} calls, {ms(memory.allocator_us_per_step)} per step)"
         )
     else:

@@ -141,6 +141,7 @@ class DataLoader(Section):
     unprofiled_step_mean_us: Median = 0.0  # the mean: an epoch's turnover is one step in many
     worker_restarts_per_step: Median = 0.0
     restart_us_per_step: Median = 0.0  # the turnover the clock timed, averaged over every unprofiled step
+    restart_first_fetch_us_per_step: Median = 0.0  # of it, the restarted iterators' first fetch (its batch included)
     restart_step_excess_us_per_step: Median = 0.0  # the steps holding one, beyond the median of the others
 
 
