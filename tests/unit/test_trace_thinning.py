@@ -82,3 +82,16 @@ def test_a_trace_that_cannot_be_read_back_is_an_error_for_the_writer(tmp_path: P
     path.write_text("{" + " " * 100)
     with pytest.raises(Exception):
         thin_trace(path, 10)
+
+
+def test_collections_and_saved_stacks_are_kept_whatever_their_length(tmp_path: Path) -> None:
+    path = _python_heavy(tmp_path / "t.json")
+    trace = json.loads(path.read_text())
+    short = [{"ph": "X", "cat": "python_function", "name": name, "pid": 1, "tid": 1, "ts": 100.0 + i, "dur": 0.1}
+             for i, name in enumerate(["Python GC", "torch/fx/traceback.py(497): format_stack", "other.py(1): f"])]
+    trace["traceEvents"] += short
+    path.write_text(json.dumps(trace))
+    summary = thin_trace(path, path.stat().st_size // 3)
+    assert summary is not None and summary["kept_longer_than_us"] > 0.1
+    names = {e["name"] for e in json.loads(path.read_text())["traceEvents"]}
+    assert {"Python GC", "torch/fx/traceback.py(497): format_stack"} <= names and "other.py(1): f" not in names

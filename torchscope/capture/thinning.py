@@ -8,7 +8,8 @@ file, before it is renamed into place:
 
 * Only ``python_function`` events are dropped, the shortest first: every kept event has a duration above
   the threshold and so do all its ancestors (a caller lasts at least as long as its callee), so the kept
-  call tree stays whole and each kept frame's inclusive time is unchanged. Operators, ranges
+  call tree stays whole and each kept frame's inclusive time is unchanged. Garbage collections and anomaly
+  mode's saved stacks are kept whatever their length: they are findings' evidence, a few per step. Operators, ranges
   (``ProfilerStep#``, ``torchscope:*``, the DataLoader's fetch), memory and device events are all kept:
   the phase shares, which are read from them, do not move.
 * What was dropped is recorded in the trace's header (:data:`HEADER_KEY`): the budget, the sizes, the
@@ -62,6 +63,7 @@ def thin_trace(path: Path, budget_bytes: int) -> Optional[dict[str, Any]]:
     # The keep_count-th longest duration is the threshold; keeping only longer ones keeps callers with callees.
     threshold = float(np.sort(dur)[::-1][keep_count - 1]) if keep_count > 0 else float("inf")
     keep = dur > threshold if keep_count < rows.size else np.ones(rows.size, dtype=bool)
+    keep |= np.array([_always_kept(events[i].get("name")) for i in rows], dtype=bool)
     dropped = ~keep
     if not dropped.any():
         return None
@@ -94,6 +96,13 @@ def thin_trace(path: Path, budget_bytes: int) -> Optional[dict[str, Any]]:
         tmp.unlink(missing_ok=True)  # a disk that filled up keeps the whole trace, and no half-written copy
         raise
     return summary
+
+
+def _always_kept(name: Any) -> bool:
+    """Short events that are a finding's evidence, not calls of the pipeline: each garbage collection
+    (host_overhead.gc_pauses) and each stack anomaly mode saves (host_overhead.anomaly_mode). A few per
+    step, leaves or whole frames: the kept tree and its inclusive times stay as they were."""
+    return isinstance(name, str) and (name == "Python GC" or (name.endswith("): format_stack") and "fx/traceback.py(" in name))
 
 
 def _number(value: Any) -> float:
