@@ -55,12 +55,16 @@ def dispatch_overhead(
     end = start + events.dur_us[top]
     in_compute = intervals.overlap_per_window(compute, start, end)
     tiny = events.dur_us[top] < TINY_OP_US
-    # Garbage collections are host_overhead.gc_pauses' time, not Python between operators.
-    collections = np.flatnonzero(events.name_mask(is_gc_event) & main)
-    python_time = compute
-    if collections.size:
-        gc_start = events.ts_us[collections]
-        python_time = intervals.subtract(compute, intervals.union(gc_start, gc_start + events.dur_us[collections]))
+    # Garbage collections are host_overhead.gc_pauses' time, and torchscope's own hooks (the phase labels'
+    # module pre-hooks: tens of us each under the Python tracer, one per module call) are measurement
+    # overhead: neither is the user's Python between operators. Own frames that hold an operator (the
+    # backward and closure wrappers around the user's code) stay.
+    apart = np.flatnonzero((events.name_mask(is_gc_event) | events.name_mask(_is_profiler_frame)) & main)
+    apart_start, apart_end = events.ts_us[apart], events.ts_us[apart] + events.dur_us[apart]
+    op_starts = np.sort(start)
+    holds_op = np.searchsorted(op_starts, apart_end) > np.searchsorted(op_starts, apart_start)
+    apart_start, apart_end = apart_start[~holds_op], apart_end[~holds_op]
+    python_time = intervals.subtract(compute, intervals.union(apart_start, apart_end)) if apart_start.size else compute
     covered = intervals.intersect(intervals.union(start, end), python_time)
     gap_us = intervals.total_length(python_time) - intervals.total_length(covered)
     counted = in_compute > 0
