@@ -5,9 +5,12 @@ from __future__ import annotations
 
 from typing import Optional
 
+import msgspec
+import pytest
+
 from test_rules_support import finding, findings, fixes, gpu, report
 from torchscope.diagnose.engine import diagnose
-from torchscope.report.measurements import DataLoader, DeviceIdle, LaunchOverhead, Measurements
+from torchscope.report.measurements import DataLoader, DeviceIdle, LaunchOverhead, Measurements, Memory, ProfilerOverhead, Recompute
 from torchscope.report.model import Finding, KernelRow, MemorySummary, OperatorRow
 
 COMPILE_FIX = {"torch.compile": ("code_change", "model = torch.compile(model)")}
@@ -202,3 +205,24 @@ def test_compute_threads_names_torchruns_default() -> None:
     f = finding(report(phases={"forward": 0.4, "backward": 0.4}, manifest=_threads(1, 16, ranks=2, omp="1")), "compute.threads")
     assert "run it with OMP_NUM_THREADS=8" in f.recommendation
     assert fixes(f) == {"torch.set_num_threads": ("torch_flag", 8), "OMP_NUM_THREADS": ("env_var", "8")}
+
+
+def test_recompute_between_the_blocks_and_all_recorded() -> None:
+    """Low: the recomputed blocks, as forward+backward are slowed; high: blocks and bookkeeping as recorded
+    over the unprofiled step."""
+    section = Recompute(recomputed_calls_per_step=6, recompute_us_per_step=1000.0, bookkeeping_us_per_step=500.0,
+                        modules_us_per_step={"nn.Module: Block_0": 200.0})
+    overhead = ProfilerOverhead(method="step_clock", unprofiled_step_us=5000.0, profiled_step_us=10_000.0,
+                                corrected_percent={"forward": 40.0, "backward": 40.0, "optimizer": 20.0})
+    phases = {"forward": 0.5, "backward": 0.4, "optimizer": 0.1}
+    f = finding(report(measurements=Measurements(recompute=section, profiler_overhead=overhead), phases=phases), "compute.recompute")
+    assert (f.time_share_low, f.time_share_high) == pytest.approx((0.1 * 80 / 90, 1500 / 5000), abs=1e-4)
+    assert f.severity == "info" and "recomputes 6 block(s)" in f.title and "1.0 ms of host time" in f.title
+    assert [fix.target for fix in f.fixes] == ["torch.utils.checkpoint"]
+    small = Recompute(recomputed_calls_per_step=2, recompute_us_per_step=100.0)
+    assert "compute.recompute" not in findings(report(measurements=Measurements(recompute=small)))
+    # On a GPU: device time, and the room the peak memory leaves.
+    gpu_section = msgspec.structs.replace(section, time_base="device")
+    memory = Memory(peak_allocated_bytes={"cuda:0": 40 * 2**30})
+    f = finding(report(measurements=Measurements(recompute=gpu_section, memory=memory), device=gpu()), "compute.recompute")
+    assert "of the GPU's time" in f.title and "50.0% of cuda:0's capacity" in f.recommendation

@@ -357,3 +357,27 @@ def test_asynchronous_launches_are_not_blocking(tmp_path: Path) -> None:
     report = _report(b, tmp_path)
     assert report.measurements.launch.blocking_launch_fraction == 0.0
     assert "synchronization.launch_blocking" not in {x.id for x in report.findings}
+
+
+def test_recomputed_blocks_cost_their_kernels_device_time(tmp_path: Path) -> None:
+    """A block called inside the backward (checkpointing) costs its kernels' device time; a module called
+    in the forward does not count, nor does a block's submodule twice."""
+    b = TraceBuilder().gpu()
+    for i in range(STEPS):
+        t0 = i * STEP_US
+        b.step(i, t0, STEP_US)
+        b.annotation("torchscope:forward", t0 + 10, 2000)
+        b.op("nn.Module: Block_0", t0 + 20, 500, cat="python_function")
+        b.op("aten::mm", t0 + 30, 50)
+        b.launch(t0 + 40, 10, t0 + 100, 800)
+        b.annotation("torchscope:backward", t0 + 3000, 5000)
+        b.op("nn.Module: Block_0", t0 + 3100, 600, cat="python_function")  # recomputed
+        b.op("nn.Module: Linear_0", t0 + 3110, 300, cat="python_function")
+        b.op("aten::mm", t0 + 3120, 50)
+        b.launch(t0 + 3130, 10, t0 + 3200, 700)
+        b.op("aten::mm", t0 + 3800, 50)  # the backward's own kernels
+        b.launch(t0 + 3810, 10, t0 + 3900, 4000)
+    section = _report(b, tmp_path).measurements.recompute
+    assert (section.recomputed_calls_per_step, section.time_base) == (1, "device")
+    assert section.recompute_us_per_step == pytest.approx(700)
+    assert section.modules_us_per_step == {"nn.Module: Block_0": pytest.approx(700)}

@@ -6,7 +6,7 @@ from __future__ import annotations
 from functools import partial
 from typing import Any, Callable, Optional
 
-from torchscope.analysis import anomaly, garbage_collection, host, patterns, whatif
+from torchscope.analysis import anomaly, garbage_collection, host, patterns, recompute, whatif
 from torchscope.analysis.reduce import merge_sections
 from torchscope.analysis.registry import Analysis, Part
 from torchscope.analysis.span import SpanInput
@@ -92,4 +92,5 @@ SECTIONS: tuple[Analysis[Any], ...] = (
     _section("patterns", patterns.patterns),
     _section("anomaly", anomaly_mode),
     _section("gc", gc),
+    _section("recompute", recompute.recompute),
 )

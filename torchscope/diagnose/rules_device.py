@@ -6,9 +6,9 @@ from __future__ import annotations
 from typing import Optional
 
 from torchscope.analysis.peaks import gpu_peak
-from torchscope.diagnose.context import Context, as_int, pct
-from torchscope.diagnose.rule import WARNING, Threshold, Verdict, by_share, rule
-from torchscope.diagnose.rules_quality import unprofiled_share
+from torchscope.diagnose.context import Context, as_int, ms, pct
+from torchscope.diagnose.rule import WARNING, Severities, Threshold, Verdict, by_share, rule
+from torchscope.diagnose.rules_quality import unprofiled_scale, unprofiled_share, unprofiled_step_us
 from torchscope.diagnose.rules_host import (
     TORCH_COMPILE,
     idle_share,
@@ -244,6 +244,64 @@ def compute_threads(ctx: Context) -> Optional[Verdict]:
         + ". Large matmuls and convolutions scale with the threads; small and memory-bound operators less.",
         fix_values={"torch.set_num_threads": free, "OMP_NUM_THREADS": str(free)},
         fix_targets=("torch.set_num_threads", "OMP_NUM_THREADS") if omp is not None else ("torch.set_num_threads",),
+    )
+
+
+RECOMPUTE = Threshold(0.05, "activation checkpointing's recomputation and bookkeeping >= 5 % of the step (I; torch.utils.checkpoint trades compute for memory)")
+
+
+@rule(
+    "compute.recompute",
+    "compute",
+    RECOMPUTE,
+    severity=Severities(base="info", warning_from=0.30),
+    fixes=(
+        Fix(
+            kind="code_change",
+            target="torch.utils.checkpoint",
+            summary="checkpoint fewer blocks, or only the layers whose activations are large (selective activation "
+            "checkpointing), where memory allows",
+        ),
+    ),
+)
+def compute_recompute(ctx: Context) -> Optional[Verdict]:
+    """Activation checkpointing runs blocks' forward again in the backward: compute paid for memory."""
+    section = ctx.report.measurements.recompute
+    if section.recomputed_calls_per_step <= 0:
+        return None
+    recorded_us = section.recompute_us_per_step + section.bookkeeping_us_per_step
+    # Low: the recomputed blocks alone, as their phases are slowed by the profiler; high: all of it as
+    # recorded over the unprofiled step (the profiler only adds time).
+    low = min(ctx.share(section.recompute_us_per_step) * unprofiled_scale(ctx, "forward", "backward"), 1.0)
+    unprofiled = unprofiled_step_us(ctx)
+    high = max(min(recorded_us / unprofiled, 1.0) if unprofiled else ctx.share(recorded_us), low)
+    if high < RECOMPUTE.value:
+        return None
+    peaks = {d: b for d, b in ctx.report.measurements.memory.peak_allocated_bytes.items() if gpu_capacity(ctx.report.device, d)}
+    memory = ""
+    if peaks:
+        device, peak = max(peaks.items(), key=lambda kv: kv[1])
+        capacity = gpu_capacity(ctx.report.device, device) or 0
+        memory = f" The peak allocated memory is {pct(peak / capacity)} of {device}'s capacity: the room checkpointing fewer blocks would use."
+    modules = ", ".join(list(section.modules_us_per_step)[:3])
+    where = "of the GPU's time" if section.time_base == "device" else "of host time"
+    return Verdict(
+        title=f"Activation checkpointing recomputes {section.recomputed_calls_per_step:.0f} block(s) per step in the "
+        f"backward ({ms(section.recompute_us_per_step)} {where}" + (f", {ms(section.bookkeeping_us_per_step)} of checkpoint bookkeeping" if section.bookkeeping_us_per_step > 0 else "") + ")",
+        share=(low + high) / 2,
+        share_range=(low, high),
+        evidence={
+            "recomputed_calls_per_step": section.recomputed_calls_per_step,
+            "recompute_us_per_step": section.recompute_us_per_step,
+            "bookkeeping_us_per_step": section.bookkeeping_us_per_step,
+            "modules_us_per_step": section.modules_us_per_step,
+            **({"peak_allocated_bytes": peaks} if peaks else {}),
+        },
+        recommendation=(
+            f"torch.utils.checkpoint keeps a block's inputs instead of its activations and runs its forward again "
+            f"in the backward ({modules}): compute paid for memory. If memory allows, checkpoint fewer blocks, or only "
+            "the layers whose activations are large." + memory
+        ),
     )
 
 

@@ -292,6 +292,17 @@ class GarbageCollection(Section):
     unprofiled_longest_pause_us: Median = 0.0  # over every collection the clock timed
 
 
+class Recompute(Section):
+    """Activation checkpointing's recomputation (analysis/recompute.py): the outermost module calls inside
+    the backward phase, their time per step (host time on a CPU, their kernels' device time on a GPU)."""
+
+    recomputed_calls_per_step: PerStep = 0.0
+    recompute_us_per_step: PerStep = 0.0
+    bookkeeping_us_per_step: PerStep = 0.0  # checkpoint's own Python outside the modules (with stacks; host)
+    modules_us_per_step: PerStepByName = {}
+    time_base: Choice = "host"  # "device" on GPU traces
+
+
 class Measurements(msgspec.Struct, kw_only=True):
     """Every measurement section of a run (each at its defaults when no span had it)."""
 
@@ -311,6 +322,7 @@ class Measurements(msgspec.Struct, kw_only=True):
     getitem: Getitem = msgspec.field(default_factory=Getitem)
     anomaly: AnomalyMode = msgspec.field(default_factory=AnomalyMode)
     gc: GarbageCollection = msgspec.field(default_factory=GarbageCollection)
+    recompute: Recompute = msgspec.field(default_factory=Recompute)
     step_time: StepTime = msgspec.field(default_factory=StepTime)
 
 
