@@ -16,6 +16,7 @@ from torchscope.report.measurements import (
     GarbageCollection,
     LaunchOverhead,
     Measurements,
+    ModuleHooks,
     Optimizer,
     OutsideSteps,
     Patterns,
@@ -531,3 +532,18 @@ def test_launch_blocking_named_from_the_environment() -> None:
     # started, or for another process).
     measured = Measurements(launch=LaunchOverhead(long_kernels_per_step=20, blocking_launch_fraction=0.1, launch_wait_us_per_step=50.0))
     assert "synchronization.launch_blocking" not in findings(report(measurements=measured, device=gpu(), manifest=environment))
+
+
+def test_module_hooks_cost_between_scaled_and_recorded() -> None:
+    phases = {"forward": 0.5, "backward": 0.4, "optimizer": 0.1}
+    slowed = ProfilerOverhead(method="step_clock", unprofiled_step_us=5000.0, profiled_step_us=10_000.0,
+                              corrected_percent={"forward": 40.0, "backward": 40.0, "optimizer": 20.0})
+    hooks = ModuleHooks(calls_per_step=9, hooks_us_per_step=1000.0, hooks_us_by_name={"record (train.py:4)": 1000.0})
+    f = finding(report(measurements=Measurements(module_hooks=hooks, profiler_overhead=slowed), phases=phases), "host_overhead.module_hooks")
+    assert (f.time_share_low, f.time_share_high) == pytest.approx((0.1 * 80 / 90, 0.2), abs=1e-4)
+    assert "Module hooks run 9 times per step" in f.title and "record (train.py:4)" in f.title
+    assert [fix.target for fix in f.fixes] == ["nn.Module.register_forward_hook"]
+    assert "waits for the device" not in f.recommendation
+    assert "waits for the device" in finding(report(measurements=Measurements(module_hooks=hooks), device=gpu()), "host_overhead.module_hooks").recommendation
+    small = ModuleHooks(calls_per_step=2, hooks_us_per_step=100.0, hooks_us_by_name={"f (a.py:1)": 100.0})
+    assert "host_overhead.module_hooks" not in findings(report(measurements=Measurements(module_hooks=small)))

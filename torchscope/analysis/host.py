@@ -14,6 +14,7 @@ import numpy as np
 from torchscope.analysis import intervals
 from torchscope.analysis.anomaly import under_checks
 from torchscope.analysis.garbage_collection import is_gc_event
+from torchscope.analysis.module_hooks import hook_rows
 from torchscope.analysis.frames import is_interpreter_or_torch_code, is_library_code, is_module_call, readable_totals
 from torchscope.analysis.markers import HOST_RANGES, batch_fetch_mask, closure_mask, is_queue_get, name_mask, own_marker_mask, phase_masks
 from torchscope.analysis.nesting import HostTree, launcher_of_device_events, nearest_ancestor_of, outermost_ancestor_of
@@ -64,6 +65,10 @@ def dispatch_overhead(
     op_starts = np.sort(start)
     holds_op = np.searchsorted(op_starts, apart_end) > np.searchsorted(op_starts, apart_start)
     apart_start, apart_end = apart_start[~holds_op], apart_end[~holds_op]
+    # The user's module hooks are host_overhead.module_hooks' time, operators and all.
+    hooks = hook_rows(events, tree)
+    apart_start = np.concatenate([apart_start, events.ts_us[hooks]])
+    apart_end = np.concatenate([apart_end, events.ts_us[hooks] + events.dur_us[hooks]])
     python_time = intervals.subtract(compute, intervals.union(apart_start, apart_end)) if apart_start.size else compute
     covered = intervals.intersect(intervals.union(start, end), python_time)
     gap_us = intervals.total_length(python_time) - intervals.total_length(covered)

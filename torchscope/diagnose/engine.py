@@ -36,6 +36,7 @@ RULES: tuple[Rule, ...] = (
     rules_host.host_overhead_python,
     rules_host.host_overhead_launch_bound,
     rules_host.host_overhead_anomaly_mode,
+    rules_host.host_overhead_module_hooks,
     rules_host.host_overhead_gc_pauses,
     rules_host.optimizer_step,
     rules_host.optimizer_zero_grad_fill,

@@ -521,6 +521,55 @@ def outside_steps_work(ctx: Context) -> Optional[Verdict]:
     )
 
 
+MODULE_HOOKS = Threshold(0.05, ">= 5 % of the step in hooks the user's code registered on modules (I; recorded stacks)")
+
+
+@rule(
+    "host_overhead.module_hooks",
+    "host_overhead",
+    MODULE_HOOKS,
+    severity=by_share(),
+    fixes=(
+        Fix(
+            kind="code_change",
+            target="nn.Module.register_forward_hook",
+            value="if step % 100 == 0: ...  # inside the hook, or handle.remove() when not needed",
+            summary="run the hook's work every N steps, or remove it (handle.remove()) while it is not needed",
+        ),
+    ),
+)
+def host_overhead_module_hooks(ctx: Context) -> Optional[Verdict]:
+    """Hooks registered on modules run at every module call of every step."""
+    hooks = ctx.report.measurements.module_hooks
+    if hooks.calls_per_step <= 0:
+        return None
+    # The hooks run inside forward (or backward): scaled as those phases are by the profiler, up to their
+    # recorded time over the unprofiled step.
+    low = ctx.share(hooks.hooks_us_per_step) * unprofiled_scale(ctx, "forward", "backward")
+    unprofiled = unprofiled_step_us(ctx)
+    high = max(min(hooks.hooks_us_per_step / unprofiled, 1.0) if unprofiled else low, low)
+    if high < MODULE_HOOKS.value:
+        return None
+    names = list(hooks.hooks_us_by_name)
+    sync = " On a GPU each .item() or .cpu() in a hook waits for the device." if ctx.has_device else ""
+    return Verdict(
+        title=f"Module hooks run {hooks.calls_per_step:.0f} times per step ({ms(hooks.hooks_us_per_step)} recorded), "
+        f"mostly in {names[0]}",
+        share=(low + high) / 2,
+        share_range=(low, high),
+        evidence={
+            "hook_calls_per_step": hooks.calls_per_step,
+            "hooks_us_per_step": hooks.hooks_us_per_step,
+            "hooks_us_by_name": hooks.hooks_us_by_name,
+        },
+        recommendation=(
+            f"Hooks registered on modules ({', '.join(names[:3])}) run at every call of their module, every step: "
+            "statistics, logging or feature capture there cost the step each time." + sync + " Do the work every N "
+            "steps (a step counter checked inside the hook), or remove the hook (handle.remove()) while it is not needed."
+        ),
+    )
+
+
 ANOMALY = Threshold(0, "any NaN check or stack capture of autograd's anomaly mode (tuning guide: disable debugging APIs)")
 
 

@@ -303,6 +303,15 @@ class Recompute(Section):
     time_base: Choice = "host"  # "device" on GPU traces
 
 
+class ModuleHooks(Section):
+    """Hooks the user's code registered on modules, from the recorded stacks (analysis/module_hooks.py):
+    their calls and inclusive time per step, by hook."""
+
+    calls_per_step: PerStep = 0.0
+    hooks_us_per_step: PerStep = 0.0
+    hooks_us_by_name: PerStepByName = {}
+
+
 class Measurements(msgspec.Struct, kw_only=True):
     """Every measurement section of a run (each at its defaults when no span had it)."""
 
@@ -323,6 +332,7 @@ class Measurements(msgspec.Struct, kw_only=True):
     anomaly: AnomalyMode = msgspec.field(default_factory=AnomalyMode)
     gc: GarbageCollection = msgspec.field(default_factory=GarbageCollection)
     recompute: Recompute = msgspec.field(default_factory=Recompute)
+    module_hooks: ModuleHooks = msgspec.field(default_factory=ModuleHooks)
     step_time: StepTime = msgspec.field(default_factory=StepTime)
 
 
