@@ -338,7 +338,7 @@ def test_blocking_launches_are_their_own_finding(tmp_path: Path) -> None:
     _launch_steps(b, blocking=True)
     report = _report(b, tmp_path)
     launch = report.measurements.launch
-    assert launch.blocking_launch_fraction == 1.0 and launch.long_kernels_per_step == 20
+    assert launch.blocking_launches_per_step == launch.long_kernels_per_step == 20
     assert launch.launch_wait_us_per_step == pytest.approx(20 * 200)
     f = _finding(report, "synchronization.launch_blocking")
     # Asynchronous, the host's 20 x 110 us would overlap the kernels' 20 x 200 us: the step falls at best
@@ -355,7 +355,7 @@ def test_asynchronous_launches_are_not_blocking(tmp_path: Path) -> None:
     b = TraceBuilder().gpu()
     _launch_steps(b, blocking=False)
     report = _report(b, tmp_path)
-    assert report.measurements.launch.blocking_launch_fraction == 0.0
+    assert report.measurements.launch.blocking_launches_per_step == 0.0
     assert "synchronization.launch_blocking" not in {x.id for x in report.findings}
 
 
@@ -381,3 +381,22 @@ def test_recomputed_blocks_cost_their_kernels_device_time(tmp_path: Path) -> Non
     assert (section.recomputed_calls_per_step, section.time_base) == (1, "device")
     assert section.recompute_us_per_step == pytest.approx(700)
     assert section.modules_us_per_step == {"nn.Module: Block_0": pytest.approx(700)}
+
+
+def test_blocking_launches_merge_as_counts_across_spans(tmp_path: Path) -> None:
+    """Two windows of one rank: one whose long kernels all blocked, one of many steps with short kernels only.
+    The counts merge, so the fraction is of the long kernels (all blocked), not a step-weighted mean of
+    fractions (0 for the window without long kernels)."""
+    blocking = TraceBuilder().gpu()
+    _launch_steps(blocking, blocking=True)
+    blocking.write(tmp_path / "rank0.100.pt.trace.json")
+    short = TraceBuilder().gpu()
+    for i in range(40):
+        t0 = 1e6 + i * 1000.0
+        short.step(100 + i, t0, 1000)
+        short.op("aten::add", t0 + 10, 20)
+        short.launch(t0 + 15, 8, t0 + 30, 5)
+    short.write(tmp_path / "rank0.200.pt.trace.json")
+    report = torchscope.analyze(tmp_path, jobs=1, use_cache=False)
+    assert len(report.steps) == STEPS + 40
+    assert "synchronization.launch_blocking" in {f.id for f in report.findings}

@@ -525,12 +525,12 @@ def test_launch_blocking_named_from_the_environment() -> None:
     assert f.evidence["cuda_launch_blocking_in_environment"] is True and f.time_share_high == pytest.approx(0.05)
     assert fixes(f) == {"CUDA_LAUNCH_BLOCKING": ("env_var", "0")}
     # Neither the setting nor enough long kernels to judge (1 per step x 4 steps): no finding.
-    measurements.launch.blocking_launch_fraction = 1.0
+    measurements.launch.blocking_launches_per_step = 1.0
     assert "synchronization.launch_blocking" not in findings(report(measurements=measurements, device=gpu()))
     assert "synchronization.launch_blocking" not in findings(report(measurements=measurements, manifest=environment))  # CPU run
     # Enough long kernels that did not wait: the trace's measurement outweighs the setting (set after CUDA
     # started, or for another process).
-    measured = Measurements(launch=LaunchOverhead(long_kernels_per_step=20, blocking_launch_fraction=0.1, launch_wait_us_per_step=50.0))
+    measured = Measurements(launch=LaunchOverhead(long_kernels_per_step=20, blocking_launches_per_step=2.0, launch_wait_us_per_step=50.0))
     assert "synchronization.launch_blocking" not in findings(report(measurements=measured, device=gpu(), manifest=environment))
 
 

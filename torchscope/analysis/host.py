@@ -111,7 +111,7 @@ def launch_overhead(events: EventTable, steps: StepWindows) -> LaunchOverhead | 
         kernels_per_step=float(kernels.size / n),
         short_kernel_fraction=float(shorter.mean()) if ok.any() else 0.0,
         long_kernels_per_step=float(np.count_nonzero(long) / n),
-        blocking_launch_fraction=float(np.count_nonzero(waited) / np.count_nonzero(long)) if long.any() else 0.0,
+        blocking_launches_per_step=float(np.count_nonzero(waited) / n),
         launch_wait_us_per_step=float(np.maximum(inside, 0.0).sum() / n),
         median_kernel_us=float(median(events.dur_us[kernels])),
         median_launch_us=float(median(events.dur_us[launcher[ok]])) if ok.any() else 0.0,

@@ -737,13 +737,19 @@ LAUNCH_BLOCKING = Threshold(0.9, ">= 90 % of kernels of 20 us or more end before
 MIN_LONG_KERNELS = 10  # per run, for the fraction to mean something
 
 
+def blocking_fraction(ctx: Context) -> float:
+    """Of the kernels of 20 us or more, the part whose launch returned only after they ended."""
+    launch = ctx.report.measurements.launch
+    return launch.blocking_launches_per_step / launch.long_kernels_per_step if launch.long_kernels_per_step > 0 else 0.0
+
+
 def launches_block(ctx: Context) -> bool:
     """Every launch waits for its kernel: the trace's launches where it has enough long kernels to tell (the
     variable may have been set after CUDA started, or for another process), else the environment the capture
     recorded."""
     launch = ctx.report.measurements.launch
     if launch.long_kernels_per_step * max(ctx.steps, 1) >= MIN_LONG_KERNELS:
-        return launch.blocking_launch_fraction >= LAUNCH_BLOCKING.value
+        return blocking_fraction(ctx) >= LAUNCH_BLOCKING.value
     return ctx.environment().get("cuda_launch_blocking") is True
 
 
@@ -778,7 +784,7 @@ def synchronization_launch_blocking(ctx: Context) -> Optional[Verdict]:
         share=share,
         share_range=share_range,
         evidence={
-            "blocking_launch_fraction": launch.blocking_launch_fraction,
+            "blocking_launch_fraction": blocking_fraction(ctx),
             "long_kernels_per_step": launch.long_kernels_per_step,
             "launch_wait_us_per_step": launch.launch_wait_us_per_step,
             "gpu_utilization": busy,

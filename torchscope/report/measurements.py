@@ -57,7 +57,8 @@ class LaunchOverhead(Section):
     median_launch_us: Median = 0.0
     runtime_us_per_step: PerStep = 0.0
     long_kernels_per_step: PerStep = 0.0  # kernels of 20 us or more, linked to their launch
-    blocking_launch_fraction: PerStep = 0.0  # of those, launches that returned only after the kernel ended
+    blocking_launches_per_step: PerStep = 0.0  # of those, launches that returned only after the kernel ended
+    # (counts per step, not a fraction: the step-weighted means of both keep their ratio across spans and ranks)
     launch_wait_us_per_step: PerStep = 0.0  # host time inside launch calls while their kernel ran
 
 
