@@ -10,7 +10,7 @@ import pytest
 import torchscope
 from helpers.real_traces import TraceSet
 from helpers.trace_builder import TraceBuilder
-from torchscope.report.measurements import ANOMALY_CHECK
+from torchscope.report.measurements import ANOMALY_CHECK, MODULE_HOOK_SYNCS
 from torchscope.report.model import Finding, Report
 
 analyze = torchscope.analyze
@@ -400,3 +400,31 @@ def test_blocking_launches_merge_as_counts_across_spans(tmp_path: Path) -> None:
     report = torchscope.analyze(tmp_path, jobs=1, use_cache=False)
     assert len(report.steps) == STEPS + 40
     assert "synchronization.launch_blocking" in {f.id for f in report.findings}
+
+
+def test_syncs_in_module_hooks_are_the_hooks_finding(tmp_path: Path) -> None:
+    """A forward hook calling .item() syncs at every module call: those syncs are host_overhead.module_hooks'
+    time, not synchronization.host_device's (which keeps the user's own .item() in the loop)."""
+    b = TraceBuilder().gpu()
+    for i in range(STEPS):
+        t0 = i * STEP_US
+        b.step(i, t0, STEP_US)
+        b.annotation("torchscope:forward", t0 + 5, 3000)
+        b.op("torch/nn/modules/module.py(1794): inner", t0 + 10, 2900, cat="python_function")
+        b.op("aten::mm", t0 + 20, 50)
+        b.launch(t0 + 30, 10, t0 + 100, 1000)
+        b.op("train.py(4): record", t0 + 200, 1500, cat="python_function")
+        b.op("aten::item", t0 + 210, 1400)
+        b.op("aten::_local_scalar_dense", t0 + 215, 1390)
+        b.launch(t0 + 220, 20, t0 + 1500, 10, name="Memcpy DtoH (Device -> Pageable)", runtime="cudaMemcpyAsync", cat="gpu_memcpy")
+        b.runtime("cudaStreamSynchronize", t0 + 245, 1300)
+        b.op("aten::item", t0 + 5000, 600)  # the loop's own .item()
+        b.op("aten::_local_scalar_dense", t0 + 5005, 590)
+        b.launch(t0 + 5010, 20, t0 + 5300, 10, name="Memcpy DtoH (Device -> Pageable)", runtime="cudaMemcpyAsync", cat="gpu_memcpy")
+        b.runtime("cudaStreamSynchronize", t0 + 5035, 500)
+        b.launch(t0 + 6000, 10, t0 + 6020, 3500)
+    report = _report(b, tmp_path)
+    assert report.measurements.sync.by_op == {MODULE_HOOK_SYNCS: pytest.approx(1300), "aten::item": pytest.approx(500)}
+    assert _finding(report, "synchronization.host_device").evidence["by_op_us_per_step"] == {"aten::item": pytest.approx(500)}
+    hooks = _finding(report, "host_overhead.module_hooks")
+    assert hooks.evidence["hooks_us_per_step"] == pytest.approx(1500) and "waits for the device" in hooks.recommendation

@@ -21,7 +21,7 @@ from torchscope.analysis.nesting import HostTree, launcher_of_device_events, nea
 from torchscope.analysis.operators import OpTimes
 from torchscope.analysis.steps import StepWindows, event_steps, main_thread_mask
 from torchscope.arrays import distinct, group_ids, median, nanmedian, read_only
-from torchscope.report.measurements import ANOMALY_CHECK, Compile, Copies, DataLoader, Dispatch, LaunchOverhead, Optimizer, OutsideSteps, Synchronization
+from torchscope.report.measurements import ANOMALY_CHECK, MODULE_HOOK_SYNCS, Compile, Copies, DataLoader, Dispatch, LaunchOverhead, Optimizer, OutsideSteps, Synchronization
 from torchscope.trace.kinds import Kind
 from torchscope.trace.tables import EventTable
 
@@ -121,6 +121,15 @@ def launch_overhead(events: EventTable, steps: StepWindows) -> LaunchOverhead | 
     )
 
 
+def _under_rows(tree: HostTree, rows: np.ndarray, of: np.ndarray) -> np.ndarray:
+    """Per row of `of`: whether it runs inside one of `rows` (none: no climb)."""
+    if rows.size == 0 or of.size == 0:
+        return np.zeros(of.size, dtype=bool)
+    mask = np.zeros(tree.parent.size, dtype=bool)
+    mask[rows] = True
+    return nearest_ancestor_of(tree, mask)[of] >= 0
+
+
 def _user_frame(events: EventTable, tree: HostTree, index: int) -> str:
     """The innermost user-code Python frame (or "Call stack" entry) enclosing an event."""
     stack = events.strings[events.call_stack[index]] if events.call_stack[index] else ""
@@ -162,14 +171,15 @@ def synchronization(events: EventTable, steps: StepWindows, tree: HostTree, time
         return Synchronization()
     op = outermost_ancestor_of(tree, times.op_mask, syncs)
     checked = under_checks(events, tree, syncs)
+    hooked = _under_rows(tree, hook_rows(events, tree), syncs)
     by_op: dict[str, float] = {}
     sites: dict[str, float] = {}
-    for index, owner, check in zip(syncs.tolist(), op.tolist(), checked.tolist()):  # one iteration per sync call
-        # Anomaly mode's checks under one name (not each engine node's), for its own finding; their call
-        # site would only be the backward call.
-        name = ANOMALY_CHECK if check else events.strings[events.name[owner if owner >= 0 else index]]
+    for index, owner, check, hook in zip(syncs.tolist(), op.tolist(), checked.tolist(), hooked.tolist()):  # per sync call
+        # Anomaly mode's checks and the user's module hooks under one name each, for their own findings
+        # (a check's call site would only be the backward call).
+        name = ANOMALY_CHECK if check else MODULE_HOOK_SYNCS if hook else events.strings[events.name[owner if owner >= 0 else index]]
         by_op[name] = by_op.get(name, 0.0) + float(events.dur_us[index])
-        site = None if check else _user_frame(events, tree, owner if owner >= 0 else index)
+        site = None if check or hook else _user_frame(events, tree, owner if owner >= 0 else index)
         if site:
             sites[site] = sites.get(site, 0.0) + float(events.dur_us[index])
     return Synchronization(

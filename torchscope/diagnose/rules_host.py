@@ -10,7 +10,7 @@ from torchscope.diagnose.context import Context, ms, pct
 from torchscope.diagnose.rule import CRITICAL_SHARE, Severities, Threshold, Verdict, by_share, rule
 from torchscope.diagnose.rules_input import COPY_OPS
 from torchscope.diagnose.rules_quality import scaled, stated_step_us, unprofiled_scale, unprofiled_step_us
-from torchscope.report.measurements import ANOMALY_CHECK
+from torchscope.report.measurements import ANOMALY_CHECK, MODULE_HOOK_SYNCS
 from torchscope.report.model import Fix, Report
 
 TORCH_COMPILE = Fix(
@@ -827,8 +827,9 @@ def synchronization_host_device(ctx: Context) -> Optional[Verdict]:
     sync = ctx.report.measurements.sync
     if sync.syncs_per_step <= 0 or not ctx.has_device:
         return None
-    # Syncs issued by copy ops are the h2d_copy.blocking finding, anomaly mode's checks its own: count them once.
-    by_op = {op: us for op, us in sync.by_op.items() if op not in COPY_OPS and op != ANOMALY_CHECK}
+    # Syncs issued by copy ops are the h2d_copy.blocking finding, anomaly mode's checks and the module hooks'
+    # their own: count them once.
+    by_op = {op: us for op, us in sync.by_op.items() if op not in COPY_OPS and op not in (ANOMALY_CHECK, MODULE_HOOK_SYNCS)}
     if not by_op:
         return None
     us = sum(by_op.values())

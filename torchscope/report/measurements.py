@@ -261,8 +261,10 @@ class StepTime(Section):
     unprofiled_ci_half_percent: Median = 0.0
 
 
-# The `Synchronization.by_op` name of the syncs inside anomaly mode's NaN checks (their `.item()`).
+# The `Synchronization.by_op` names of the syncs inside anomaly mode's NaN checks (their `.item()`) and
+# inside the user's module hooks: each is its own finding's time.
 ANOMALY_CHECK = "anomaly mode's NaN checks"
+MODULE_HOOK_SYNCS = "module hooks"
 
 
 class AnomalyMode(Section):
