@@ -278,6 +278,14 @@ def test_trace_without_steps_gets_no_critical_verdict(real_traces: TraceSet) -> 
     assert all(f.severity == "info" for f in report.findings if f.category != "trace_quality")
 
 
+def _item_sync(builder: TraceBuilder, t: float, item_us: float, sync_us: float) -> None:
+    """`.item()` on a device tensor at `t`: the copy to the host and the sync the host waits in."""
+    builder.op("aten::item", t, item_us)
+    builder.op("aten::_local_scalar_dense", t + 5, item_us - 10)
+    builder.launch(t + 10, 20, t + 10 + 0.9 * item_us, 10, name="Memcpy DtoH (Device -> Pageable)", runtime="cudaMemcpyAsync", cat="gpu_memcpy")
+    builder.runtime("cudaStreamSynchronize", t + 35, sync_us)
+
+
 def test_anomaly_mode_checks_and_stacks_found_in_the_trace(tmp_path: Path) -> None:
     """Anomaly mode's NaN check after a backward node (isnan, _is_any_true and a syncing item, directly
     under the engine's evaluate_function range) and a stack saved from inside a forward operator; the same
@@ -296,14 +304,8 @@ def test_anomaly_mode_checks_and_stacks_found_in_the_trace(tmp_path: Path) -> No
         b.op("AddmmBackward0", t0 + 1010, 300)
         b.op("aten::isnan", t0 + 1400, 50)
         b.op("aten::_is_any_true", t0 + 1460, 40)
-        b.op("aten::item", t0 + 1510, 1400)
-        b.op("aten::_local_scalar_dense", t0 + 1515, 1390)
-        b.launch(t0 + 1520, 20, t0 + 2800, 10, name="Memcpy DtoH (Device -> Pageable)", runtime="cudaMemcpyAsync", cat="gpu_memcpy")
-        b.runtime("cudaStreamSynchronize", t0 + 1545, 1300)
-        b.op("aten::item", t0 + 4000, 600)  # the user's own .item(): the sync finding's
-        b.op("aten::_local_scalar_dense", t0 + 4005, 590)
-        b.launch(t0 + 4010, 20, t0 + 4300, 10, name="Memcpy DtoH (Device -> Pageable)", runtime="cudaMemcpyAsync", cat="gpu_memcpy")
-        b.runtime("cudaStreamSynchronize", t0 + 4035, 500)
+        _item_sync(b, t0 + 1510, 1400, 1300)
+        _item_sync(b, t0 + 4000, 600, 500)  # the user's own .item(): the sync finding's
         b.op("autograd::engine::evaluate_function: MulBackward0", t0 + 3100, 800)  # a user's hook, not the mode
         b.op("MulBackward0", t0 + 3110, 100)
         b.op("aten::isnan", t0 + 3300, 30)
@@ -414,14 +416,8 @@ def test_syncs_in_module_hooks_are_the_hooks_finding(tmp_path: Path) -> None:
         b.op("aten::mm", t0 + 20, 50)
         b.launch(t0 + 30, 10, t0 + 100, 1000)
         b.op("train.py(4): record", t0 + 200, 1500, cat="python_function")
-        b.op("aten::item", t0 + 210, 1400)
-        b.op("aten::_local_scalar_dense", t0 + 215, 1390)
-        b.launch(t0 + 220, 20, t0 + 1500, 10, name="Memcpy DtoH (Device -> Pageable)", runtime="cudaMemcpyAsync", cat="gpu_memcpy")
-        b.runtime("cudaStreamSynchronize", t0 + 245, 1300)
-        b.op("aten::item", t0 + 5000, 600)  # the loop's own .item()
-        b.op("aten::_local_scalar_dense", t0 + 5005, 590)
-        b.launch(t0 + 5010, 20, t0 + 5300, 10, name="Memcpy DtoH (Device -> Pageable)", runtime="cudaMemcpyAsync", cat="gpu_memcpy")
-        b.runtime("cudaStreamSynchronize", t0 + 5035, 500)
+        _item_sync(b, t0 + 210, 1400, 1300)
+        _item_sync(b, t0 + 5000, 600, 500)  # the loop's own .item()
         b.launch(t0 + 6000, 10, t0 + 6020, 3500)
     report = _report(b, tmp_path)
     assert report.measurements.sync.by_op == {MODULE_HOOK_SYNCS: pytest.approx(1300), "aten::item": pytest.approx(500)}
