@@ -8,7 +8,7 @@ from typing import Optional
 from torchscope.analysis.peaks import gpu_peak
 from torchscope.diagnose.context import Context, as_int, ms, pct
 from torchscope.diagnose.rule import WARNING, Severities, Threshold, Verdict, by_share, rule
-from torchscope.diagnose.rules_quality import unprofiled_scale, unprofiled_share, unprofiled_step_us
+from torchscope.diagnose.rules_quality import recorded_bounds, unprofiled_share
 from torchscope.diagnose.rules_host import (
     TORCH_COMPILE,
     idle_share,
@@ -272,9 +272,7 @@ def compute_recompute(ctx: Context) -> Optional[Verdict]:
     recorded_us = section.recompute_us_per_step + section.bookkeeping_us_per_step
     # Low: the recomputed blocks alone, as their phases are slowed by the profiler; high: all of it as
     # recorded over the unprofiled step (the profiler only adds time).
-    low = min(ctx.share(section.recompute_us_per_step) * unprofiled_scale(ctx, "forward", "backward"), 1.0)
-    unprofiled = unprofiled_step_us(ctx)
-    high = max(min(recorded_us / unprofiled, 1.0) if unprofiled else ctx.share(recorded_us), low)
+    low, high = recorded_bounds(ctx, section.recompute_us_per_step, recorded_us, "forward", "backward")
     if high < RECOMPUTE.value:
         return None
     peaks = {d: b for d, b in ctx.report.measurements.memory.peak_allocated_bytes.items() if gpu_capacity(ctx.report.device, d)}

@@ -9,7 +9,7 @@ from typing import Any, Optional
 from torchscope.diagnose.context import Context, ms, pct
 from torchscope.diagnose.rule import CRITICAL_SHARE, Severities, Threshold, Verdict, by_share, rule
 from torchscope.diagnose.rules_input import COPY_OPS
-from torchscope.diagnose.rules_quality import scaled, stated_step_us, unprofiled_scale, unprofiled_step_us
+from torchscope.diagnose.rules_quality import recorded_bounds, scaled, stated_step_us, unprofiled_scale
 from torchscope.report.measurements import ANOMALY_CHECK, MODULE_HOOK_SYNCS
 from torchscope.report.model import Fix, Report
 
@@ -545,9 +545,7 @@ def host_overhead_module_hooks(ctx: Context) -> Optional[Verdict]:
         return None
     # The hooks run inside forward (or backward): scaled as those phases are by the profiler, up to their
     # recorded time over the unprofiled step.
-    low = ctx.share(hooks.hooks_us_per_step) * unprofiled_scale(ctx, "forward", "backward")
-    unprofiled = unprofiled_step_us(ctx)
-    high = max(min(hooks.hooks_us_per_step / unprofiled, 1.0) if unprofiled else low, low)
+    low, high = recorded_bounds(ctx, hooks.hooks_us_per_step, hooks.hooks_us_per_step, "forward", "backward")
     if high < MODULE_HOOKS.value:
         return None
     names = list(hooks.hooks_us_by_name)
@@ -656,10 +654,8 @@ def _anomaly_cost(ctx: Context) -> tuple[Optional[float], Optional[tuple[float, 
         checks_us -= synced_us
     else:
         sync_low = sync_high = 0.0
-    low = ctx.share(checks_us) * unprofiled_scale(ctx, "backward")
-    unprofiled = unprofiled_step_us(ctx)
-    high = min(checks_us / unprofiled, 1.0) if unprofiled else low
-    low, high = min(stacks + sync_low + low, 1.0), min(stacks + sync_high + max(high, low), 1.0)
+    low, high = recorded_bounds(ctx, checks_us, checks_us, "backward")
+    low, high = min(stacks + sync_low + low, 1.0), min(stacks + sync_high + high, 1.0)
     return (low + high) / 2.0, (low, high)
 
 

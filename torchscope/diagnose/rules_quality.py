@@ -246,6 +246,16 @@ def scaled(cost: tuple[float, tuple[float, float]], scale: float) -> tuple[float
     return share * scale, (low * scale, high * scale)
 
 
+def recorded_bounds(ctx: Context, low_us: float, high_us: float, *phases: str) -> tuple[float, float]:
+    """(low, high) shares of the step for work the profiler slows by an unknown part: `low_us` scaled as
+    its `phases` are (`unprofiled_scale`), `high_us` as recorded over the unprofiled step (the profiler only
+    adds time; its recorded share where no unprofiled step was timed), never below the low end."""
+    low = min(ctx.share(low_us) * unprofiled_scale(ctx, *phases), 1.0)
+    unprofiled = unprofiled_step_us(ctx)
+    high = min(high_us / unprofiled, 1.0) if unprofiled else ctx.share(high_us)
+    return low, max(high, low)
+
+
 def unprofiled_step_us(ctx: Context) -> Optional[float]:
     """The step time without the profiler (the capture's clock, median of the unprofiled steps), or None."""
     section = ctx.report.measurements.profiler_overhead
