@@ -98,12 +98,13 @@ def test_fetch_timer_times_worker_restarts_only() -> None:
     assert dataloader._MultiProcessingDataLoaderIter.__init__ is original
 
 
-def _report(section: ProfilerOverhead, step_times: dict[str, Any], **phases: float) -> Any:
+def _report(section: ProfilerOverhead, step_times: dict[str, Any], step_us: float | None = None, **phases: float) -> Any:
     return report(
         measurements=Measurements(profiler_overhead=section),
         breakdown=phases,
         phases=phases,
         manifest={"environment": {"step_times": step_times}},
+        **({} if step_us is None else {"step_us": step_us}),
     )
 
 
@@ -284,3 +285,39 @@ def test_an_untimed_phase_keeps_no_more_than_it_recorded() -> None:
     assert sum(result.corrected_percent.values()) == pytest.approx(100.0)
     assert result.slowdown_by_phase["other"] == pytest.approx(1.0)
     assert all(factor >= 1.0 for factor in result.slowdown_by_phase.values())
+
+
+def test_phases_recorded_inside_a_clocked_phase_take_their_part_of_its_clock() -> None:
+    # DDP with gradient accumulation (gloo, CPU): the all-reduces run inside loss.backward(), so the phase
+    # clock's backward (128 ms) holds them, while the trace's partition gives 149 of the 289 ms recorded
+    # inside the backward labels to communication. Communication takes its recorded share of the clock's
+    # backward, not the step's untimed remainder (2 ms here), which made it "82x slowed" by the profiler.
+    section = ProfilerOverhead(
+        python_events_per_step={"forward": 20_000, "backward": 30_000},
+        within_clocked_us_per_step={"backward:backward": 139_797.0, "backward:communication": 149_307.0, "forward:forward": 19_000.0},
+    )
+    times = {
+        "unprofiled_step_us": [151_000.0] * 3,
+        "profiled_step_us": [317_000.0] * 3,
+        "unprofiled_phase_us": {"forward": [18_000.0] * 3, "backward": [128_000.0] * 3, "optimizer": [3_000.0] * 3},
+    }
+    recorded = {"forward": 0.072, "backward": 0.441, "optimizer": 0.012, "communication": 0.471, "other": 0.004}
+    rep = _report(section, times, 317_000.0, **recorded)
+    overhead.correct(rep)
+    result = rep.measurements.profiler_overhead
+    communication = 128_000 * 149_307 / (149_307 + 139_797)
+    # The untimed 2 ms are "other"'s, which keeps the 1.27 ms it recorded; the rest goes to the timed phases
+    # by what the trace holds beyond their clock.
+    backward = 128_000 - communication
+    beyond = {"forward": 22_824 - 18_000, "backward": 139_797 - backward, "optimizer": 3_804 - 3_000}
+    backward += (2_000 - 1_268) * beyond["backward"] / sum(beyond.values())
+    assert result.corrected_percent["communication"] == pytest.approx(100 * communication / 151_000, rel=0.01)
+    assert result.corrected_percent["other"] == pytest.approx(100 * 1_268 / 151_000)
+    assert result.corrected_percent["backward"] == pytest.approx(100 * backward / 151_000, rel=0.01)
+    assert sum(result.corrected_percent.values()) == pytest.approx(100.0)
+    assert all(1.0 <= factor < 3 for factor in result.slowdown_by_phase.values()), result.slowdown_by_phase
+    # Without the recorded split (a trace from before the field, or no labels): communication is left the
+    # untimed remainder, as before.
+    rep = _report(ProfilerOverhead(python_events_per_step={"forward": 20_000, "backward": 30_000}), times, 317_000.0, **recorded)
+    overhead.correct(rep)
+    assert rep.measurements.profiler_overhead.corrected_percent["communication"] < 2.0

@@ -43,9 +43,10 @@ from torchscope.analysis import intervals
 from torchscope.analysis.reduce import merge_sections
 from torchscope.analysis.registry import Analysis, Part
 from torchscope.analysis.span import SpanInput
-from torchscope.arrays import median
+from torchscope.arrays import group_ids, median
 from torchscope.report.measurements import ProfilerOverhead
 from torchscope.report.model import Report
+from torchscope.rundir.labels import PHASE_LABELS
 from torchscope.rundir.thinning import HEADER_KEY, dropped_starts
 from torchscope.trace.kinds import Kind
 
@@ -125,7 +126,38 @@ def extract(span: SpanInput) -> Optional[ProfilerOverhead]:
         ops_per_step=_count_in(parts, np.sort(ts[events.kind_rows(Kind.CPU_OP)], kind="stable"), steps),
         own_us_per_step=_own_time(span, parts, steps),
         phase_median_us=_phase_medians(span),
+        within_clocked_us_per_step=_within_clocked(span, steps),
     )
+
+
+_CLOCKED_PHASE = {label: phase for phase, label in PHASE_LABELS.items()}
+
+
+def _is_clocked_label(name: str) -> bool:
+    return name in _CLOCKED_PHASE
+
+
+def _within_clocked(span: SpanInput, steps: int) -> dict[str, float]:
+    """Per step, each phase's recorded time inside the ranges the capture's phase clock times (the
+    `torchscope:<phase>` labels), keyed "<clocked phase>:<phase>". The clock's time for a label holds
+    whatever the trace gives other phases inside it: DDP's all-reduces run inside `loss.backward()`, where
+    the trace's partition makes them communication."""
+    events = span.events
+    annotations = events.kind_rows(Kind.USER_ANNOTATION)
+    rows = annotations[events.name_mask(_is_clocked_label, annotations)]
+    if rows.size == 0:
+        return {}
+    label_ids, slot = group_ids(events.name[rows])
+    out: dict[str, float] = {}
+    for i, label_id in enumerate(label_ids.tolist()):
+        clocked = _CLOCKED_PHASE[events.strings[label_id]]
+        chosen = rows[slot == i]
+        ranges = intervals.union(events.ts_us[chosen], events.ts_us[chosen] + events.dur_us[chosen])
+        for phase, part in span.phase_sets.items():
+            us = intervals.total_length(intervals.intersect(part, ranges))
+            if us > 0:
+                out[f"{clocked}:{phase}"] = us / steps
+    return out
 
 
 def _thinning_fields(name: str, summary: dict[str, Any]) -> dict[str, Any]:
@@ -306,7 +338,8 @@ def _split_by_phase_clock(
     """Re-split the compute part of `section.corrected_percent` (already holding the measured data share and
     the event-priced estimate) by the unprofiled phase clock: each timed phase by its median over the
     unprofiled steps; the untimed phases (other, communication) share the median untimed remainder of the
-    step in proportion to their estimated shares. All medians over 30 steps, not 3 recorded ones. Without
+    step in proportion to their estimated shares, plus their part of the clocked phases they were recorded
+    inside (`_nested_in_clocked`). All medians over 30 steps, not 3 recorded ones. Without
     a measured data share (`measured_data` False: no fetch clock, method step_clock) data loading is one of
     the untimed phases."""
     estimate = section.corrected_percent
@@ -321,11 +354,20 @@ def _split_by_phase_clock(
         # The events' price took all of a phase's recorded time (a generator's tens of thousands of Python
         # calls, cheaper each than the price assumes): no estimate left to split by, so the recorded times.
         untimed = {name: phases[name] for name in untimed}
+    timed, nested = _nested_in_clocked(section.within_clocked_us_per_step, timed, measured)
+    # An untimed phase recorded inside a clocked range has its part there (`nested`): only what it recorded
+    # outside the clocked ranges shares the untimed remainder.
+    within = _within(section.within_clocked_us_per_step)
+    inside = {name: sum(us for (_, phase), us in within.items() if phase == name) for name in untimed}
+    untimed = {name: pct * _outside_share(phases[name], inside[name]) for name, pct in untimed.items()}
     untimed_total = sum(untimed.values())
     rest = dict(timed)
-    rest |= {name: remainder * pct / untimed_total if untimed_total > 0 else 0.0 for name, pct in untimed.items()}
+    rest |= {
+        name: (remainder * pct / untimed_total if untimed_total > 0 else 0.0) + nested.get(name, 0.0)
+        for name, pct in untimed.items()
+    }
     if untimed_total <= 0 and "other" in phases:
-        rest["other"] = remainder
+        rest["other"] = remainder + nested.get("other", 0.0)
     # The profiler only adds time: an untimed phase keeps no more of the remainder than it recorded. What is
     # left is time the clock's phases leave out and the trace gives them (a closure's loss and zero_grad are
     # the trace's forward, not the clock's): shared by the timed phases in proportion to what the trace
@@ -345,3 +387,41 @@ def _split_by_phase_clock(
     section.slowdown_by_phase |= {name: phases[name] / us for name, us in rest.items() if us > 0 and phases[name] > 0}
     section.overhead_us_by_phase |= {name: max(phases[name] - us, 0.0) for name, us in rest.items()}
     section.overhead_us_per_step = sum(section.overhead_us_by_phase.values())
+
+
+def _within(within_us: dict[str, float]) -> dict[tuple[str, str], float]:
+    """`within_clocked_us_per_step` by (clocked phase, phase)."""
+    out: dict[tuple[str, str], float] = {}
+    for key, us in within_us.items():
+        clocked, _, phase = key.partition(":")
+        if phase:
+            out[(clocked, phase)] = us
+    return out
+
+
+def _outside_share(recorded: float, inside: float) -> float:
+    return max(recorded - inside, 0.0) / recorded if recorded > 0 else 1.0
+
+
+def _nested_in_clocked(
+    within_us: dict[str, float], timed: dict[str, float], measured: set[str]
+) -> tuple[dict[str, float], dict[str, float]]:
+    """The clocked phases' medians less what other phases recorded inside their ranges, and those parts
+    by phase. The clock's backward holds DDP's all-reduces (the trace's communication): its median is split
+    between backward and communication in their recorded proportions inside the backward ranges. A measured
+    phase's part (a fetch inside a forward, timed by the fetch clock already) is only taken off."""
+    by_pair = _within(within_us)
+    own = dict(timed)
+    nested: dict[str, float] = {}
+    for clocked, clock_us in timed.items():
+        recorded = {phase: us for (name, phase), us in by_pair.items() if name == clocked and us > 0}
+        others = {phase: us for phase, us in recorded.items() if phase != clocked and phase not in timed}
+        total = sum(recorded.values())
+        if total <= 0 or not others:
+            continue
+        for phase, us in others.items():
+            part = clock_us * us / total
+            own[clocked] -= part
+            if phase not in measured:
+                nested[phase] = nested.get(phase, 0.0) + part
+    return own, nested

@@ -209,6 +209,9 @@ class ProfilerOverhead(Section):
     ops_per_step: PerStepByName = {}
     own_us_per_step: PerStepByName = {}  # torchscope's own step calls by phase
     phase_median_us: PerStepByName = {}  # each phase's median per step (robust to one descheduled step)
+    # Each phase's time inside the ranges the capture's phase clock times, "<clocked phase>:<phase>" (the
+    # clock's backward holds DDP's all-reduces, which the trace's partition gives to communication).
+    within_clocked_us_per_step: PerStepByName = {}
     method: Choice = "not_measured"
     unprofiled_steps: Count = 0.0
     profiled_steps: Count = 0.0
