@@ -108,7 +108,7 @@ class RankCollectives(msgspec.Struct, kw_only=True):
 def extract_collectives(span: SpanInput) -> RankCollectives:
     """One trace file's collective instances, per-step phase times, phase culprits and device times."""
     events = span.events
-    source, rows = _timed_events(events)
+    source, rows = timed_events(events)
     steps = span.steps
     phases = span.phase_breakdown
     out = RankCollectives(
@@ -134,7 +134,7 @@ def extract_collectives(span: SpanInput) -> RankCollectives:
     out.ordinal = _ordinal(np.stack([step, group_id, name_id])).tolist()
     out.seq = _sequence_numbers(events, source, rows, name_id, names).tolist()
     out.start_us, out.dur_us = start.tolist(), events.dur_us[rows].tolist()
-    out.compute_overlap_us = intervals.overlap_per_window(_compute_set(span), start, start + events.dur_us[rows]).tolist()
+    out.compute_overlap_us = intervals.overlap_per_window(compute_set(span), start, start + events.dur_us[rows]).tolist()
     out.weight = _concurrency_weight(step, start, start + events.dur_us[rows]).tolist()
     out.nelems = np.maximum(events.in_nelems[rows], events.out_nelems[rows]).tolist()
     return out
@@ -153,7 +153,7 @@ def _concurrency_weight(step: np.ndarray, start: np.ndarray, end: np.ndarray) ->
     return weight
 
 
-def _timed_events(events: EventTable) -> tuple[str, np.ndarray]:
+def timed_events(events: EventTable) -> tuple[str, np.ndarray]:
     """The events that time collectives on this rank, and which kind they are (see the module doc)."""
     kernels = comm_kernel_mask(events)  # kernels only
     if kernels.any():
@@ -225,7 +225,7 @@ def _sequence_numbers(events: EventTable, source: str, rows: np.ndarray, name_id
     return seq
 
 
-def _compute_set(span: SpanInput) -> intervals.IntervalSet:
+def compute_set(span: SpanInput) -> intervals.IntervalSet:
     """Compute on this rank: non-communication kernels on GPU traces (HTA's definition), else the host
     operators that are not communication, step markers or torchscope's labels."""
     events = span.events

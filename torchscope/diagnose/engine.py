@@ -59,6 +59,7 @@ RULES: tuple[Rule, ...] = (
     rules_memory.memory_churn,
     rules_memory.memory_fragmentation,
     rules_distributed.communication_share,
+    rules_distributed.communication_accumulation_sync,
     rules_distributed.straggler_rank,
     rules_quality.no_steps,
     rules_quality.few_steps,

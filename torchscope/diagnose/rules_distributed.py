@@ -8,6 +8,7 @@ import numpy as np
 
 from torchscope.diagnose.context import Context, ms, pct
 from torchscope.diagnose.rule import Threshold, Verdict, by_share, rule
+from torchscope.diagnose.rules_quality import recorded_bounds
 from torchscope.report.model import Fix
 
 COMMUNICATION = Threshold(0.10, "warning above 10 % of the step (TB)")
@@ -50,11 +51,12 @@ def communication_share(ctx: Context) -> Optional[Verdict]:
     if distributed.present and distributed.matched:
         return _exposed_transfer(ctx)
     share = ctx.breakdown_share("communication") if ctx.has_device else ctx.phase_share("communication")
+    share *= 1.0 - _redundant_part(ctx)
     if share <= 0:
         return None
     return Verdict(
         title=f"Collective communication takes {pct(share)} of the step ({ms(share * ctx.mean_step_us)}) "
-        "without overlapping compute",
+        "without overlapping compute" + _apart(ctx),
         share=share,
         evidence={"communication_us_per_step": share * ctx.mean_step_us, "ranks": len(ctx.report.ranks)},
         recommendation=_COMM_ADVICE,
@@ -71,13 +73,14 @@ _COMM_ADVICE = (
 
 def _exposed_transfer(ctx: Context) -> Optional[Verdict]:
     distributed = ctx.report.distributed
-    share = ctx.share(distributed.exposed_transfer_us_per_step)
+    exposed_us = distributed.exposed_transfer_us_per_step * (1.0 - _redundant_part(ctx))
+    share = ctx.share(exposed_us)
     if share <= 0:
         return None
     waiting = f"; waiting for late ranks ({ms(distributed.wait_us_per_step)}) is the straggler's" if distributed.wait_us_per_step > 0 else ""
     return Verdict(
         title=f"Collective transfer not overlapped with compute takes {pct(share)} of the step "
-        f"({ms(distributed.exposed_transfer_us_per_step)}){waiting}",
+        f"({ms(exposed_us)}){waiting}{_apart(ctx)}",
         share=share,
         evidence={
             "exposed_transfer_us_per_step": distributed.exposed_transfer_us_per_step,
@@ -88,6 +91,105 @@ def _exposed_transfer(ctx: Context) -> Optional[Verdict]:
             "ranks": distributed.world_size,
         },
         recommendation=_COMM_ADVICE,
+    )
+
+
+def _redundant_part(ctx: Context) -> float:
+    """The part of the gradient collectives' time that `no_sync()` would skip (N-1 of N syncs): that part of
+    the communication is `communication.accumulation_sync`'s, not this finding's."""
+    sync = ctx.report.measurements.grad_sync
+    if not redundant_syncs(ctx) or sync.sync_us_per_step <= 0:
+        return 0.0
+    return min(sync.redundant_sync_us_per_step / sync.sync_us_per_step, 1.0)
+
+
+def _apart(ctx: Context) -> str:
+    part = _redundant_part(ctx)
+    return f"; the other {pct(part)}, synchronising gradients in every micro-step, is reported apart" if part > 0 else ""
+
+
+ACCUMULATION_SYNC = Threshold(1.5, ">= 1.5 gradient synchronisations per step on average, in the backward of different micro-steps (I; DDP docs: no_sync)")
+
+
+def redundant_syncs(ctx: Context) -> bool:
+    """Whether steps accumulate gradients over micro-steps and synchronise them in more than one."""
+    sync = ctx.report.measurements.grad_sync
+    return sync.syncing_micro_steps_per_step >= ACCUMULATION_SYNC.value and sync.redundant_sync_us_per_step > 0
+
+
+_NO_SYNC_FIXES = {
+    "DistributedDataParallel": "DistributedDataParallel.no_sync",
+    "FullyShardedDataParallel": "FullyShardedDataParallel.no_sync",
+    "fully_shard": "FSDPModule.set_requires_gradient_sync",
+}
+
+
+@rule(
+    "communication.accumulation_sync",
+    "communication",
+    ACCUMULATION_SYNC,
+    severity=by_share(),
+    fixes=(
+        Fix(
+            kind="code_change",
+            target="DistributedDataParallel.no_sync",
+            value="with model.no_sync() if i < accumulation_steps - 1 else contextlib.nullcontext(): loss.backward()",
+            summary="accumulate gradients locally on the first N-1 micro-steps; all-reduce once, in the last backward",
+        ),
+        Fix(
+            kind="code_change",
+            target="FullyShardedDataParallel.no_sync",
+            value="with model.no_sync() if i < accumulation_steps - 1 else contextlib.nullcontext(): loss.backward()",
+            summary="reduce-scatter once per step (the unsharded gradients are kept in memory meanwhile)",
+        ),
+        Fix(
+            kind="code_change",
+            target="FSDPModule.set_requires_gradient_sync",
+            value="model.set_requires_gradient_sync(i == accumulation_steps - 1)",
+            summary="reduce-scatter only in the last micro-step's backward",
+        ),
+    ),
+)
+def communication_accumulation_sync(ctx: Context) -> Optional[Verdict]:
+    """Gradient accumulation that synchronises the gradients in every micro-step: N forward and backward
+    passes per optimizer step, each backward all-reducing (reduce-scattering) the whole gradient, where one
+    synchronisation, in the last, gives the same result."""
+    sync = ctx.report.measurements.grad_sync
+    if not redundant_syncs(ctx):
+        return None
+    # The collectives' time not hidden by compute, scaled as communication is by the profiler, up to all of
+    # their wall time over the unprofiled step (overlapped collectives still take CPU cores, SMs and bandwidth).
+    low, high = recorded_bounds(ctx, sync.redundant_exposed_us_per_step, sync.redundant_sync_us_per_step, "communication")
+    target = _NO_SYNC_FIXES.get(sync.wrapper, "DistributedDataParallel.no_sync")
+    how = {
+        "FullyShardedDataParallel.no_sync": "run the first N-1 backward passes under model.no_sync() (FSDP keeps their "
+        "unsharded gradients in memory until the last)",
+        "FSDPModule.set_requires_gradient_sync": "call model.set_requires_gradient_sync(False) before the first N-1 "
+        "backward passes and set_requires_gradient_sync(True) before the last",
+    }.get(target, "run the first N-1 backward passes under model.no_sync()")
+    wrapper = sync.wrapper or "data-parallel"
+    verb = "reduce-scatters" if target != "DistributedDataParallel.no_sync" else "all-reduces"
+    return Verdict(
+        title=f"Gradient accumulation synchronises gradients in {sync.syncing_micro_steps_per_step:.0f} of "
+        f"{sync.micro_steps_per_step:.0f} micro-steps per step: {ms(sync.redundant_sync_us_per_step)} of "
+        "collectives per step are redundant",
+        share=(low + high) / 2,
+        share_range=(low, high),
+        evidence={
+            "wrapper": sync.wrapper,
+            "micro_steps_per_step": sync.micro_steps_per_step,
+            "syncing_micro_steps_per_step": sync.syncing_micro_steps_per_step,
+            "gradient_sync_us_per_step": sync.sync_us_per_step,
+            "redundant_sync_us_per_step": sync.redundant_sync_us_per_step,
+            "redundant_exposed_us_per_step": sync.redundant_exposed_us_per_step,
+        },
+        recommendation=(
+            f"Each backward pass of the {wrapper} model {verb} the whole gradient, yet the "
+            "optimizer steps once per step: only the last micro-step's synchronisation is needed. "
+            f"{how[0].upper()}{how[1:]}; the summed gradients are the same. Accelerate's accelerator.accumulate(model) "
+            "and Lightning's accumulate_grad_batches do this for you."
+        ),
+        fix_targets=(target,),
     )
 
 

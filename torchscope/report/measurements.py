@@ -318,6 +318,20 @@ class ModuleHooks(Section):
     hooks_us_by_name: PerStepByName = {}
 
 
+class GradientSync(Section):
+    """Gradient accumulation under data parallelism (analysis/grad_sync.py): forward passes (micro-steps) per
+    step, how many of them synchronised the gradients in their backward, and the gradient collectives'
+    time; with N syncs in a step, N-1 of them are redundant (`no_sync()` on the first micro-steps)."""
+
+    wrapper: Choice = ""  # "DistributedDataParallel", "FullyShardedDataParallel", "fully_shard" or ""
+    micro_steps_per_step: PerStep = 0.0
+    syncing_micro_steps_per_step: PerStep = 0.0
+    sync_us_per_step: PerStep = 0.0  # the gradient collectives' wall time
+    sync_exposed_us_per_step: PerStep = 0.0  # of it, not overlapped by compute
+    redundant_sync_us_per_step: PerStep = 0.0  # (N-1)/N of it in steps with N > 1 syncs
+    redundant_exposed_us_per_step: PerStep = 0.0
+
+
 class Measurements(msgspec.Struct, kw_only=True):
     """Every measurement section of a run (each at its defaults when no span had it)."""
 
@@ -339,6 +353,7 @@ class Measurements(msgspec.Struct, kw_only=True):
     gc: GarbageCollection = msgspec.field(default_factory=GarbageCollection)
     recompute: Recompute = msgspec.field(default_factory=Recompute)
     module_hooks: ModuleHooks = msgspec.field(default_factory=ModuleHooks)
+    grad_sync: GradientSync = msgspec.field(default_factory=GradientSync)
     step_time: StepTime = msgspec.field(default_factory=StepTime)
 
 
