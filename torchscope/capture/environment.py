@@ -49,6 +49,7 @@ def capture_environment(
             env["cuda_devices"] = int(torch_module.cuda.device_count()) if torch_module.cuda.is_available() else 0
             env["accelerator"] = _accelerator(torch_module)
             env["anomaly_mode"] = anomaly_seen or anomaly_mode_enabled(torch_module)
+            env["default_dtype"] = str(torch_module.get_default_dtype())
         except Exception:  # an exotic build must not cost the manifest
             pass
         if cpu_peak and env.get("accelerator", "unknown") is None:

@@ -52,6 +52,7 @@ RULES: tuple[Rule, ...] = (
     rules_device.compute_half_matmul_misaligned,
     rules_device.compute_threads,
     rules_device.compute_recompute,
+    rules_device.compute_float64,
     rules_patterns.host_overhead_indexing_loop,
     rules_patterns.host_overhead_extra_device_copy,
     rules_device.memory_near_capacity,

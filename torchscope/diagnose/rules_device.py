@@ -303,6 +303,73 @@ def compute_recompute(ctx: Context) -> Optional[Verdict]:
     )
 
 
+FLOAT64 = Threshold(0.05, ">= 5 % of the step in operators with float64 (double) tensor inputs (I; recorded input types)")
+# What float32 saves of the float64 ops' own time: on a CPU twice the SIMD lanes and half the bytes (a 3-layer
+# MLP's step 18.2 -> 9.0 ms, 52 % of the float64 ops' time), less where dispatch dominates small ops; on a GPU
+# from half (data-centre parts' FP64 units, memory-bound kernels) to nearly all (1/32-1/64 FP64 rate, no TF32).
+FLOAT64_SAVING = {"host": (0.3, 0.6), "device": (0.5, 0.95)}
+
+
+@rule(
+    "compute.float64",
+    "compute",
+    FLOAT64,
+    severity=by_share(),
+    fixes=(
+        Fix(
+            kind="torch_flag",
+            target="torch.set_default_dtype",
+            value="torch.float32",
+            summary="make new tensors and parameters float32 (the default) instead of float64",
+        ),
+        Fix(
+            kind="code_change",
+            target="torch.Tensor.float",
+            value="model = model.float(); x = torch.from_numpy(array).float()",
+            summary="convert the model and its inputs to float32 (NumPy arrays are float64 by default)",
+        ),
+    ),
+)
+def compute_float64(ctx: Context) -> Optional[Verdict]:
+    """The model (or part of it) computes in float64."""
+    section = ctx.report.measurements.float64
+    if section.float64_us_per_step <= 0 or ctx.share(section.float64_us_per_step) < FLOAT64.value:
+        return None
+    low_factor, high_factor = FLOAT64_SAVING.get(section.time_base, FLOAT64_SAVING["host"])
+    us = section.float64_us_per_step
+    low, high = recorded_bounds(ctx, low_factor * us, high_factor * us, "forward", "backward", "optimizer")
+    # The ops are at most the whole step: float32 saves at most its factor of the step.
+    low, high = min(low, high_factor), min(high, high_factor)
+    default = ctx.environment().get("default_dtype") == "torch.float64"
+    ops = ", ".join(list(section.by_op)[:3])
+    where = "of the GPU's time" if section.time_base == "device" else "of host time"
+    cause = (
+        "torch.set_default_dtype(torch.float64) is in effect, so every new tensor and parameter is float64: set it "
+        "back to torch.float32 (or remove the call)"
+        if default
+        else "convert the model and its inputs to float32 (model.float(); NumPy arrays are float64, so "
+        "torch.from_numpy(a).float() or torch.tensor(a, dtype=torch.float32))"
+    )
+    return Verdict(
+        title=f"Operators compute in float64: {ms(us)} per step {where} ({pct(ctx.share(us))} of the step), mostly {ops}",
+        share=(low + high) / 2,
+        share_range=(low, high),
+        evidence={
+            "float64_ops_per_step": section.ops_per_step,
+            "float64_us_per_step": us,
+            "typed_ops_us_per_step": section.typed_ops_us_per_step,
+            "by_op_us_per_step": section.by_op,
+            **({"default_dtype": "torch.float64"} if default else {}),
+        },
+        recommendation=(
+            f"float64 runs at half float32's rate on a CPU and at 1/2 to 1/64 of it on a GPU (no tensor cores): {cause}. "
+            "If part of the problem needs double precision (an ill-conditioned solve, a loss summed over many terms), "
+            "keep only that part in float64."
+        ),
+        fix_targets=("torch.set_default_dtype",) if default else ("torch.Tensor.float",),
+    )
+
+
 COMPUTE_BOUND = Threshold(0.5, "no other warning, and compute fills >= 50 % of the step (I)")
 
 

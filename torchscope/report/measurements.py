@@ -332,6 +332,18 @@ class GradientSync(Section):
     redundant_exposed_us_per_step: PerStep = 0.0
 
 
+class Float64(Section):
+    """Operators computing in float64 (analysis/float64.py): those with a double tensor input, from the
+    input types recorded with shapes, and their own time per step (host self time on a CPU, their kernels'
+    device time on a GPU, `time_base`), beside all typed ops' own time."""
+
+    time_base: Choice = "host"
+    ops_per_step: PerStep = 0.0
+    float64_us_per_step: PerStep = 0.0
+    typed_ops_us_per_step: PerStep = 0.0  # every op with recorded input types, the same way
+    by_op: PerStepByName = {}
+
+
 class Measurements(msgspec.Struct, kw_only=True):
     """Every measurement section of a run (each at its defaults when no span had it)."""
 
@@ -354,6 +366,7 @@ class Measurements(msgspec.Struct, kw_only=True):
     recompute: Recompute = msgspec.field(default_factory=Recompute)
     module_hooks: ModuleHooks = msgspec.field(default_factory=ModuleHooks)
     grad_sync: GradientSync = msgspec.field(default_factory=GradientSync)
+    float64: Float64 = msgspec.field(default_factory=Float64)
     step_time: StepTime = msgspec.field(default_factory=StepTime)
 
 
