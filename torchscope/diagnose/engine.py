@@ -30,6 +30,7 @@ from torchscope.report.model import Finding, Report, Severity
 RULES: tuple[Rule, ...] = (
     rules_input.data_loading_exposed,
     rules_input.data_loading_worker_restarts,
+    rules_input.data_loading_oversubscribed_workers,
     rules_input.h2d_copy_pageable,
     rules_input.h2d_copy_blocking,
     rules_host.host_overhead_dispatch,

@@ -517,6 +517,82 @@ def data_loading_worker_restarts(ctx: Context) -> Optional[Verdict]:
     )
 
 
+OVERSUBSCRIBED = Threshold(
+    0.05,
+    "CPU compute: DataLoader workers plus compute's intra-op threads over the rank's cores, and forward/backward/"
+    "optimizer >= 5 % of the step slower in the median unprofiled step than in the fastest tenth (I; torch's "
+    "DataLoader warns above its suggested worker count)",
+)
+
+
+@rule(
+    "data_loading.oversubscribed_workers",
+    "data_loading",
+    OVERSUBSCRIBED,
+    severity=by_share(),
+    fixes=(
+        Fix(kind="dataloader_kwarg", target="num_workers", summary="only as many workers as the cores compute's threads leave free"),
+        Fix(kind="torch_flag", target="torch.set_num_threads", summary="fewer intra-op threads, so compute and the workers fit the cores"),
+    ),
+)
+def data_loading_oversubscribed_workers(ctx: Context) -> Optional[Verdict]:
+    """DataLoader workers take the cores compute's intra-op threads need (a CPU run): the forward, backward
+    and optimizer run slower in most steps than in the few where the workers left them the cores."""
+    clock = ctx.report.measurements.phase_clock
+    if ctx.has_device or clock.unprofiled_steps <= 0 or clock.excess_us_per_step <= 0 or clock.step_median_us <= 0:
+        return None
+    settings = ctx.main_loader()
+    machine = _machine(ctx, settings, single=False)
+    cores, workers, threads = machine.cores_per_rank, machine.workers or 0, machine.threads
+    if cores is None or workers == 0 or workers + threads <= cores:
+        return None
+    compute_us = sum(clock.median_us.values())
+    fastest_us = sum(clock.fastest_us.values())
+    high_us = clock.excess_us_per_step
+    # Low: what the main process's CPU time says compute lost (it got `compute_cpu_per_wall` of its threads'
+    # cores); high: the phases' median over their fastest tenth (which also holds any step-to-step variation).
+    low_us = high_us
+    if clock.compute_cpu_per_wall > 0:
+        low_us = min(compute_us * max(1.0 - clock.compute_cpu_per_wall / max(threads, 1), 0.0), high_us)
+    low, high = low_us / clock.step_median_us, high_us / clock.step_median_us
+    if high < OVERSUBSCRIBED.value:
+        return None
+    spare = max(cores - threads, 0)
+    fewer_threads = cores - workers if workers < cores else None
+    values: dict[str, FixValue] = {"num_workers": spare}
+    targets = ["num_workers"]
+    alternative = ""
+    if fewer_threads:
+        values["torch.set_num_threads"] = fewer_threads
+        targets.append("torch.set_num_threads")
+        alternative = f", or keep them and give compute torch.set_num_threads({fewer_threads})"
+    return Verdict(
+        title=f"{workers} DataLoader worker(s) and compute's {threads} intra-op thread(s) share {cores} core(s): "
+        f"forward/backward/optimizer take {ms(compute_us)} per step against {ms(fastest_us)} in the steps where "
+        "they ran alone",
+        share=(low + high) / 2,
+        share_range=(low, high),
+        evidence={
+            "num_workers": workers,
+            "intra_op_threads": threads,
+            "cores_per_rank": cores,
+            "compute_median_us_by_phase": clock.median_us,
+            "compute_fastest_us_by_phase": clock.fastest_us,
+            "contention_us_per_step": high_us,
+            "compute_cpu_per_wall": clock.compute_cpu_per_wall,
+            "unprofiled_steps": clock.unprofiled_steps,
+        },
+        recommendation=(
+            f"Each DataLoader worker is a process with its own thread, and compute runs {threads} intra-op thread(s): "
+            f"{workers + threads} busy threads on {cores} core(s), so the model's operators wait for cores in most steps. "
+            f"Use at most {spare} worker(s) (num_workers={spare}){alternative}; fewer workers load each batch more slowly, "
+            "so measure the choice: torchscope tune --try num_workers=N."
+        ),
+        fix_values=values,
+        fix_targets=tuple(targets),
+    )
+
+
 PAGEABLE = Threshold(0.02, "any is reported (NSYS `cuda_memcpy_async` flags every pageable copy); warning from 2 % of the step")
 
 

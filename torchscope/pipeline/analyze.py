@@ -14,7 +14,7 @@ from typing import Any, Callable, Collection, Iterator, Sequence
 import msgspec
 import numpy as np
 
-from torchscope.analysis import garbage_collection, loader_restarts, overhead
+from torchscope.analysis import garbage_collection, loader_restarts, overhead, phase_clock
 from torchscope.analysis.catalogue import all_analyses
 from torchscope.analysis.registry import Analysis
 from torchscope.analysis.timeline import align_ranks
@@ -98,6 +98,7 @@ def analyze_run(
         overhead.correct(report)  # needs the manifest's step clock: after assembly, before the rules
         garbage_collection.from_step_clock(report)
         loader_restarts.from_step_clock(report)
+        phase_clock.from_step_clock(report)
         step_spread.fill(report)  # every rank's steps and the step clock: run-level too
         if "timeline" in sidecars:  # ranks' clocks aligned by the offsets the distributed analysis measured
             sidecars["timeline"] = align_ranks(sidecars["timeline"], {r.rank: r.clock_offset_us for r in report.distributed.ranks}, report.run.manifest.get("hosts"))

@@ -344,6 +344,19 @@ class Float64(Section):
     by_op: PerStepByName = {}
 
 
+class PhaseClock(Section):
+    """Run level, from the capture's phase clock (analysis/phase_clock.py): the compute phases' median and
+    fastest tenth over the unprofiled steps, and the median excess summed over them; the CPU the main
+    process used per wall second outside its fetches (`compute_cpu_per_wall`, 0: not recorded)."""
+
+    unprofiled_steps: Count = 0.0
+    step_median_us: Median = 0.0
+    median_us: PerStepByName = {}
+    fastest_us: PerStepByName = {}
+    excess_us_per_step: PerStep = 0.0
+    compute_cpu_per_wall: Median = 0.0
+
+
 class Measurements(msgspec.Struct, kw_only=True):
     """Every measurement section of a run (each at its defaults when no span had it)."""
 
@@ -367,6 +380,7 @@ class Measurements(msgspec.Struct, kw_only=True):
     module_hooks: ModuleHooks = msgspec.field(default_factory=ModuleHooks)
     grad_sync: GradientSync = msgspec.field(default_factory=GradientSync)
     float64: Float64 = msgspec.field(default_factory=Float64)
+    phase_clock: PhaseClock = msgspec.field(default_factory=PhaseClock)
     step_time: StepTime = msgspec.field(default_factory=StepTime)
 
 

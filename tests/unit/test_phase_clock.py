@@ -1,0 +1,90 @@
+"""The compute phases' spread over the unprofiled steps (analysis/phase_clock.py) and
+data_loading.oversubscribed_workers, on hand-built manifests and Reports."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from test_rules_support import finding, findings, report
+
+from torchscope.analysis import phase_clock
+from torchscope.report.measurements import Measurements, PhaseClock
+
+
+def _manifest(forward: list[float], backward: list[float], workers: int = 2, threads: int = 2, cpus: int = 2,
+              rest_cpu: float | None = 1.0) -> dict[str, Any]:
+    n = len(forward)
+    times: dict[str, Any] = {
+        "unprofiled_step_us": [15_000.0] * n,
+        "profiled_step_us": [16_000.0] * 3,
+        "unprofiled_phase_us": {"forward": forward, "backward": backward, "optimizer": [500.0] * n},
+    }
+    if rest_cpu is not None:
+        times["rest_cpu_per_wall"] = rest_cpu
+    return {"environment": {"cpu_count": cpus, "torch_num_threads": threads, "step_times": times,
+                            "dataloaders": [{"class": "DataLoader", "num_workers": workers, "iterations": 1}]}}
+
+
+# 30 steps: compute alone in 3 of them (forward 1.2 ms, backward 1 ms), contended in the rest (4 and 3 ms).
+CONTENDED = _manifest([1_200.0] * 3 + [4_000.0] * 27, [1_000.0] * 3 + [3_000.0] * 27)
+
+
+def test_medians_fastest_tenth_and_excess_from_the_phase_clock() -> None:
+    rep = report(manifest=CONTENDED)
+    phase_clock.from_step_clock(rep)
+    clock = rep.measurements.phase_clock
+    assert clock.unprofiled_steps == 30 and clock.step_median_us == 15_000
+    assert clock.median_us == {"forward": 4_000, "backward": 3_000, "optimizer": 500}
+    assert clock.fastest_us == {"forward": 1_200, "backward": 1_000, "optimizer": 500}  # an observed step, not between two
+    assert clock.excess_us_per_step == pytest.approx(sum(clock.median_us.values()) - sum(clock.fastest_us.values()))
+    assert clock.compute_cpu_per_wall == 1.0
+
+
+def test_too_few_clocked_steps_fill_nothing() -> None:
+    rep = report(manifest=_manifest([1_000.0] * 9, [1_000.0] * 9))
+    phase_clock.from_step_clock(rep)
+    assert rep.measurements.phase_clock == PhaseClock()
+
+
+def _clocked(manifest: dict[str, Any]) -> Any:
+    rep = report(manifest=manifest)
+    phase_clock.from_step_clock(rep)
+    return rep
+
+
+def test_workers_beyond_the_free_cores_slow_compute() -> None:
+    f = finding(_clocked(CONTENDED), "data_loading.oversubscribed_workers")
+    clock_excess = f.evidence["contention_us_per_step"]
+    # High: the median over the fastest tenth; low: compute got 1.0 of its 2 threads' cores, half of 7.5 ms.
+    assert f.time_share_high == pytest.approx(clock_excess / 15_000, abs=1e-4)
+    assert f.time_share_low == pytest.approx(0.5 * 7_500 / 15_000, abs=1e-4)
+    assert {fix.target: fix.value for fix in f.fixes} == {"num_workers": 0}
+    # One worker beside 2 threads on 2 cores: keeping it and giving compute one thread is the alternative.
+    f = finding(_clocked(_manifest([1_200.0] * 3 + [4_000.0] * 27, [1_000.0] * 3 + [3_000.0] * 27, workers=1)),
+                "data_loading.oversubscribed_workers")
+    assert {fix.target: fix.value for fix in f.fixes} == {"num_workers": 0, "torch.set_num_threads": 1}
+
+
+@pytest.mark.parametrize(
+    "manifest",
+    [
+        _manifest([1_200.0] * 3 + [4_000.0] * 27, [1_000.0] * 3 + [3_000.0] * 27, workers=2, threads=2, cpus=8),  # fits
+        _manifest([1_200.0] * 3 + [4_000.0] * 27, [1_000.0] * 3 + [3_000.0] * 27, workers=0),  # no workers
+        _manifest([1_000.0] * 30, [1_000.0] * 30),  # oversubscribed, yet compute is steady
+    ],
+)
+def test_no_finding_without_both_oversubscription_and_slow_compute(manifest: dict[str, Any]) -> None:
+    assert "data_loading.oversubscribed_workers" not in findings(_clocked(manifest))
+
+
+def test_gpu_runs_are_left_to_the_device_rules() -> None:
+    from torchscope.report.model import DeviceSummary
+
+    rep = report(manifest=CONTENDED, device=DeviceSummary(present=True))
+    phase_clock.from_step_clock(rep)
+    assert "data_loading.oversubscribed_workers" not in findings(rep)
+
+
+def test_section_is_run_level_only() -> None:
+    assert Measurements().phase_clock == PhaseClock()
