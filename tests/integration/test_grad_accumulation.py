@@ -72,7 +72,8 @@ def test_every_micro_step_syncing_is_found_and_no_sync_clears_it(tmp_path: Path)
     sync = report.measurements.grad_sync
     assert sync.wrapper == "DistributedDataParallel"
     assert (sync.micro_steps_per_step, sync.syncing_micro_steps_per_step) == (4, 4)
-    assert sync.redundant_sync_us_per_step == pytest.approx(0.75 * sync.sync_us_per_step)
+    assert sync.redundant_micro_steps_per_step == 3
+    assert 0.5 * sync.sync_us_per_step < sync.redundant_sync_us_per_step < sync.sync_us_per_step
     found = next(f for f in report.findings if f.id == "communication.accumulation_sync")
     assert found.fixes[0].target == "DistributedDataParallel.no_sync"
     assert 0 < found.time_share_low < found.time_share < found.time_share_high <= 1
@@ -82,5 +83,5 @@ def test_every_micro_step_syncing_is_found_and_no_sync_clears_it(tmp_path: Path)
 
     report = _launch(tmp_path / "no_sync", no_sync=True)
     sync = report.measurements.grad_sync
-    assert (sync.micro_steps_per_step, sync.syncing_micro_steps_per_step) == (4, 1)
+    assert (sync.micro_steps_per_step, sync.syncing_micro_steps_per_step, sync.redundant_micro_steps_per_step) == (4, 1, 0)
     assert "communication.accumulation_sync" not in {f.id for f in report.findings}

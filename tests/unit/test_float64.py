@@ -28,7 +28,12 @@ def _trace(double_mm: bool) -> TraceBuilder:
         b.launch(t0 + 20, 10, t0 + 100, 6_000, name="volta_dgemm_128x64_nn" if double_mm else "volta_sgemm_128x64_nn")
         b.op("aten::add", t0 + 80, 30, **{"Input type": ["float", "float", "Scalar"]})
         b.launch(t0 + 90, 10, t0 + 6_200, 2_000, name="vectorized_elementwise_kernel")
-        b.op("aten::item", t0 + 120, 20, **{"Input type": ["double"]})
+        b.op("aten::item", t0 + 120, 20, **{"Input type": ["double"], "Input Dims": [[1]]})
+        # NumPy's float64 batch made float32 (a conversion, not float64 compute), and a scalar factor.
+        b.op("aten::to", t0 + 130, 10, **{"Input type": ["double", "Scalar"], "Input Dims": [[64, 64], []]})
+        b.launch(t0 + 132, 5, t0 + 9_400, 100, name="copy_kernel")
+        b.op("aten::mul", t0 + 145, 5, **{"Input type": ["float", "double"], "Input Dims": [[64, 64], []]})
+        b.launch(t0 + 146, 3, t0 + 9_600, 50, name="mul_kernel")
         b.op("aten::relu", t0 + 150, 20)
         b.launch(t0 + 155, 10, t0 + 8_300, 1_000, name="relu_kernel")
     return b
@@ -37,6 +42,9 @@ def _trace(double_mm: bool) -> TraceBuilder:
 def test_double_types_are_read_from_the_recorded_lists() -> None:
     assert _has_double('["double", "double"]') and _has_double('["c10::complex<double>"]')
     assert not _has_double('["float", "Scalar"]') and not _has_double('["double-ish"]') and not _has_double("[")
+    # A Python number in float32 arithmetic (`x * 0.5`) is a 0-dim double tensor: no float64 compute.
+    assert not _has_double('["float", "double"]', "[[64, 64], []]")
+    assert _has_double('["double", "double"]', "[[64, 64], []]") and _has_double('["double"]', "[[1]]")
 
 
 def test_gpu_float64_ops_are_timed_by_their_kernels(tmp_path: Path) -> None:
@@ -45,7 +53,7 @@ def test_gpu_float64_ops_are_timed_by_their_kernels(tmp_path: Path) -> None:
     assert section.time_base == "device"
     assert section.ops_per_step == 2  # the matmul and the double scalar read
     assert section.float64_us_per_step == pytest.approx(6_000)  # the item launched nothing
-    assert section.typed_ops_us_per_step == pytest.approx(8_000)  # relu has no recorded types
+    assert section.typed_ops_us_per_step == pytest.approx(8_150)  # relu has no recorded types
     assert list(section.by_op) == ["aten::mm"]
     f = next(f for f in rep.findings if f.id == "compute.float64")
     assert (f.time_share_low, f.time_share_high) == pytest.approx((0.5 * 0.6, 0.95 * 0.6), abs=1e-3)

@@ -25,7 +25,8 @@ EXPOSED_US = 1_000.0  # of it, after the backward's compute
 
 
 def _accumulation_trace(syncing: set[int], wrapper: str = "DistributedDataParallel.forward", nested: bool = False,
-                        collective: str = "allreduce") -> TraceBuilder:
+                        collective: str = "allreduce", sync_bn: bool = False, optimizer_after: set[int] = frozenset(),
+                        recompute: bool = False) -> TraceBuilder:
     """3 steps of 4 micro-steps. Each: the wrapper's forward range with a compute kernel, a backward whose
     AccumulateGrad node launches the gradient collective in the micro-steps of `syncing` (its NCCL kernel
     overlaps the backward's kernel by half), and, in every micro-step, a decoy: the loss all-reduced for
@@ -44,11 +45,19 @@ def _accumulation_trace(syncing: set[int], wrapper: str = "DistributedDataParall
             b.launch(m + 200, 10, m + 300, 1_500)
             b.op("autograd::engine::evaluate_function: AddmmBackward0", m + 3_000, 1_000)
             b.launch(m + 3_100, 10, m + 3_200, 2_000)  # backward compute: device 3,200-5,200
+            if recompute:  # a checkpointed FSDP unit's forward run again inside the backward
+                b.annotation(wrapper, m + 3_400, 300)
+            if sync_bn:  # SyncBatchNorm's backward all-reduces its statistics in every micro-step
+                b.op("autograd::engine::evaluate_function: SyncBatchNormBackward", m + 2_500, 400)
+                b.op("c10d::allreduce_", m + 2_600, 50)
+                b.launch(m + 2_610, 10, m + 2_700, 300, name="ncclDevKernel_AllReduce_Sum_f32_RING_LL(y)", stream=20)
             b.op("autograd::engine::evaluate_function: torch::autograd::AccumulateGrad", m + 4_000, 500)
             if i in syncing:
                 b.op(f"c10d::{collective}_", m + 4_100, 100)
                 b.launch(m + 4_150, 10, m + 4_200, SYNC_US, name=kernel, stream=20)  # device 4,200-6,200
             b.op("c10d::allreduce_", m + 8_000, 50)  # the loss, for logging
+            if i in optimizer_after:
+                b.annotation("Optimizer.step#Adam.step", m + 9_000, 500)
             b.launch(m + 8_010, 10, m + 8_100, 5, name="ncclDevKernel_AllReduce_Sum_f32_RING_LL(x)", stream=20)
     return b
 
@@ -62,11 +71,14 @@ def test_every_micro_step_synchronising_is_counted_and_timed(tmp_path: Path) -> 
     sync = _sync(tmp_path, _accumulation_trace(syncing={0, 1, 2, 3}))
     assert sync.wrapper == "DistributedDataParallel"
     assert (sync.micro_steps_per_step, sync.syncing_micro_steps_per_step) == (4, 4)
-    # Per step: four 2 ms all-reduces and four 5 us logging ones; half of each sync overlaps the backward kernel.
-    assert sync.sync_us_per_step == pytest.approx(MICRO * (SYNC_US + 5))
-    assert sync.sync_exposed_us_per_step == pytest.approx(MICRO * (EXPOSED_US + 5))
-    assert sync.redundant_sync_us_per_step == pytest.approx(0.75 * MICRO * (SYNC_US + 5))
-    assert sync.redundant_exposed_us_per_step == pytest.approx(0.75 * MICRO * (EXPOSED_US + 5))
+    assert sync.redundant_micro_steps_per_step == 3
+    # Per step: four 2 ms gradient all-reduces (each paired with its c10d op; the four 5 us logging ones are
+    # not gradient syncs), half of each overlapping the backward kernel; the first three are redundant.
+    assert sync.sync_us_per_step == pytest.approx(MICRO * SYNC_US)
+    assert sync.sync_exposed_us_per_step == pytest.approx(MICRO * EXPOSED_US)
+    assert sync.redundant_sync_us_per_step == pytest.approx(3 * SYNC_US)
+    assert sync.redundant_exposed_us_per_step == pytest.approx(3 * EXPOSED_US)
+    assert sync.collective_exposed_us_per_step == pytest.approx(MICRO * (EXPOSED_US + 5))
 
 
 def test_no_sync_on_the_first_micro_steps_leaves_one_sync_and_nothing_redundant(tmp_path: Path) -> None:
@@ -109,10 +121,12 @@ SYNCING = GradientSync(
     wrapper="DistributedDataParallel",
     micro_steps_per_step=4,
     syncing_micro_steps_per_step=4,
+    redundant_micro_steps_per_step=3,
     sync_us_per_step=4_000,
     sync_exposed_us_per_step=2_000,
     redundant_sync_us_per_step=3_000,
     redundant_exposed_us_per_step=1_500,
+    collective_exposed_us_per_step=2_000,
 )
 
 
@@ -125,10 +139,14 @@ def test_rule_states_the_redundant_syncs_and_the_wrappers_fix() -> None:
     assert f.title.startswith("Gradient accumulation synchronises gradients in 4 of 4 micro-steps")
     assert [fix.target for fix in f.fixes] == ["DistributedDataParallel.no_sync"]
     assert "all-reduces" in f.recommendation and "model.no_sync()" in f.recommendation
-    # communication.share keeps the one sync per step that is needed: a quarter of the collectives' time.
+    # communication.share keeps the one sync per step that is needed: a quarter of the exposed collectives.
     share = finding(rep, "communication.share")
     assert share.time_share == pytest.approx(0.2 * 0.25, abs=1e-4)
     assert "reported apart" in share.title
+    # FSDP: 6 ms of exposed all-gathers stay communication's; only the redundant 1.5 ms of syncs move.
+    fsdp = msgspec.structs.replace(SYNCING, collective_exposed_us_per_step=8_000)
+    share = finding(_report(fsdp, breakdown={"communication": 0.8}, phases={"communication": 0.8}), "communication.share")
+    assert share.time_share == pytest.approx(0.8 * (1 - 1_500 / 8_000), abs=1e-4)
 
 
 def test_rule_names_fully_shard_and_the_matched_transfer_is_split_too() -> None:
@@ -149,3 +167,27 @@ def test_one_sync_per_step_is_no_finding() -> None:
     rep = _report(one, breakdown={"communication": 0.2}, phases={"communication": 0.2})
     assert "communication.accumulation_sync" not in findings(rep)
     assert finding(rep, "communication.share").time_share == pytest.approx(0.2, abs=1e-4)
+
+
+def test_other_collectives_in_the_backward_are_no_gradient_sync(tmp_path: Path) -> None:
+    # no_sync() used as it should be, and a SyncBatchNorm all-reducing in every micro-step's backward.
+    sync = _sync(tmp_path, _accumulation_trace(syncing={3}, sync_bn=True))
+    assert (sync.syncing_micro_steps_per_step, sync.redundant_micro_steps_per_step) == (1, 0)
+    assert sync.redundant_sync_us_per_step == 0
+
+
+def test_syncs_each_read_by_an_optimizer_step_are_not_redundant(tmp_path: Path) -> None:
+    # A GAN: two DDP models per step, each synced once and stepped by its own optimizer.
+    sync = _sync(tmp_path, _accumulation_trace(syncing={0, 1, 2, 3}, optimizer_after={0, 1, 2, 3}))
+    assert (sync.syncing_micro_steps_per_step, sync.redundant_micro_steps_per_step) == (4, 0)
+    # Stepping after the second and the fourth: only the first and the third were synced again unread.
+    sync = _sync(tmp_path, _accumulation_trace(syncing={0, 1, 2, 3}, optimizer_after={1, 3}))
+    assert sync.redundant_micro_steps_per_step == 2
+    assert sync.redundant_sync_us_per_step == pytest.approx(2 * SYNC_US)
+
+
+def test_a_forward_run_again_inside_the_backward_is_no_micro_step(tmp_path: Path) -> None:
+    builder = _accumulation_trace({0, 1, 2, 3}, wrapper="FullyShardedDataParallel.forward", recompute=True,
+                                  collective="reduce_scatter_tensor")
+    sync = _sync(tmp_path, builder)
+    assert (sync.micro_steps_per_step, sync.syncing_micro_steps_per_step) == (4, 4)

@@ -321,3 +321,24 @@ def test_phases_recorded_inside_a_clocked_phase_take_their_part_of_its_clock() -
     rep = _report(ProfilerOverhead(python_events_per_step={"forward": 20_000, "backward": 30_000}), times, 317_000.0, **recorded)
     overhead.correct(rep)
     assert rep.measurements.profiler_overhead.corrected_percent["communication"] < 2.0
+
+
+def test_a_clocked_phase_inside_another_clocked_range_gets_its_part() -> None:
+    # Optimizer-in-backward (post-accumulate-grad hooks): the optimizer's steps run inside loss.backward(),
+    # so the backward clock (8 ms) timed them and the optimizer clock saw nothing. The trace records 6 ms of
+    # backward and 3 ms of optimizer inside the backward ranges: the optimizer gets a third of the 8 ms.
+    section = ProfilerOverhead(
+        python_events_per_step={"forward": 20_000, "backward": 30_000},
+        within_clocked_us_per_step={"backward:backward": 6_000.0, "backward:optimizer": 3_000.0, "forward:forward": 2_000.0},
+    )
+    times = {
+        "unprofiled_step_us": [10_000.0] * 3,
+        "profiled_step_us": [14_000.0] * 3,
+        "unprofiled_phase_us": {"forward": [2_000.0] * 3, "backward": [8_000.0] * 3, "optimizer": [0.0] * 3},
+    }
+    rep = _report(section, times, 14_000.0, forward=0.2, backward=0.5, optimizer=0.3)
+    overhead.correct(rep)
+    result = rep.measurements.profiler_overhead
+    assert result.corrected_percent["optimizer"] == pytest.approx(100 * 8_000 / 3 / 10_000, rel=0.01)
+    assert result.corrected_percent["backward"] == pytest.approx(100 * 8_000 * 2 / 3 / 10_000, rel=0.01)
+    assert all(factor >= 1.0 for factor in result.slowdown_by_phase.values()), result.slowdown_by_phase

@@ -21,28 +21,50 @@ from torchscope.report.measurements import Float64
 from torchscope.trace.tables import EventTable
 
 DOUBLE_TYPES = frozenset({"double", "c10::complex<double>"})
+# Dtype conversions read a double tensor to make another dtype (the fix itself: `from_numpy(a).float()`).
+CONVERSIONS = frozenset({"aten::to", "aten::_to_copy", "aten::copy_", "aten::lift_fresh", "aten::lift_fresh_copy"})
 MAX_OPS = 5
 
 
-def _has_double(types: str) -> bool:
-    """Whether a recorded "Input type" list names a double tensor."""
+def _has_double(types: str, dims: str = "") -> bool:
+    """Whether the recorded "Input type" list names a double tensor that is not a 0-dim scalar: torch wraps
+    a Python number (`x * 0.5`, `a / math.sqrt(d)`) in a 0-dim double tensor, recorded with dims `[]`, and
+    computes in the other operand's dtype. Without recorded dims every double counts."""
     if "double" not in types:  # the common case, without parsing
         return False
     try:
         parsed = msgspec.json.decode(types)
+        shapes = msgspec.json.decode(dims) if dims else None
     except (msgspec.DecodeError, ValueError):
         return False
-    return isinstance(parsed, list) and any(t in DOUBLE_TYPES for t in parsed if isinstance(t, str))
+    if not isinstance(parsed, list):
+        return False
+    if not isinstance(shapes, list) or len(shapes) != len(parsed):
+        shapes = [None] * len(parsed)
+    return any(t in DOUBLE_TYPES and shape != [] for t, shape in zip(parsed, shapes) if isinstance(t, str))
+
+
+def _is_conversion(name: str) -> bool:
+    return name in CONVERSIONS
 
 
 def _typed_and_double(events: EventTable, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per row: whether the op has recorded input types, and whether one is a double tensor (each test runs
-    once per distinct type list; an absent list may be either "no string" or the empty text)."""
-    ids, slot = group_ids(events.input_type[rows])
-    texts = [events.strings[i] for i in ids.tolist()]
-    typed = np.fromiter((t not in ("", "[]") for t in texts), bool, ids.size)
-    double = np.fromiter((_has_double(t) for t in texts), bool, ids.size)
-    return typed[slot], double[slot]
+    """Per row: whether the op has recorded input types, and whether one is a double tensor that is not a
+    0-dim scalar. Each type list is read once; the dims only for the few lists that name a double (an absent
+    list may be either "no string" or the empty text)."""
+    strings = events.strings
+    type_ids, slot = group_ids(events.input_type[rows])
+    texts = [strings[i] for i in type_ids.tolist()]
+    typed = np.fromiter((t not in ("", "[]") for t in texts), bool, type_ids.size)[slot]
+    double = np.zeros(rows.size, dtype=bool)
+    candidates = np.flatnonzero(np.fromiter(("double" in t for t in texts), bool, type_ids.size)[slot])
+    if candidates.size:
+        chosen = rows[candidates]
+        key = (events.input_type[chosen].astype(np.int64) << 32) | events.input_dims[chosen].astype(np.int64)
+        keys, inverse = np.unique(key, return_inverse=True)
+        answers = np.fromiter((_has_double(strings[k >> 32], strings[k & 0xFFFFFFFF]) for k in keys.tolist()), bool, keys.size)
+        double[candidates] = answers[inverse.reshape(-1)] & ~events.name_mask(_is_conversion, chosen)
+    return typed, double
 
 
 def float64_ops(span: SpanInput) -> Float64 | None:

@@ -408,20 +408,25 @@ def _nested_in_clocked(
 ) -> tuple[dict[str, float], dict[str, float]]:
     """The clocked phases' medians less what other phases recorded inside their ranges, and those parts
     by phase. The clock's backward holds DDP's all-reduces (the trace's communication): its median is split
-    between backward and communication in their recorded proportions inside the backward ranges. A measured
-    phase's part (a fetch inside a forward, timed by the fetch clock already) is only taken off."""
+    between backward and communication in their recorded proportions inside the backward ranges. Only one
+    phase is open at a time, so a clocked phase recorded inside another's range (an optimizer step run by a
+    post-accumulate-grad hook inside backward) was timed by that range's clock, not its own: it gets its
+    part added. A measured phase's part (a fetch inside a forward, timed by the fetch clock already) is only
+    taken off."""
     by_pair = _within(within_us)
     own = dict(timed)
     nested: dict[str, float] = {}
     for clocked, clock_us in timed.items():
         recorded = {phase: us for (name, phase), us in by_pair.items() if name == clocked and us > 0}
-        others = {phase: us for phase, us in recorded.items() if phase != clocked and phase not in timed}
+        others = {phase: us for phase, us in recorded.items() if phase != clocked}
         total = sum(recorded.values())
         if total <= 0 or not others:
             continue
         for phase, us in others.items():
             part = clock_us * us / total
             own[clocked] -= part
-            if phase not in measured:
+            if phase in timed:
+                own[phase] += part
+            elif phase not in measured:
                 nested[phase] = nested.get(phase, 0.0) + part
     return own, nested

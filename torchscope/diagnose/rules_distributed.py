@@ -56,7 +56,7 @@ def communication_share(ctx: Context) -> Optional[Verdict]:
         return None
     return Verdict(
         title=f"Collective communication takes {pct(share)} of the step ({ms(share * ctx.mean_step_us)}) "
-        "without overlapping compute" + _apart(ctx),
+        "without overlapping compute" + _apart(ctx, share * ctx.mean_step_us),
         share=share,
         evidence={"communication_us_per_step": share * ctx.mean_step_us, "ranks": len(ctx.report.ranks)},
         recommendation=_COMM_ADVICE,
@@ -80,7 +80,7 @@ def _exposed_transfer(ctx: Context) -> Optional[Verdict]:
     waiting = f"; waiting for late ranks ({ms(distributed.wait_us_per_step)}) is the straggler's" if distributed.wait_us_per_step > 0 else ""
     return Verdict(
         title=f"Collective transfer not overlapped with compute takes {pct(share)} of the step "
-        f"({ms(exposed_us)}){waiting}{_apart(ctx)}",
+        f"({ms(exposed_us)}){waiting}{_apart(ctx, exposed_us)}",
         share=share,
         evidence={
             "exposed_transfer_us_per_step": distributed.exposed_transfer_us_per_step,
@@ -95,26 +95,35 @@ def _exposed_transfer(ctx: Context) -> Optional[Verdict]:
 
 
 def _redundant_part(ctx: Context) -> float:
-    """The part of the gradient collectives' time that `no_sync()` would skip (N-1 of N syncs): that part of
-    the communication is `communication.accumulation_sync`'s, not this finding's."""
+    """The part of the exposed collective time that `no_sync()` would skip (the redundant gradient syncs'
+    share of every all-reduce and reduce-scatter not overlapped by compute): that part of the
+    communication is `communication.accumulation_sync`'s, not this finding's. All-gathers and other
+    collectives count as collectives that stay."""
     sync = ctx.report.measurements.grad_sync
-    if not redundant_syncs(ctx) or sync.sync_us_per_step <= 0:
+    if not redundant_syncs(ctx) or sync.collective_exposed_us_per_step <= 0:
         return 0.0
-    return min(sync.redundant_sync_us_per_step / sync.sync_us_per_step, 1.0)
+    return min(sync.redundant_exposed_us_per_step / sync.collective_exposed_us_per_step, 1.0)
 
 
-def _apart(ctx: Context) -> str:
+def _apart(ctx: Context, us: float) -> str:
     part = _redundant_part(ctx)
-    return f"; the other {pct(part)}, synchronising gradients in every micro-step, is reported apart" if part > 0 else ""
+    if part <= 0 or part >= 1:
+        return ""
+    return f"; {ms(us * part / (1.0 - part))} more, synchronising gradients in every micro-step, is reported apart"
 
 
 ACCUMULATION_SYNC = Threshold(1.5, ">= 1.5 gradient synchronisations per step on average, in the backward of different micro-steps (I; DDP docs: no_sync)")
 
 
 def redundant_syncs(ctx: Context) -> bool:
-    """Whether steps accumulate gradients over micro-steps and synchronise them in more than one."""
+    """Whether steps accumulate gradients over micro-steps and synchronise them again before an optimizer
+    step reads them."""
     sync = ctx.report.measurements.grad_sync
-    return sync.syncing_micro_steps_per_step >= ACCUMULATION_SYNC.value and sync.redundant_sync_us_per_step > 0
+    return (
+        sync.syncing_micro_steps_per_step >= ACCUMULATION_SYNC.value
+        and sync.redundant_micro_steps_per_step > 0
+        and sync.redundant_sync_us_per_step > 0
+    )
 
 
 _NO_SYNC_FIXES = {
@@ -179,6 +188,7 @@ def communication_accumulation_sync(ctx: Context) -> Optional[Verdict]:
             "wrapper": sync.wrapper,
             "micro_steps_per_step": sync.micro_steps_per_step,
             "syncing_micro_steps_per_step": sync.syncing_micro_steps_per_step,
+            "redundant_micro_steps_per_step": sync.redundant_micro_steps_per_step,
             "gradient_sync_us_per_step": sync.sync_us_per_step,
             "redundant_sync_us_per_step": sync.redundant_sync_us_per_step,
             "redundant_exposed_us_per_step": sync.redundant_exposed_us_per_step,

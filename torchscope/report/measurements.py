@@ -320,16 +320,20 @@ class ModuleHooks(Section):
 
 class GradientSync(Section):
     """Gradient accumulation under data parallelism (analysis/grad_sync.py): forward passes (micro-steps) per
-    step, how many of them synchronised the gradients in their backward, and the gradient collectives'
-    time; with N syncs in a step, N-1 of them are redundant (`no_sync()` on the first micro-steps)."""
+    step, how many of them synchronised the gradients in their backward (the wrapper's gradient hooks), how
+    many of those were synchronised again before an optimizer step (redundant: `no_sync()` on the first
+    micro-steps), and the gradient collectives' time."""
 
     wrapper: Choice = ""  # "DistributedDataParallel", "FullyShardedDataParallel", "fully_shard" or ""
     micro_steps_per_step: PerStep = 0.0
     syncing_micro_steps_per_step: PerStep = 0.0
+    # Syncing micro-steps whose gradients were synchronised again before an optimizer step read them.
+    redundant_micro_steps_per_step: PerStep = 0.0
     sync_us_per_step: PerStep = 0.0  # the gradient collectives' wall time
     sync_exposed_us_per_step: PerStep = 0.0  # of it, not overlapped by compute
-    redundant_sync_us_per_step: PerStep = 0.0  # (N-1)/N of it in steps with N > 1 syncs
+    redundant_sync_us_per_step: PerStep = 0.0  # the redundant micro-steps' part of it
     redundant_exposed_us_per_step: PerStep = 0.0
+    collective_exposed_us_per_step: PerStep = 0.0  # every all-reduce and reduce-scatter, not overlapped by compute
 
 
 class Float64(Section):
