@@ -81,8 +81,12 @@ def gradient_sync(span: SpanInput) -> GradientSync | None:
     events, steps = span.events, span.steps
     if len(steps) == 0:
         return None
+    rows, wrapper = _forward_ranges(events)
+    if rows.size < 2:  # most traces: no accumulation to look at
+        return None
     backward = _ranges(events, np.flatnonzero(phase_masks(events)["backward"]))
-    forwards, wrapper = _forward_passes(events, backward)
+    rows = rows[~intervals.contains(backward, events.ts_us[rows])]  # a checkpointed block run again: no pass
+    forwards, _ = _ranges(events, rows)  # nested FSDP instances each record the range: one pass is their union
     step_of_forward = steps.index_of(forwards)
     keep = step_of_forward >= 0
     forwards, step_of_forward = forwards[keep], step_of_forward[keep]
@@ -120,23 +124,17 @@ def _ranges(events: EventTable, rows: np.ndarray) -> intervals.IntervalSet:
     return intervals.union(events.ts_us[rows], events.ts_us[rows] + events.dur_us[rows])
 
 
-def _forward_passes(events: EventTable, backward: intervals.IntervalSet) -> tuple[np.ndarray, str]:
-    """The start of each forward pass (sorted), and the data-parallel wrapper that marks them; forward ranges
-    that start inside a backward range (a checkpointed block run again) are no pass."""
+def _forward_ranges(events: EventTable) -> tuple[np.ndarray, str]:
+    """The rows of the forward ranges, and the data-parallel wrapper that records them (else torchscope's
+    forward labels, wrapper "")."""
     host = events.kind_rows(HOST_RANGES)
     wrapped = host[events.name_mask(_is_wrapper_forward, host)]
-    wrapper = ""
     if wrapped.size:
         names, slot = group_ids(events.name[wrapped])
         counts = np.bincount(slot, minlength=names.size)
-        wrapper = _WRAPPERS[events.strings[int(names[np.argmax(counts)])]]
-        rows = wrapped
-    else:
-        labels = events.kind_rows(Kind.USER_ANNOTATION)
-        rows = labels[events.name_mask(_is_forward_label, labels)]
-    rows = rows[~intervals.contains(backward, events.ts_us[rows])]
-    starts, _ = _ranges(events, rows)  # nested FSDP instances each record the range: one pass is their union
-    return starts, wrapper
+        return wrapped, _WRAPPERS[events.strings[int(names[np.argmax(counts)])]]
+    labels = events.kind_rows(Kind.USER_ANNOTATION)
+    return labels[events.name_mask(_is_forward_label, labels)], ""
 
 
 def _host_collectives(events: EventTable) -> np.ndarray:
