@@ -338,6 +338,23 @@ def test_outside_steps_names_the_loops_batch_source(culprit: str, source: bool) 
     assert ("Move this work out of the per-step path" in text) is not source
 
 
+@pytest.mark.parametrize(
+    ("culprit", "tokenizes"),
+    [
+        ("__call__ (tokenization_utils_base.py:2458)", True),  # a Hugging Face tokenizer called on a batch of text
+        ("encode_batch (tokenizers/implementations/base_tokenizer.py:90)", True),
+        ("tokenize (train.py:31)", True),  # the user's own
+        ("encode (vae.py:12)", False),  # an image encoder is no tokenizer
+        ("__call__ (transforms.py:95)", False),
+    ],
+)
+def test_outside_steps_tells_tokenization_to_move_ahead_or_into_workers(culprit: str, tokenizes: bool) -> None:
+    measurements, phases = _outside(0.3, {culprit: 2000.0})
+    text = finding(report(measurements=measurements, phases=phases), "outside_steps.work").recommendation
+    assert ("tokenizes text inside the step" in text) is tokenizes
+    assert ("Move this work out of the per-step path" in text) is not tokenizes
+
+
 def _sync(by_op: dict[str, float], sites: dict[str, float]) -> Measurements:
     return Measurements(sync=Synchronization(syncs_per_step=3, sync_us_per_step=sum(by_op.values()), by_op=by_op, call_sites=sites))
 

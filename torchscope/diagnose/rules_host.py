@@ -466,6 +466,22 @@ def _is_batch_source(name: str) -> bool:
     return bool(words & _BATCH_WORDS) and not (words & _CHECKPOINT_WORDS or file in _CHECKPOINT_FILES or words & _EVAL_WORDS)
 
 
+# A tokenizer called in the loop (`__call__ (tokenization_utils_base.py:2458)`, `encode_batch`, a `tokenize`
+# function of the user's): per-batch data preparation, which runs every step however rarely anything else does.
+_TOKENIZE_TEXT = (
+    "{name} tokenizes text inside the step: data preparation the step waits for, every step. Tokenize the "
+    "dataset once ahead of training (Hugging Face datasets' map(tokenize, batched=True), or token ids cached "
+    "to disk), or in the DataLoader's worker processes (in the Dataset's __getitem__ or a collate_fn, with "
+    "num_workers > 0)."
+)
+
+
+def _is_tokenization(name: str) -> bool:
+    match = _READABLE_FRAME.match(name.lower())
+    func, file = (match["func"], match["file"]) if match else (name.lower(), "")
+    return "tokeniz" in func or "tokeniz" in file
+
+
 _CLIP_TEXT = (
     "Gradient clipping ({name}) belongs to every step and is not work to move: it computes the gradients' norm "
     "in fewer ops with foreach=True (torch.nn.utils.clip_grad_norm_(..., foreach=True)), and under FSDP with "
@@ -492,16 +508,19 @@ def outside_steps_work(ctx: Context) -> Optional[Verdict]:
     # Advice for the culprits that matter: a 13 us .item() beside a 3 ms sleep is not why the step is slow.
     weighty = [name for name, us in top.items() if us >= HINT_SHARE * explained_us]
     clipping = [name for name in weighty if _is_grad_clipping(name)]
-    sources = [name for name in weighty if name not in clipping and _is_batch_source(name)]
-    movable = [name for name in weighty if name not in clipping and name not in sources]
+    tokenizing = [name for name in weighty if name not in clipping and _is_tokenization(name)]
+    sources = [name for name in weighty if name not in clipping + tokenizing and _is_batch_source(name)]
+    movable = [name for name in weighty if name not in clipping + tokenizing + sources]
     hints = _culprit_hints(movable)
     model_us = ctx.report.measurements.outside_steps.model_calls_us_per_step
     if model_us >= HINT_SHARE * explained_us and _NO_GRAD_MODEL_HINT not in hints:  # a model call under the culprits
         hints.append(_NO_GRAD_MODEL_HINT)
     advice = []
-    if hints or movable or not (clipping or sources):
+    if hints or movable or not (clipping or sources or tokenizing):
         advice.append("Move this work out of the per-step path: "
                       + ("; ".join(hints) if hints else "run it every N steps or in a background thread") + ".")
+    if tokenizing:
+        advice.append(_TOKENIZE_TEXT.format(name=tokenizing[0]))
     if sources:
         advice.append(_BATCH_SOURCE_TEXT.format(name=sources[0]))
     if clipping:
