@@ -19,7 +19,7 @@ from torchscope.files import read_regular
 
 _BUILTIN_METHOD = re.compile(r"^<built-in method (?P<name>[\w.]+) of (?P<owner>[\w.]+) object at 0x[0-9a-fA-F]+>$")
 _BUILTIN_FUNCTION = re.compile(r"^<built-in function (?P<name>[\w.]+)>$")
-_FRAME = re.compile(r"^(?P<file>[^()]*?)\((?P<line>\d+)\): (?P<func>.+)$")
+FRAME_PATTERN = re.compile(r"^(?P<file>[^()]*?)\((?P<line>\d+)\): (?P<func>.+)$")  # a Python frame: `file(line): func`
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 # Code that is not the user's: libraries, the interpreter's own modules, torch, and torchscope's capture
 # hooks (which wrap backward, DataLoader.__next__ and optimizer.step). Paths come absolute (older PyTorch,
@@ -50,7 +50,7 @@ def is_library_code(name: str) -> bool:
     """Whether a frame name (`path/file.py(42): func`), a `Call stack` entry or a file path is not the
     user's own code: a library, torch, torchscope's hooks or the standard library."""
     name = name.strip()
-    return _is_library(name, _FRAME.match(name))
+    return _is_library(name, FRAME_PATTERN.match(name))
 
 
 def is_interpreter_or_torch_code(name: str) -> bool:
@@ -60,7 +60,7 @@ def is_interpreter_or_torch_code(name: str) -> bool:
     name = name.strip()
     if _INTERPRETER_OR_TORCH.search(name) is not None:
         return True
-    match = _FRAME.match(name)
+    match = FRAME_PATTERN.match(name)
     file = (match["file"] if match else name).replace("\\", "/")
     if _ABSOLUTE.match(file):
         return file.startswith(_stdlib_dirs()) and not file.startswith(_site_prefixes())
@@ -76,7 +76,7 @@ def is_module_call(name: str) -> bool:
 def is_user_frame(name: str) -> bool:
     """A Python-function event of the user's own code: `path/train.py(42): train_step` outside libraries,
     torch, the standard library and torchscope's hooks."""
-    match = _FRAME.match(name)
+    match = FRAME_PATTERN.match(name)
     return match is not None and not _is_library(name, match)
 
 
@@ -219,7 +219,7 @@ def readable(name: str) -> str:
         return _OWNER_PREFIX.get(owner, f"{owner}.") + method
     if match := _BUILTIN_FUNCTION.match(name):
         return match["name"]
-    if match := _FRAME.match(name):
+    if match := FRAME_PATTERN.match(name):
         file = match["file"].replace("\\", "/").rsplit("/", 1)[-1]
         return f"{match['func']} ({file}:{match['line']})"
     return _ADDRESS.sub("", name)

@@ -22,7 +22,7 @@ import stat
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
-from torchscope.analysis.frames import _FRAME, climbs, readable  # _FRAME: a Python-function event's name
+from torchscope.analysis.frames import FRAME_PATTERN, climbs, readable
 from torchscope.files import read_regular
 from torchscope.rundir.manifest import read_manifests
 
@@ -48,7 +48,7 @@ def source_roots(trace_path: str) -> tuple[str, ...]:
 def frame_at_call(frame: str, callee: str, roots: tuple[str, ...] = ()) -> str:
     """`frame` (a Python-function event's name) with its line moved to the statement that calls
     `callee` (the name of the event it called), where the source says which one; else `frame`."""
-    match = _FRAME.match(frame)
+    match = FRAME_PATTERN.match(frame)
     name = _callee_name(callee)
     if match is None or name is None:
         return frame
@@ -59,7 +59,7 @@ def frame_at_call(frame: str, callee: str, roots: tuple[str, ...] = ()) -> str:
 def function_start(frame: str, roots: tuple[str, ...] = ()) -> str:
     """`frame` named by its function's first line where it was named by its running line (a frame active
     when profiling started), so that one function reads as one site; else `frame`."""
-    match = _FRAME.match(frame)
+    match = FRAME_PATTERN.match(frame)
     source = _source(path) if match is not None and (path := _locate(match["file"], roots)) is not None else None
     scope = source.function_at(int(match["line"]), match["func"]) if source is not None and match is not None else None
     if match is None or scope is None or not isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef)):
@@ -85,7 +85,7 @@ def call_line(path: Optional[str], first_line: int, function: str, callee: str) 
 def _callee_name(callee: str) -> Optional[str]:
     """The name the user's code calls `callee` by: `torch.ones` -> `ones`, `helper (train.py:30)` ->
     `helper`; None for a module (`nn.Module: Linear_0` is called through an attribute of any name)."""
-    if match := _FRAME.match(callee):
+    if match := FRAME_PATTERN.match(callee):
         return match["func"] if match["func"].isidentifier() else None
     text = readable(callee)
     if text.startswith("nn.Module:") or not text:

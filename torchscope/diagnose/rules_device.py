@@ -370,6 +370,62 @@ def compute_float64(ctx: Context) -> Optional[Verdict]:
     )
 
 
+GRAPH_BREAKS = Threshold(0.02, "any graph break inside a compiled call, with >= 2 % of the step between its graphs (COMPILE-PROF: graph breaks split CompiledFunction into pieces)")
+
+
+@rule(
+    "compute.graph_breaks",
+    "compute",
+    GRAPH_BREAKS,
+    severity=by_share(),
+    fixes=(
+        Fix(kind="env_var", target="TORCH_LOGS", value="graph_breaks", summary="log each graph break with its reason and source line"),
+        Fix(
+            kind="code_change",
+            target="torch.compile",
+            value="torch.compile(model, fullgraph=True)",
+            summary="make every graph break an error, to find and remove them one by one",
+        ),
+    ),
+)
+def compute_graph_breaks(ctx: Context) -> Optional[Verdict]:
+    """torch.compile splits the compiled model into several graphs, with Python between them."""
+    section = ctx.report.measurements.graph_breaks
+    if section.breaks_per_step <= 0 or section.graphs_per_step <= 0:
+        return None
+    # What breaks cost beyond one graph per call: the time between graphs less one graph's share of it;
+    # the Python there is slowed by the tracer as the forward and backward are. Lost fusion is not in it.
+    us = section.between_graphs_us_per_step * section.breaks_per_step / section.graphs_per_step
+    low, high = recorded_bounds(ctx, us, us, "forward", "backward")
+    if high < GRAPH_BREAKS.value:
+        return None
+    where = list(section.locations)
+    at = f", at {', '.join(where[:3])}" if where else ""
+    per_call = section.graphs_per_step / max(section.compiled_calls_per_step, 1.0)
+    return Verdict(
+        title=f"torch.compile runs each compiled call as {per_call:.0f} graphs: {section.breaks_per_step:.0f} graph "
+        f"break(s) per step{at}, {ms(section.between_graphs_us_per_step)} per step between graphs",
+        share=(low + high) / 2,
+        share_range=(low, high),
+        evidence={
+            "graphs_per_step": section.graphs_per_step,
+            "compiled_calls_per_step": section.compiled_calls_per_step,
+            "breaks_per_step": section.breaks_per_step,
+            "between_graphs_us_per_step": section.between_graphs_us_per_step,
+            **({"break_locations_per_step": section.locations} if where else {}),
+        },
+        recommendation=(
+            "Where dynamo cannot trace it ends the graph, runs Python and starts another: each break costs guards, "
+            "wrappers and the Python in between, and no fusion crosses it (not counted here). "
+            + (f"The graph breaks at {', '.join(where[:3])}. " if where else "")
+            + "Run once with TORCH_LOGS=graph_breaks (or torch._dynamo.explain(model)(*inputs)) for each break's reason; "
+            "the usual ones are .item(), float() or bool() of a tensor (a data-dependent if), print/logging and "
+            "calls dynamo cannot trace: compute on tensors instead (torch.where), move them out of the compiled code, "
+            "or compile with fullgraph=True to make each break an error."
+        ),
+    )
+
+
 COMPUTE_BOUND = Threshold(0.5, "no other warning, and compute fills >= 50 % of the step (I)")
 
 

@@ -361,6 +361,18 @@ class PhaseClock(Section):
     compute_cpu_per_wall: Median = 0.0
 
 
+class GraphBreaks(Section):
+    """torch.compile graph breaks in training (analysis/graph_breaks.py): compiled graphs (`CompiledFunction`)
+    and compiled calls (outermost compiled regions) per step, the breaks between, where they are (dynamo's
+    resume functions, with stacks) and the time between graphs."""
+
+    graphs_per_step: PerStep = 0.0
+    compiled_calls_per_step: PerStep = 0.0
+    breaks_per_step: PerStep = 0.0
+    between_graphs_us_per_step: PerStep = 0.0
+    locations: PerStepByName = {}  # "forward (train.py:9)": resumes per step
+
+
 class Measurements(msgspec.Struct, kw_only=True):
     """Every measurement section of a run (each at its defaults when no span had it)."""
 
@@ -385,6 +397,7 @@ class Measurements(msgspec.Struct, kw_only=True):
     grad_sync: GradientSync = msgspec.field(default_factory=GradientSync)
     float64: Float64 = msgspec.field(default_factory=Float64)
     phase_clock: PhaseClock = msgspec.field(default_factory=PhaseClock)
+    graph_breaks: GraphBreaks = msgspec.field(default_factory=GraphBreaks)
     step_time: StepTime = msgspec.field(default_factory=StepTime)
 
 
