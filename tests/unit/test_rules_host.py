@@ -74,6 +74,37 @@ def test_dispatch_with_a_per_element_loop_is_costed_as_batching_it() -> None:
     assert f.time_share == pytest.approx(0.25)
 
 
+def test_dispatch_saving_leaves_out_the_profilers_own_cost() -> None:
+    """Recorded 2x slower (10 ms recorded, 5 ms unprofiled), 4 ms of it the profiler's cost in forward and
+    backward: the low end takes that cost off the recorded 2.5 ms (ops and Python: nothing left), the high
+    end scales the recorded 2.5 ms as forward and backward are (their 80 % recorded is 60 % unprofiled)."""
+    overhead = ProfilerOverhead(
+        method="step_clock", unprofiled_step_us=5_000.0, profiled_step_us=10_000.0,
+        overhead_us_by_phase={"forward": 1_500.0, "backward": 2_500.0},
+        corrected_percent={"forward": 20.0, "backward": 40.0, "other": 40.0},
+    )
+    measurements = _dispatch(500, 1500, 1000)
+    measurements.profiler_overhead = overhead
+    rep = report(measurements=measurements, phases={"forward": 0.3, "backward": 0.5, "other": 0.2})
+    f = finding(rep, "host_overhead.dispatch")
+    assert (f.time_share_low, f.time_share_high) == pytest.approx((0.0, 0.25 * 60 / 80))
+    # A loop of recurrent cells: the same finding says to run the sequence through nn.LSTM.
+    measurements.patterns = Patterns(recurrent_cells_per_step=50, recurrent_cell="aten::lstm_cell")
+    f = finding(report(measurements=measurements), "host_overhead.dispatch")
+    assert "calls a recurrent cell (aten::lstm_cell) 50 times per step" in f.recommendation and "nn.LSTM" in f.recommendation
+
+
+def test_indexing_loop_over_a_recurrent_cell_advises_the_sequence_module() -> None:
+    patterns = Patterns(indexing_loop_iterations_per_step=50, indexing_loop_us_per_step=4_000,
+                        recurrent_cells_per_step=50, recurrent_cell="aten::gru_cell")
+    f = finding(report(measurements=Measurements(patterns=patterns)), "host_overhead.indexing_loop")
+    assert f.title.startswith("A Python loop runs a recurrent cell (aten::gru_cell) one time step at a time")
+    assert fixes(f) == {"nn.LSTM": ("code_change", "output, h = nn.GRU(input_size, hidden_size)(x)  # x: (time, batch, features)")}
+    assert "nn.GRU" in f.recommendation and "index with a tensor" not in f.recommendation
+    plain = finding(report(measurements=Measurements(patterns=Patterns(indexing_loop_iterations_per_step=50, indexing_loop_us_per_step=4_000))), "host_overhead.indexing_loop")
+    assert list(fixes(plain)) == ["indexing loop"] and "index with a tensor" in plain.recommendation
+
+
 def test_dispatch_is_reported_from_200_tiny_ops_whatever_their_share() -> None:
     f = finding(report(measurements=_dispatch(200, 100, 0)), "host_overhead.dispatch")
     assert f.severity == "info" and f.time_share == pytest.approx(0.005)  # (0 + 100 us) / 2 of 10 ms

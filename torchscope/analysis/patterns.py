@@ -23,6 +23,7 @@ import numpy as np
 from torchscope.analysis.span import SpanInput
 from torchscope.analysis.nesting import HostTree
 from torchscope.analysis.steps import event_steps, main_thread_mask
+from torchscope.arrays import group_ids
 from torchscope.report.measurements import Patterns
 from torchscope.trace.kinds import Kind
 from torchscope.trace.tables import EventTable
@@ -32,6 +33,7 @@ HALF_TYPES = ("c10::Half", "c10::BFloat16", "Half", "BFloat16")
 INIT_OPS = frozenset({"aten::fill_", "aten::zero_", "aten::normal_", "aten::uniform_"})
 MIN_LOOP_REPEATS = 10  # the matcher's threshold
 MATMUL_OPS = frozenset({"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul", "aten::linear"})
+RECURRENT_CELLS = frozenset({"aten::lstm_cell", "aten::gru_cell", "aten::rnn_tanh_cell", "aten::rnn_relu_cell"})
 
 
 def _has_bias(dims: str) -> bool:
@@ -79,6 +81,10 @@ def _is_matmul(name: str) -> bool:
 
 def _is_init(name: str) -> bool:
     return name in INIT_OPS
+
+
+def _is_recurrent_cell(name: str) -> bool:
+    return name in RECURRENT_CELLS
 
 
 def _is_select(name: str) -> bool:
@@ -229,6 +235,9 @@ def patterns(span: SpanInput) -> Patterns:
     loop_starts, loop_us = for_loop_indexing(events, span.tree)
     looped = in_steps[loop_starts]
     copies = extra_device_copies(events, span.tree)
+    cells = outermost[events.name_mask(_is_recurrent_cell, outermost)]
+    cell_names, cell_slot = group_ids(events.name[cells])
+    cell = events.strings[int(cell_names[np.argmax(np.bincount(cell_slot))])] if cells.size else ""
     return Patterns(
         conv_bias_before_batch_norm_per_step=float((conv & followed_by_bn).sum() / n),
         half_matmuls_misaligned_per_step=float(half.sum() / n),
@@ -236,4 +245,6 @@ def patterns(span: SpanInput) -> Patterns:
         indexing_loop_us_per_step=float(loop_us[looped].sum() / n),
         extra_device_copies_per_step=float(in_steps[copies].sum() / n),
         extra_device_copy_us_per_step=float(events.dur_us[copies[in_steps[copies]]].sum() / n),
+        recurrent_cells_per_step=float(cells.size / n),
+        recurrent_cell=cell,
     )

@@ -29,11 +29,20 @@ INDEXING_LOOP = Threshold(0, "any run of >= 10 iterations of select-led ops (tor
             value="t[idx] = values  /  torch.index_select, torch.gather, torch.where, masks",
             summary="one vectorised op instead of one small op per element",
         ),
+        Fix(
+            kind="code_change",
+            target="nn.LSTM",
+            value="output, (h, c) = nn.LSTM(input_size, hidden_size)(x)  # x: (time, batch, features)",
+            summary="run the recurrence over the whole sequence in one call (nn.LSTM, nn.GRU, nn.RNN) instead of a "
+            "cell per time step from Python",
+        ),
     ),
 )
 def host_overhead_indexing_loop(ctx: Context) -> Optional[Verdict]:
     """A Python loop indexing a tensor one element at a time (costed by the loop's host time, less what
-    a vectorised op keeps)."""
+    a vectorised op keeps). Where the loop calls a recurrent cell per time step (nn.LSTMCell over a
+    sequence) each iteration needs the previous one's state: no indexing op replaces it, a sequence-level
+    recurrent module does."""
     patterns = ctx.report.measurements.patterns
     iterations = patterns.indexing_loop_iterations_per_step
     if iterations <= INDEXING_LOOP.value:
@@ -41,14 +50,35 @@ def host_overhead_indexing_loop(ctx: Context) -> Optional[Verdict]:
     loop_us = patterns.indexing_loop_us_per_step
     low, high = (ctx.share(loop_us * (1.0 - kept)) for kept in LOOP_KEPT)
     where = "host time, hidden where the device is busy" if ctx.has_device else "main-thread time"
+    evidence = {"indexing_loop_iterations_per_step": iterations, "indexing_loop_us_per_step": loop_us}
+    if patterns.recurrent_cells_per_step >= MIN_RECURRENT_STEPS:
+        cell = patterns.recurrent_cell
+        module = _SEQUENCE_MODULES.get(cell, "nn.LSTM")
+        return Verdict(
+            title=f"A Python loop runs a recurrent cell ({cell}) one time step at a time: {patterns.recurrent_cells_per_step:.0f} "
+            f"calls per step, {ms(loop_us)} ({where})",
+            share=(low + high) / 2.0,
+            share_range=(low, high),
+            evidence={**evidence, "recurrent_cells_per_step": patterns.recurrent_cells_per_step, "recurrent_cell": cell},
+            recommendation=f"Each iteration needs the previous hidden state, so no indexing op replaces the loop: run the "
+            f"whole sequence through {module} (one call that projects the inputs of all time steps at once and loops in "
+            "C++, with cuDNN's fused kernels on a GPU), or torch.compile the loop.",
+            fix_values={"nn.LSTM": f"output, h = {module}(input_size, hidden_size)(x)  # x: (time, batch, features)"},
+            fix_targets=("nn.LSTM",),
+        )
     return Verdict(
         title=f"A Python loop indexes tensors element by element: {iterations:.0f} iterations per step, {ms(loop_us)} ({where})",
         share=(low + high) / 2.0,
         share_range=(low, high),
-        evidence={"indexing_loop_iterations_per_step": iterations, "indexing_loop_us_per_step": loop_us},
+        evidence=evidence,
         recommendation="Replace the loop with one vectorised operation: index with a tensor of indices or a mask "
         "(t[idx] = values, torch.index_select, torch.gather, torch.where) instead of t[i] in a for loop.",
+        fix_targets=("indexing loop",),
     )
+
+
+MIN_RECURRENT_STEPS = 10  # cell calls per step that make a loop over time steps (the matcher's loop threshold)
+_SEQUENCE_MODULES = {"aten::lstm_cell": "nn.LSTM", "aten::gru_cell": "nn.GRU", "aten::rnn_tanh_cell": "nn.RNN", "aten::rnn_relu_cell": "nn.RNN(nonlinearity='relu')"}
 
 
 EXTRA_COPY = Threshold(0, "any tensor filled on the CPU and copied to the device at once (torch.profiler `_pattern_matcher` ExtraCUDACopyPattern)")

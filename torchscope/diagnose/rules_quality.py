@@ -240,6 +240,19 @@ def unprofiled_scale(ctx: Context, *phases: str) -> float:
     return min(corrected / recorded, 1.0)
 
 
+def without_recording(ctx: Context, share: float, *phases: str) -> float:
+    """A share of the recorded step that is the fixed cost of operators and the Python between them, as a
+    share of the unprofiled step: the profiler's own cost in `phases` (its per-event recording, all of it in
+    such time) taken off first, since no fix can save it. Where the capture did not measure the overhead,
+    scaled as `phases` are (`unprofiled_scale`)."""
+    section = ctx.report.measurements.profiler_overhead
+    unprofiled = unprofiled_step_us(ctx)
+    if unprofiled is None or not section.overhead_us_by_phase:
+        return share * unprofiled_scale(ctx, *phases)
+    overhead = sum(section.overhead_us_by_phase.get(name, 0.0) for name in phases)
+    return min(max(share * ctx.mean_step_us - overhead, 0.0) / unprofiled, 1.0)
+
+
 def scaled(cost: tuple[float, tuple[float, float]], scale: float) -> tuple[float, tuple[float, float]]:
     """A finding's (share, (low, high)) times `scale`."""
     share, (low, high) = cost

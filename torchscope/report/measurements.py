@@ -179,6 +179,10 @@ class Patterns(Section):
     indexing_loop_us_per_step: PerStep = 0.0  # host time of those iterations
     extra_device_copies_per_step: PerStep = 0.0  # tensors filled on the CPU, then copied to the device
     extra_device_copy_us_per_step: PerStep = 0.0  # host time of those copies (`aten::to`)
+    # Recurrent cells called one time step at a time (`aten::lstm_cell`, `gru_cell`, `rnn_tanh_cell`,
+    # `rnn_relu_cell`): nn.LSTMCell & co. in a Python loop over the sequence.
+    recurrent_cells_per_step: PerStep = 0.0
+    recurrent_cell: Choice = ""
 
 
 class Memory(Section):
