@@ -70,3 +70,20 @@ def test_torchscopes_and_the_profilers_frames_are_never_culprits(name: str) -> N
     sys.path): torchscope's own step frame is overhead either way."""
     assert _is_profiler_frame(name)
     assert not _is_profiler_frame("train.py(12): step")
+
+
+def test_a_decorators_wrapper_frame_names_the_function_it_runs() -> None:
+    # `@torch.no_grad() def ema_update(): ...` runs inside torch's `decorate_context`, and a ContextDecorator
+    # inside contextlib's `inner`: the user's functions are the culprits, each once.
+    b = TraceBuilder()
+    for step in range(2):
+        t0 = 1000.0 + 10_000.0 * step
+        b.step(step + 1, t0, 10_000)
+        b.annotation(FORWARD, t0 + 100, 2000)
+        b.op("torch/utils/_contextlib.py(120): decorate_context", t0 + 3000, 3000, cat="python_function")
+        b.op("train.py(12): ema_update", t0 + 3010, 2900, cat="python_function")
+        b.op("aten::mul_", t0 + 3100, 1000)
+        b.op("contextlib.py(81): inner", t0 + 6500, 1000, cat="python_function")
+        b.op("train.py(30): timed_block", t0 + 6510, 900, cat="python_function")
+    culprits = outside_steps(SpanInput(parse_trace_bytes(json.dumps(b.document()).encode()))).culprits_us_per_step
+    assert culprits == pytest.approx({"ema_update (train.py:12)": 2900.0, "timed_block (train.py:30)": 900.0})

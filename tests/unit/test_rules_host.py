@@ -342,12 +342,16 @@ def test_outside_steps_hints_come_from_the_culprits_that_matter() -> None:
         ("__call__ (eval_frame.py:499)", []),  # torch._dynamo's frame evaluation, not an evaluation
         ("compute_logits (model.py:12)", []),  # logits, not logging
         ("saved_tensors_hooks (graph.py:300)", []),
+        ("ema_update (train.py:12)", ["moving average"]),  # a weights' EMA: one multi-tensor op per step
+        ("update (model_ema.py:120)", []),  # the file alone says nothing of what the call does
+        ("update_parameters (swa_utils.py:250)", []),
+        ("ModelEmaV2.update (timm/utils/model_ema.py:120)", ["moving average"]),
     ],
 )
 def test_outside_steps_hints_read_the_words_of_the_call(culprit: str, hint: list[str]) -> None:
     measurements, phases = _outside(0.3, {culprit: 2000.0})
     text = finding(report(measurements=measurements, phases=phases), "outside_steps.work").recommendation
-    hints = ("write checkpoints", "log metrics", "run evaluation", "a model call without gradients")
+    hints = ("write checkpoints", "log metrics", "run evaluation", "moving average", "a model call without gradients")
     assert [h for h in hints if h in text] == hint
 
 

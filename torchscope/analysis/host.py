@@ -298,8 +298,11 @@ def outside_phases(
     around_steps = encloses_markers(events, tree)
     profiler_frames = events.name_mask(_is_profiler_frame)
     candidate = host & ~own & ~profiler_frames & ~inside_phase & ~around_steps
+    # A decorator's wrapper frame (`@torch.no_grad()` runs the function inside `decorate_context`) names no
+    # work: the function it wraps is the culprit.
+    named = candidate & ~events.name_mask(_is_passthrough_wrapper)
     parent = tree.parent
-    chosen = np.flatnonzero(candidate & ((parent < 0) | ~candidate[np.maximum(parent, 0)]))
+    chosen = np.flatnonzero(named & ((parent < 0) | (nearest_ancestor_of(tree, named)[np.maximum(parent, 0)] < 0)))
     # The time of the profiler's and torchscope's own frames inside the steps (a step hook, and what it
     # calls: signal.signal, contextlib) is overhead, not a culprit's. Their calls need not nest in the
     # tree (the next ProfilerStep range opens inside the hook), so their time is taken out, not their
@@ -324,6 +327,15 @@ def outside_phases(
         culprits_us_per_step=readable_totals({events.strings[int(names[i])]: float(totals[i]) for i in top if totals[i] > 0}),
         model_calls_us_per_step=intervals.total_length(model_calls) / max(len(steps), 1),
     )
+
+
+_PASSTHROUGH_WRAPPER = re.compile(r"(^|/)(torch/utils/_contextlib\.py\(\d+\): decorate_context|contextlib\.py\(\d+\): inner)$")
+
+
+def _is_passthrough_wrapper(name: str) -> bool:
+    """The frame a decorator runs the decorated function in: torch's grad-mode decorators (`@torch.no_grad()`,
+    `@torch.inference_mode()`) and contextlib's ContextDecorator."""
+    return _PASSTHROUGH_WRAPPER.search(name) is not None
 
 
 def _is_profiler_frame(name: str) -> bool:

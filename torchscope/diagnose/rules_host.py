@@ -424,6 +424,14 @@ _READABLE_FRAME = re.compile(r"^(?P<func>.*?) \((?P<file>[^()]*?)(\.py)?:\d+\)$"
 _CHECKPOINT_HINT = "write checkpoints every N steps (or from a background thread / torch.distributed.checkpoint async_save)"
 _LOGGING_HINT = "log metrics every N steps and avoid .item()/.cpu() on each step"
 _EVAL_HINT = "run evaluation every N steps, not inside every step"
+# An exponential moving average of the weights (`ema_update`, timm's ModelEmaV2, AveragedModel): a loop of
+# two tiny ops per parameter, every step.
+_EMA_WORDS = frozenset({"ema", "swa", "polyak", "averaged", "average", "moving"})
+_EMA_HINT = (
+    "update the weights' moving average with one multi-tensor op per step (torch._foreach_lerp_(ema_params, "
+    "params, 1 - decay), or torch.optim.swa_utils.AveragedModel(model, multi_avg_fn=get_ema_multi_avg_fn(decay))) "
+    "rather than a loop over parameters, or every N steps"
+)
 # A model call outside the phases: the capture leaves a module call without gradients unlabelled once the
 # run has trained (capture/phases.py NO_GRAD_FORWARD).
 _NO_GRAD_MODEL_HINT = (
@@ -454,9 +462,11 @@ def _culprit_hints(names: list[str]) -> list[str]:
             found.add(_LOGGING_HINT)
         if words & _EVAL_WORDS:
             found.add(_EVAL_HINT)
+        if words & _EMA_WORDS or "emav" in lower:
+            found.add(_EMA_HINT)
         if lower.startswith("nn.module: "):
             found.add(_NO_GRAD_MODEL_HINT)
-    return [hint for hint in (_CHECKPOINT_HINT, _LOGGING_HINT, _EVAL_HINT, _NO_GRAD_MODEL_HINT) if hint in found]
+    return [hint for hint in (_CHECKPOINT_HINT, _LOGGING_HINT, _EVAL_HINT, _EMA_HINT, _NO_GRAD_MODEL_HINT) if hint in found]
 
 
 def _is_grad_clipping(name: str) -> bool:
