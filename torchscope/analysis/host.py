@@ -300,9 +300,14 @@ def outside_phases(
     candidate = host & ~own & ~profiler_frames & ~inside_phase & ~around_steps
     # A decorator's wrapper frame (`@torch.no_grad()` runs the function inside `decorate_context`) names no
     # work: the function it wraps is the culprit.
-    named = candidate & ~events.name_mask(_is_passthrough_wrapper)
+    wrappers = candidate & events.name_mask(_is_passthrough_wrapper)
+    named = candidate & ~wrappers
     parent = tree.parent
-    chosen = np.flatnonzero(named & ((parent < 0) | (nearest_ancestor_of(tree, named)[np.maximum(parent, 0)] < 0)))
+    if wrappers.any():  # past the wrappers to the nearest named ancestor (a walk over the whole tree)
+        under_named = nearest_ancestor_of(tree, named)[np.maximum(parent, 0)] >= 0
+    else:
+        under_named = named[np.maximum(parent, 0)]
+    chosen = np.flatnonzero(named & ((parent < 0) | ~under_named))
     # The time of the profiler's and torchscope's own frames inside the steps (a step hook, and what it
     # calls: signal.signal, contextlib) is overhead, not a culprit's. Their calls need not nest in the
     # tree (the next ProfilerStep range opens inside the hook), so their time is taken out, not their
