@@ -2,7 +2,7 @@
 value in every block (a graph break each) and without: compute.graph_breaks counts the graphs, names the
 line it breaks at and costs the time between graphs; the model compiled whole has no such finding. (On the
 project's 2-core machine the breaks made the unprofiled step 6.67 ms against 5.00 ms; the finding said
-23.6 % (16.6-30.6 %).)"""
+17.8 % (12.5-23.1 %), the fusion lost across the breaks not counted.)"""
 
 from __future__ import annotations
 
@@ -35,7 +35,18 @@ class Block(torch.nn.Module):
         return x + self.b(h)
 
 
-model = torch.nn.Sequential(*[Block() for _ in range(4)], torch.nn.Linear(128, 10))
+class Net(torch.nn.Module):  # a root module of its own: dynamo also compiles the capture's phase hooks on it
+    def __init__(self):
+        super().__init__()
+        self.blocks, self.head = torch.nn.ModuleList(Block() for _ in range(4)), torch.nn.Linear(128, 10)
+
+    def forward(self, x):
+        for block in self.blocks:
+            x = block(x)
+        return self.head(x)
+
+
+model = Net()
 compiled = torch.compile(model)
 opt = torch.optim.SGD(model.parameters(), lr=0.01)
 x, y = torch.randn(32, 128), torch.randint(0, 10, (32,))

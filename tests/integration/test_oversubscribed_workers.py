@@ -1,7 +1,7 @@
 """A real CPU capture (`torchscope run`) whose DataLoader runs as many computing workers as the machine has
 cores, beside compute's intra-op threads on every core: data_loading.oversubscribed_workers measures the
 compute lost to it from the phase clock and advises the workers that fit. (On the project's 2-core machine
-2 workers made the median step 14.9 ms against 9.3 ms with none; the finding said 36.2 % (29.9-42.4 %).)"""
+2 workers made the median step 14.9 ms against 9.3 ms with none; the finding said 36.3 % (30.0-42.6 %).)"""
 
 from __future__ import annotations
 

@@ -16,7 +16,8 @@ from torchscope.report.measurements import GraphBreaks, Measurements
 STEP_US = 10_000.0
 
 
-def _compiled_steps(graphs: int, resume: bool = True, second_model: bool = True) -> TraceBuilder:
+def _compiled_steps(graphs: int, resume: bool = True, second_model: bool = True, extras: bool = False,
+                    gpu: bool = False) -> TraceBuilder:
     """3 steps. The model's compiled call: one region holding `graphs` CompiledFunction ranges of 500 us
     with 100 us of Python between them (dynamo's resume functions where `resume`); then, where
     `second_model`, another module compiled apart (one graph, its own region: a second call, no break)."""
@@ -35,6 +36,15 @@ def _compiled_steps(graphs: int, resume: bool = True, second_model: bool = True)
             b.op("CompiledFunction", t0 + 6_050, 500)
         b.op("autograd::engine::evaluate_function: CompiledFunctionBackward", t0 + 7_000, 1_000)
         b.op("CompiledFunctionBackward", t0 + 7_010, 900)
+        if extras:
+            # Compiled regions without a training graph: torchscope's phase hook compiled on its own, and a
+            # compiled optimizer step; compilation inside the model's region (a recompile).
+            b.op("Torch-Compiled Region: 5/0", t0 + 50, 20)
+            b.op("Torch-Compiled Region: 6/0", t0 + 8_500, 800)
+            b.op("Optimizer.step#SGD.step", t0 + 8_400, 1_000, cat="user_annotation")
+            b.op("compile_inner (dynamo_timed)", t0 + 120, 25)
+        if gpu:  # the device busy through the whole forward: the host's gaps cost nothing
+            b.launch(t0 + 110, 5, t0 + 100, 6_000)
     return b
 
 
@@ -49,9 +59,25 @@ def test_graphs_calls_breaks_and_locations(tmp_path: Path) -> None:
     # 5 graphs in 2 compiled calls: the model's 4 (3 breaks) and the other model's 1 (none).
     assert (section.graphs_per_step, section.compiled_calls_per_step, section.breaks_per_step) == (5, 2, 3)
     assert section.locations == {"forward (model.py:42)": 3}
-    # Between graphs: in the regions 4 x 600 - 4 x 500 + 600 - 500 us, and in the backward the autograd
-    # node's 1,000 us around its 900 us graph.
+    # Between graphs: in the regions 4 x 600 - 4 x 500 + 600 - 500 us, and the backward graph's autograd
+    # node around it (1,000 us around 900 us).
     assert section.between_graphs_us_per_step == pytest.approx(4 * 100 + 100 + 100, abs=1)
+
+
+def test_regions_without_graphs_are_no_calls_and_compilation_is_no_gap(tmp_path: Path) -> None:
+    rep = torchscope.analyze(_compiled_steps(graphs=4, extras=True).write(tmp_path / "t.pt.trace.json"), jobs=1, use_cache=False)
+    section = rep.measurements.graph_breaks
+    assert (section.graphs_per_step, section.compiled_calls_per_step, section.breaks_per_step) == (5, 2, 3)
+    assert section.between_graphs_us_per_step == pytest.approx(4 * 100 + 100 - 25 + 100, abs=1)
+
+
+def test_on_a_gpu_only_the_device_idle_time_between_graphs_counts(tmp_path: Path) -> None:
+    rep = torchscope.analyze(_compiled_steps(graphs=4, gpu=True).write(tmp_path / "t.pt.trace.json"), jobs=1, use_cache=False)
+    section = rep.measurements.graph_breaks
+    assert section.time_base == "device_idle" and section.breaks_per_step == 3
+    # The second model's last 50 us, and the backward node's 100 us, after the kernel.
+    assert section.between_graphs_us_per_step == pytest.approx(150, abs=1)
+    assert "compute.graph_breaks" not in {f.id for f in rep.findings}
 
 
 def test_one_graph_per_call_is_no_break(tmp_path: Path) -> None:
@@ -79,7 +105,7 @@ def test_rule_costs_the_breaks_share_of_the_time_between_graphs() -> None:
                           between_graphs_us_per_step=0.32 * step_us, locations={"forward (train.py:9)": 8})
     f = finding(_report(section), "compute.graph_breaks")
     assert f.time_share == pytest.approx(0.32 * 15 / 16, abs=1e-3)  # no step clock: recorded shares
-    assert "16 graphs" in f.title and "at forward (train.py:9)" in f.title
+    assert f.title.startswith("torch.compile breaks the graph 15 time(s) per step (16 graphs in 1 compiled call(s), at forward (train.py:9))")
     assert {fix.target for fix in f.fixes} == {"TORCH_LOGS", "torch.compile"}
     small = GraphBreaks(graphs_per_step=2, compiled_calls_per_step=1, breaks_per_step=1, between_graphs_us_per_step=0.01 * step_us)
     assert "compute.graph_breaks" not in findings(_report(small))

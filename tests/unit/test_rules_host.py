@@ -381,6 +381,10 @@ def test_outside_steps_names_the_loops_batch_source(culprit: str, source: bool) 
         ("tokenize (train.py:31)", True),  # the user's own
         ("encode (vae.py:12)", False),  # an image encoder is no tokenizer
         ("__call__ (transforms.py:95)", False),
+        ("batch_decode (tokenization_utils_base.py:3800)", False),  # decoding samples to log them
+        ("save_pretrained (tokenization_utils_base.py:2400)", False),
+        ("evaluate (finetune_pretokenized.py:88)", False),  # the script's name says nothing of the call
+        ("_batch_encode_plus (tokenization_utils_fast.py:512)", True),
     ],
 )
 def test_outside_steps_tells_tokenization_to_move_ahead_or_into_workers(culprit: str, tokenizes: bool) -> None:

@@ -27,7 +27,9 @@ def from_step_clock(report: Report) -> None:
     if len(unprofiled) < MIN_STEPS:
         return
     clocked = phase_times(report.run.manifest, len(unprofiled))
-    phases = {name: us for name, us in clocked.items() if name in COMPUTE_PHASES and us.any()}
+    # Each phase over the steps it ran in (an optimizer stepping every other step is no contention), where
+    # it ran in at least half of them.
+    phases = {name: us[us > 0] for name, us in clocked.items() if name in COMPUTE_PHASES and (us > 0).sum() * 2 >= us.size}
     if not phases:
         return
     section = report.measurements.phase_clock
@@ -37,7 +39,19 @@ def from_step_clock(report: Report) -> None:
     section.fastest_us = {name: float(np.percentile(us, FAST_PERCENTILE, method="lower")) for name, us in phases.items()}
     section.excess_us_per_step = sum(section.median_us[name] - section.fastest_us[name] for name in phases)
     environment = report.run.manifest.get("environment")
-    times = environment.get("step_times") if isinstance(environment, dict) else None
+    environment = environment if isinstance(environment, dict) else {}
+    times = environment.get("step_times")
     rest = times.get("rest_cpu_per_wall") if isinstance(times, dict) else None
-    if isinstance(rest, (int, float)) and not isinstance(rest, bool) and rest > 0:
+    if _positive(rest):
         section.compute_cpu_per_wall = float(rest)
+    # The process tree's CPU beyond the training process's own, over the recorded window: its children,
+    # the DataLoader workers (a worker waiting on I/O uses next to none).
+    contention = environment.get("contention")
+    contention = contention if isinstance(contention, dict) else {}
+    own, process, wall = contention.get("own_cpu_s"), contention.get("process_cpu_s"), contention.get("wall_s")
+    if _positive(own) and _positive(process) and _positive(wall):
+        section.children_cpu_per_wall = max(float(own) - float(process), 0.0) / float(wall)
+
+
+def _positive(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0

@@ -370,7 +370,7 @@ def compute_float64(ctx: Context) -> Optional[Verdict]:
     )
 
 
-GRAPH_BREAKS = Threshold(0.02, "any graph break inside a compiled call, with >= 2 % of the step between its graphs (COMPILE-PROF: graph breaks split CompiledFunction into pieces)")
+GRAPH_BREAKS = Threshold(0.02, "any graph break inside a compiled call, its part of the time between graphs >= 2 % of the step (COMPILE-PROF: graph breaks split CompiledFunction into pieces)")
 
 
 @rule(
@@ -396,15 +396,16 @@ def compute_graph_breaks(ctx: Context) -> Optional[Verdict]:
     # What breaks cost beyond one graph per call: the time between graphs less one graph's share of it;
     # the Python there is slowed by the tracer as the forward and backward are. Lost fusion is not in it.
     us = section.between_graphs_us_per_step * section.breaks_per_step / section.graphs_per_step
-    low, high = recorded_bounds(ctx, us, us, "forward", "backward")
+    low, high = recorded_bounds(ctx, us, us, "forward")
     if high < GRAPH_BREAKS.value:
         return None
     where = list(section.locations)
     at = f", at {', '.join(where[:3])}" if where else ""
-    per_call = section.graphs_per_step / max(section.compiled_calls_per_step, 1.0)
+    idle = " of device idle time" if section.time_base == "device_idle" else ""
     return Verdict(
-        title=f"torch.compile runs each compiled call as {per_call:.0f} graphs: {section.breaks_per_step:.0f} graph "
-        f"break(s) per step{at}, {ms(section.between_graphs_us_per_step)} per step between graphs",
+        title=f"torch.compile breaks the graph {section.breaks_per_step:.0f} time(s) per step ({section.graphs_per_step:.0f} "
+        f"graphs in {section.compiled_calls_per_step:.0f} compiled call(s){at}): {ms(section.between_graphs_us_per_step)}"
+        f"{idle} per step between graphs",
         share=(low + high) / 2,
         share_range=(low, high),
         evidence={

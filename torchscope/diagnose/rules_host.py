@@ -487,7 +487,10 @@ _BATCH_SOURCE_TEXT = (
 
 def _is_batch_source(name: str) -> bool:
     words, file = _words(name)
-    return bool(words & _BATCH_WORDS) and not (words & _CHECKPOINT_WORDS or file in _CHECKPOINT_FILES or words & _EVAL_WORDS)
+    # A tokenizer's other calls (`batch_decode` of predictions for a log) are no batch source.
+    return bool(words & _BATCH_WORDS) and not (
+        words & _CHECKPOINT_WORDS or file in _CHECKPOINT_FILES or words & _EVAL_WORDS or "tokeniz" in file
+    )
 
 
 # A tokenizer called in the loop (`__call__ (tokenization_utils_base.py:2458)`, `encode_batch`, a `tokenize`
@@ -500,10 +503,17 @@ _TOKENIZE_TEXT = (
 )
 
 
+_ENCODING_CALLS = re.compile(r"^(__call__|_?call_one|(_?batch_)?encode\w*|_?tokenize\w*|encode_batch\w*)$")
+
+
 def _is_tokenization(name: str) -> bool:
+    """A tokenizer's encoding call: an encode-side function (`__call__`, `encode*`, `batch_encode*`,
+    `tokenize`) in a tokenizer library's file, or a function of the user's named after tokenizing. Not the
+    file alone (a `train_tokenized.py` script's evaluate), nor a tokenizer's decode or save."""
     match = _READABLE_FRAME.match(name.lower())
     func, file = (match["func"], match["file"]) if match else (name.lower(), "")
-    return "tokeniz" in func or "tokeniz" in file
+    method = func.rsplit(".", 1)[-1]
+    return method.startswith("tokeniz") or ("tokeniz" in file and _ENCODING_CALLS.match(method) is not None)
 
 
 _CLIP_TEXT = (

@@ -519,10 +519,11 @@ def data_loading_worker_restarts(ctx: Context) -> Optional[Verdict]:
 
 OVERSUBSCRIBED = Threshold(
     0.05,
-    "CPU compute: DataLoader workers plus compute's intra-op threads over the rank's cores, and forward/backward/"
-    "optimizer >= 5 % of the step slower in the median unprofiled step than in the fastest tenth (I; torch's "
-    "DataLoader warns above its suggested worker count)",
+    "CPU compute: DataLoader workers (using >= 0.25 CPU) plus compute's intra-op threads over the rank's cores, "
+    "and compute short of its threads' cores by >= 5 % of the step, slower in the median unprofiled step than in "
+    "the fastest tenth (I; torch's DataLoader warns above its suggested worker count)",
 )
+BUSY_WORKERS = 0.25  # CPUs the workers used per wall second: below it they mostly wait (I/O, sleep)
 
 
 @rule(
@@ -546,16 +547,18 @@ def data_loading_oversubscribed_workers(ctx: Context) -> Optional[Verdict]:
     cores, workers, threads = machine.cores_per_rank, machine.workers or 0, machine.threads
     if cores is None or workers == 0 or workers + threads <= cores:
         return None
+    # The workers must compute (a worker waiting on I/O takes no core) and compute must have gone short of
+    # cores: both measured, or no verdict (the phases' spread alone may be work that varies per step).
+    if clock.children_cpu_per_wall < BUSY_WORKERS or clock.compute_cpu_per_wall <= 0:
+        return None
     compute_us = sum(clock.median_us.values())
     fastest_us = sum(clock.fastest_us.values())
     high_us = clock.excess_us_per_step
     # Low: what the main process's CPU time says compute lost (it got `compute_cpu_per_wall` of its threads'
     # cores); high: the phases' median over their fastest tenth (which also holds any step-to-step variation).
-    low_us = high_us
-    if clock.compute_cpu_per_wall > 0:
-        low_us = min(compute_us * max(1.0 - clock.compute_cpu_per_wall / max(threads, 1), 0.0), high_us)
+    low_us = min(compute_us * max(1.0 - clock.compute_cpu_per_wall / max(threads, 1), 0.0), high_us)
     low, high = low_us / clock.step_median_us, high_us / clock.step_median_us
-    if high < OVERSUBSCRIBED.value:
+    if low < OVERSUBSCRIBED.value:
         return None
     spare = max(cores - threads, 0)
     fewer_threads = cores - workers if workers < cores else None
@@ -568,8 +571,7 @@ def data_loading_oversubscribed_workers(ctx: Context) -> Optional[Verdict]:
         alternative = f", or keep them and give compute torch.set_num_threads({fewer_threads})"
     return Verdict(
         title=f"{workers} DataLoader worker(s) and compute's {threads} intra-op thread(s) share {cores} core(s): "
-        f"forward/backward/optimizer take {ms(compute_us)} per step against {ms(fastest_us)} in the steps where "
-        "they ran alone",
+        f"forward/backward/optimizer take {ms(compute_us)} per step against {ms(fastest_us)} in their fastest steps",
         share=(low + high) / 2,
         share_range=(low, high),
         evidence={
@@ -580,6 +582,7 @@ def data_loading_oversubscribed_workers(ctx: Context) -> Optional[Verdict]:
             "compute_fastest_us_by_phase": clock.fastest_us,
             "contention_us_per_step": high_us,
             "compute_cpu_per_wall": clock.compute_cpu_per_wall,
+            "workers_cpu_per_wall": clock.children_cpu_per_wall,
             "unprofiled_steps": clock.unprofiled_steps,
         },
         recommendation=(

@@ -353,9 +353,10 @@ class Float64(Section):
 
 
 class PhaseClock(Section):
-    """Run level, from the capture's phase clock (analysis/phase_clock.py): the compute phases' median and
-    fastest tenth over the unprofiled steps, and the median excess summed over them; the CPU the main
-    process used per wall second outside its fetches (`compute_cpu_per_wall`, 0: not recorded)."""
+    """Run level, from the capture's phase clock (analysis/phase_clock.py): each compute phase's median and
+    fastest tenth over the unprofiled steps it ran in, and the median excess summed over them; the CPU the
+    main process used per wall second outside its fetches (`compute_cpu_per_wall`) and its children (the
+    DataLoader workers) used in the recorded window (`children_cpu_per_wall`; 0: not recorded)."""
 
     unprofiled_steps: Count = 0.0
     step_median_us: Median = 0.0
@@ -363,18 +364,20 @@ class PhaseClock(Section):
     fastest_us: PerStepByName = {}
     excess_us_per_step: PerStep = 0.0
     compute_cpu_per_wall: Median = 0.0
+    children_cpu_per_wall: Median = 0.0  # the process tree's CPU beyond the training process (its workers)
 
 
 class GraphBreaks(Section):
     """torch.compile graph breaks in training (analysis/graph_breaks.py): compiled graphs (`CompiledFunction`)
-    and compiled calls (outermost compiled regions) per step, the breaks between, where they are (dynamo's
-    resume functions, with stacks) and the time between graphs."""
+    and compiled calls (outermost compiled regions holding one) per step, the breaks between, where they are
+    (dynamo's resume functions, with stacks) and the time between graphs."""
 
     graphs_per_step: PerStep = 0.0
     compiled_calls_per_step: PerStep = 0.0
     breaks_per_step: PerStep = 0.0
-    between_graphs_us_per_step: PerStep = 0.0
+    between_graphs_us_per_step: PerStep = 0.0  # host time, or on a GPU the device's idle time in it
     locations: PerStepByName = {}  # "forward (train.py:9)": resumes per step
+    time_base: Choice = "host"  # "device_idle" on GPU traces
 
 
 class Measurements(msgspec.Struct, kw_only=True):
