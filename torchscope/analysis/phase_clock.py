@@ -11,6 +11,8 @@ for what it usually took: their difference, summed over the compute phases, is t
 
 from __future__ import annotations
 
+from typing import TypeGuard
+
 import numpy as np
 
 from torchscope.analysis.overhead import phase_times, step_times
@@ -53,5 +55,5 @@ def from_step_clock(report: Report) -> None:
         section.children_cpu_per_wall = max(float(own) - float(process), 0.0) / float(wall)
 
 
-def _positive(value: object) -> bool:
+def _positive(value: object) -> TypeGuard[float]:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
