@@ -96,3 +96,19 @@ def test_a_tensor_filled_on_the_cpu_then_copied_to_the_device(tmp_path: Path) ->
     assert report.measurements.patterns.extra_device_copy_us_per_step == 40
     finding = next(f for f in report.findings if f.id == "host_overhead.extra_device_copy")
     assert finding.fixes[0].value == "torch.zeros(..., device='cuda')"
+
+
+def test_a_same_dtype_copy_on_a_cpu_only_run_is_no_device_copy(tmp_path: Path) -> None:
+    # `torch.zeros(n).to(device)` with device = "cpu" and a copy (a Trainer moving its inputs): the matcher's
+    # shape, but there is no device to create the tensor on.
+    b = TraceBuilder()
+    for i in range(STEPS):
+        t0 = i * 1000.0
+        b.step(i, t0, 1000.0)
+        b.op("aten::fill_", t0 + 16, 18)
+        b.op("aten::to", t0 + 50, 40)
+        b.op("aten::_to_copy", t0 + 51, 38)
+        b.op("aten::copy_", t0 + 52, 36, **{"Input type": ["float", "float", "Scalar"]})
+    report = _analyze(b, tmp_path)
+    assert report.measurements.patterns.extra_device_copies_per_step == 1
+    assert "host_overhead.extra_device_copy" not in {f.id for f in report.findings}

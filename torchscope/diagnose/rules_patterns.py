@@ -100,6 +100,8 @@ EXTRA_COPY = Threshold(0, "any tensor filled on the CPU and copied to the device
 def host_overhead_extra_device_copy(ctx: Context) -> Optional[Verdict]:
     """Tensors made on the CPU (zeros, ones, randn, ...) and copied to the device right away (costed by
     the copies' host time, which creating them on the device removes)."""
+    if not ctx.has_device:  # a same-dtype copy on a CPU-only run goes to no device: nothing to create there
+        return None
     patterns = ctx.report.measurements.patterns
     copies = patterns.extra_device_copies_per_step
     if copies <= EXTRA_COPY.value:
