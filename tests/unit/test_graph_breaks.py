@@ -109,3 +109,14 @@ def test_rule_costs_the_breaks_share_of_the_time_between_graphs() -> None:
     assert {fix.target for fix in f.fixes} == {"TORCH_LOGS", "torch.compile"}
     small = GraphBreaks(graphs_per_step=2, compiled_calls_per_step=1, breaks_per_step=1, between_graphs_us_per_step=0.01 * step_us)
     assert "compute.graph_breaks" not in findings(_report(small))
+
+
+def test_ddp_bucket_graphs_without_resume_frames_are_no_break_finding() -> None:
+    # Compiled DDP: DDPOptimizer splits the model into one graph per gradient bucket, leaving no resume
+    # function; with one (a real break under DDP), the finding stands.
+    step_us = report().steps[0].duration_us
+    section = GraphBreaks(graphs_per_step=4, compiled_calls_per_step=1, breaks_per_step=3,
+                          between_graphs_us_per_step=0.2 * step_us, ddp_forwards_per_step=1)
+    assert "compute.graph_breaks" not in findings(_report(section))
+    section.locations = {"forward (train.py:9)": 1}
+    assert "compute.graph_breaks" in findings(_report(section))

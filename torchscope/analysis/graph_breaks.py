@@ -18,6 +18,10 @@ training trace each graph's forward is one `CompiledFunction` range (its backwar
   eager nodes of the rest of the model); on a GPU only where the device idles. The fusion lost across a
   break is not counted.
 
+Under DDP, dynamo's DDPOptimizer splits a compiled model into one graph per gradient bucket on purpose
+(`torch._dynamo.config.optimize_ddp`): such splits leave no resume function, so without one the rule
+claims no break where DDP's forward ranges are in the trace (`ddp_forwards_per_step`).
+
 Compiled regions without a training graph (a compiled optimizer step, an inference model, a hook dynamo
 compiled on its own) are no compiled call of the model: a run compiled for inference only is not measured.
 """
@@ -55,6 +59,10 @@ def _is_graph_backward_node(name: str) -> bool:
 
 def _is_compiled_region(name: str) -> bool:
     return name.startswith("Torch-Compiled Region")
+
+
+def _is_ddp_forward(name: str) -> bool:
+    return name == "DistributedDataParallel.forward"
 
 
 def _is_forward_label(name: str) -> bool:
@@ -125,7 +133,9 @@ def graph_breaks(span: SpanInput) -> GraphBreaks | None:
     python = events.kind_rows(Kind.PYTHON_FUNCTION)
     resumes = python[events.name_mask(_is_resume, python)]
     resumes = resumes[intervals.contains(windows, events.ts_us[resumes])]
+    ddp = host[events.name_mask(_is_ddp_forward, host)]
     return GraphBreaks(
+        ddp_forwards_per_step=float(intervals.contains(windows, events.ts_us[ddp]).sum()) / n,
         graphs_per_step=int(held.sum()) / n,
         compiled_calls_per_step=call_count / n,
         breaks_per_step=max(int(held.sum()) - call_count, 0) / n,

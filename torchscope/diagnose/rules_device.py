@@ -393,6 +393,8 @@ def compute_graph_breaks(ctx: Context) -> Optional[Verdict]:
     section = ctx.report.measurements.graph_breaks
     if section.breaks_per_step <= 0 or section.graphs_per_step <= 0:
         return None
+    if section.ddp_forwards_per_step > 0 and not section.locations:
+        return None  # DDPOptimizer's graphs per gradient bucket, by design; real breaks would leave resume frames
     # What breaks cost beyond one graph per call: the time between graphs less one graph's share of it;
     # the Python there is slowed by the tracer as the forward and backward are. Lost fusion is not in it.
     us = section.between_graphs_us_per_step * section.breaks_per_step / section.graphs_per_step

@@ -378,6 +378,7 @@ class GraphBreaks(Section):
     between_graphs_us_per_step: PerStep = 0.0  # host time, or on a GPU the device's idle time in it
     locations: PerStepByName = {}  # "forward (train.py:9)": resumes per step
     time_base: Choice = "host"  # "device_idle" on GPU traces
+    ddp_forwards_per_step: PerStep = 0.0  # DDP's forward ranges: its DDPOptimizer splits graphs per bucket
 
 
 class Measurements(msgspec.Struct, kw_only=True):
