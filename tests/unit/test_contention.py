@@ -156,3 +156,16 @@ def test_busy_machine_finding_caps_every_severity_at_warning() -> None:
     assert f.severity == "warning" and "60 %" in f.title
     assert f.evidence["multi_threaded_slowdown_up_to"] == 2.5  # 1 / (1 - 0.6)
     assert finding(busy, "data_loading.exposed").severity == "warning"  # capped, and says why above
+
+
+def test_the_runs_other_ranks_on_the_node_are_no_other_process() -> None:
+    # 2 ranks on 2 CPUs (torchrun --nproc_per_node=2): the CPU "others" used in the window is the other
+    # rank's, as much as this rank's tree used. Beyond it, a real other process still counts.
+    def manifest(other_s: float) -> dict[str, Any]:
+        contention = {"other_share": other_s / 2.0, "other_cpu_s": other_s, "own_cpu_s": 0.7, "cpus": 2, "wall_s": 1.0,
+                      "process_cpu_per_wall": 0.7}
+        return {"environment": {"contention": contention, "local_world_size": 2}}
+
+    assert "trace_quality.busy_machine" not in findings(report(manifest=manifest(0.76)))
+    f = finding(report(manifest=manifest(1.7)), "trace_quality.busy_machine")
+    assert "50 %" in f.title and "beyond the run's other ranks" in f.title  # (1.7 - 0.7) / 2 CPUs

@@ -7,7 +7,7 @@ from typing import Optional
 import numpy as np
 
 from torchscope.arrays import median
-from torchscope.diagnose.context import Context
+from torchscope.diagnose.context import Context, as_int
 from torchscope.diagnose.rule import WARNING, Threshold, Verdict, rule
 from torchscope.report.model import Fix
 from torchscope.rundir.contention import OTHERS_BUSY_SHARE
@@ -361,7 +361,9 @@ def busy_machine(ctx: Context) -> Optional[Verdict]:
     cpus = contention.get("cpus")
     slower = 1.0 / max(1.0 - others, 0.05)
     return Verdict(
-        title=f"Other processes used {100 * others:.0f} % of the run's {cpus} CPU(s) while it was recorded: "
+        title=f"Other processes used {100 * others:.0f} % of the run's {cpus} CPU(s) while it was recorded"
+        + (" (beyond the run's other ranks on the node)" if (as_int(ctx.environment().get("local_world_size")) or 1) > 1 else "")
+        + ": "
         f"verdicts are capped at warning",
         share=None,
         evidence={
@@ -381,10 +383,24 @@ def busy_machine(ctx: Context) -> Optional[Verdict]:
 
 
 def busy_share(ctx: Context) -> Optional[float]:
-    """The share of the run's CPUs other processes used while it was recorded, when at the BUSY threshold."""
+    """The share of the run's CPUs other processes used while it was recorded, when at the BUSY threshold.
+    The run's other ranks on the node are no other process: they are taken to use what this rank's process
+    tree did (`local_world_size - 1` times its CPU), and only the rest counts (a 2-rank gloo run on 2 CPUs
+    read "other processes 42 %": the other rank)."""
     contention = ctx.environment().get("contention")
-    others = contention.get("other_share") if isinstance(contention, dict) else None
-    if not isinstance(others, (int, float)) or isinstance(others, bool) or others < BUSY.value:
+    if not isinstance(contention, dict):
+        return None
+    others = contention.get("other_share")
+    if not isinstance(others, (int, float)) or isinstance(others, bool):
+        return None
+    siblings = as_int(ctx.environment().get("local_world_size")) or 1
+    figures = [contention.get(key) for key in ("own_cpu_s", "other_cpu_s", "wall_s", "cpus")]
+    numbers = [float(v) for v in figures if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    if siblings > 1 and len(numbers) == len(figures):
+        own, other, wall, cpus = numbers
+        if wall * cpus > 0:
+            others = min(max(other - (siblings - 1) * own, 0.0) / (wall * cpus), others)
+    if others < BUSY.value:
         return None
     return float(others)
 
