@@ -81,9 +81,17 @@ def test_a_decorators_wrapper_frame_names_the_function_it_runs() -> None:
         b.step(step + 1, t0, 10_000)
         b.annotation(FORWARD, t0 + 100, 2000)
         b.op("torch/utils/_contextlib.py(120): decorate_context", t0 + 3000, 3000, cat="python_function")
+        # The grad-mode switching around the call is no culprit of its own.
+        b.op("torch/utils/_contextlib.py(154): clone", t0 + 3001, 4, cat="python_function")
+        b.op("torch/autograd/grad_mode.py(80): __enter__", t0 + 3005, 4, cat="python_function")
         b.op("train.py(12): ema_update", t0 + 3010, 2900, cat="python_function")
+        b.op("torch/autograd/grad_mode.py(85): __exit__", t0 + 5950, 4, cat="python_function")
         b.op("aten::mul_", t0 + 3100, 1000)
         b.op("contextlib.py(81): inner", t0 + 6500, 1000, cat="python_function")
         b.op("train.py(30): timed_block", t0 + 6510, 900, cat="python_function")
+        # torch's clip_grad_norm_ runs under its own no-grad wrapper.
+        b.op("torch/nn/utils/clip_grad.py(39): _no_grad_wrapper", t0 + 7600, 500, cat="python_function")
+        b.op("torch/nn/utils/clip_grad.py(180): clip_grad_norm_", t0 + 7610, 480, cat="python_function")
     culprits = outside_steps(SpanInput(parse_trace_bytes(json.dumps(b.document()).encode()))).culprits_us_per_step
-    assert culprits == pytest.approx({"ema_update (train.py:12)": 2900.0, "timed_block (train.py:30)": 900.0})
+    assert culprits == pytest.approx({"ema_update (train.py:12)": 2900.0, "timed_block (train.py:30)": 900.0,
+                                      "clip_grad_norm_ (clip_grad.py:180)": 480.0})

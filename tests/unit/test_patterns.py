@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import msgspec
+
 import torchscope
 from helpers.trace_builder import TraceBuilder
 
@@ -112,3 +114,8 @@ def test_a_same_dtype_copy_on_a_cpu_only_run_is_no_device_copy(tmp_path: Path) -
     report = _analyze(b, tmp_path)
     assert report.measurements.patterns.extra_device_copies_per_step == 1
     assert "host_overhead.extra_device_copy" not in {f.id for f in report.findings}
+    # A GPU run recorded without device activity (activities=CPU) names its accelerator in the manifest.
+    from test_rules_support import findings as diagnosed
+
+    gpu_run = msgspec.structs.replace(report, run=msgspec.structs.replace(report.run, manifest={"environment": {"accelerator": "cuda"}}))
+    assert "host_overhead.extra_device_copy" in diagnosed(gpu_run)

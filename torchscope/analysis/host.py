@@ -334,13 +334,19 @@ def outside_phases(
     )
 
 
-_PASSTHROUGH_WRAPPER = re.compile(r"(^|/)(torch/utils/_contextlib\.py\(\d+\): decorate_context|contextlib\.py\(\d+\): inner)$")
+_PASSTHROUGH_WRAPPER = re.compile(
+    r"(^|/)(torch/utils/_contextlib\.py\(\d+\): decorate_context|contextlib\.py\(\d+\): inner"
+    r"|torch/nn/utils/clip_grad\.py\(\d+\): _no_grad_wrapper)$"
+)
+# The grad-mode switching a decorator does around the function (its context's clone, __enter__, __exit__).
+_GRAD_MODE_PLUMBING = re.compile(r"(^|/)torch/(utils/_contextlib|autograd/grad_mode)\.py\(\d+\): ")
 
 
 def _is_passthrough_wrapper(name: str) -> bool:
     """The frame a decorator runs the decorated function in: torch's grad-mode decorators (`@torch.no_grad()`,
-    `@torch.inference_mode()`) and contextlib's ContextDecorator."""
-    return _PASSTHROUGH_WRAPPER.search(name) is not None
+    `@torch.inference_mode()`, `clip_grad_norm_`'s `_no_grad_wrapper`) and contextlib's ContextDecorator;
+    also the grad-mode switching around the call, which is no culprit of its own."""
+    return _PASSTHROUGH_WRAPPER.search(name) is not None or _GRAD_MODE_PLUMBING.search(name) is not None
 
 
 def _is_profiler_frame(name: str) -> bool:

@@ -393,11 +393,16 @@ def compute_graph_breaks(ctx: Context) -> Optional[Verdict]:
     section = ctx.report.measurements.graph_breaks
     if section.breaks_per_step <= 0 or section.graphs_per_step <= 0:
         return None
-    if section.ddp_forwards_per_step > 0 and not section.locations:
-        return None  # DDPOptimizer's graphs per gradient bucket, by design; real breaks would leave resume frames
+    breaks = section.breaks_per_step
+    if section.ddp_forwards_per_step > 0:
+        # DDPOptimizer splits the model into a graph per gradient bucket, by design: only the breaks that left a
+        # resume frame are the code's (none can be told apart without stacks).
+        breaks = min(breaks, sum(section.locations.values()))
+        if breaks <= 0:
+            return None
     # What breaks cost beyond one graph per call: the time between graphs less one graph's share of it;
     # the Python there is slowed by the tracer as the forward and backward are. Lost fusion is not in it.
-    us = section.between_graphs_us_per_step * section.breaks_per_step / section.graphs_per_step
+    us = section.between_graphs_us_per_step * breaks / section.graphs_per_step
     low, high = recorded_bounds(ctx, us, us, "forward")
     if high < GRAPH_BREAKS.value:
         return None
@@ -405,7 +410,7 @@ def compute_graph_breaks(ctx: Context) -> Optional[Verdict]:
     at = f", at {', '.join(where[:3])}" if where else ""
     idle = " of device idle time" if section.time_base == "device_idle" else ""
     return Verdict(
-        title=f"torch.compile breaks the graph {section.breaks_per_step:.0f} time(s) per step ({section.graphs_per_step:.0f} "
+        title=f"torch.compile breaks the graph {breaks:.0f} time(s) per step ({section.graphs_per_step:.0f} "
         f"graphs in {section.compiled_calls_per_step:.0f} compiled call(s){at}): {ms(section.between_graphs_us_per_step)}"
         f"{idle} per step between graphs",
         share=(low + high) / 2,

@@ -72,13 +72,16 @@ def host_overhead_dispatch(ctx: Context) -> Optional[Verdict]:
         # too (high), but each remaining op keeps its call.
         gaps = ctx.share(dispatch.python_gap_us_per_step)
         share, share_range = (gaps + measured) / 2.0, (gaps, measured)
-    # Each recorded op and Python call costs the profiler time, inside this very time. Without the profiler
-    # the saving lies between the recorded one less all of that cost (low: it was all in the removable part)
-    # and the recorded one scaled as forward and backward are (high: the removable part shrinks in
-    # proportion). An LSTMCell loop recorded 2x slower read 74-94 %; 53-94 % so; nn.LSTM saved 54 %.
+    # Each recorded op and Python call costs the profiler time. The what-if saving of a loop (every op's fixed
+    # cost and the Python between) holds nearly all of it: without the profiler that saving lies between the
+    # recorded one less all of that cost (low) and the recorded one scaled as forward and backward are (high).
+    # An LSTMCell loop recorded 2x slower read 74-94 %; 53-94 % so; nn.LSTM saved 54 %.
     scale = unprofiled_scale(ctx, "forward", "backward")
-    low, high = without_recording(ctx, share_range[0], "forward", "backward"), share_range[1] * scale
-    share, share_range = (min(low, high) + high) / 2.0, (min(low, high), high)
+    if ctx.report.measurements.patterns.indexing_loop_iterations_per_step > 0:
+        low, high = without_recording(ctx, share_range[0], "forward", "backward"), share_range[1] * scale
+        share, share_range = (min(low, high) + high) / 2.0, (min(low, high), high)
+    else:  # the Python gaps and tiny ops alone: the profiler's cost is spread over all the phases' events
+        share, share_range = scaled((share, share_range), scale)
     measured *= unprofiled_scale(ctx, "forward", "backward")  # what the trace shows, as a share of the unprofiled step
     regions = _compiled_regions(ctx)
     patterns = ctx.report.measurements.patterns
@@ -426,7 +429,7 @@ _LOGGING_HINT = "log metrics every N steps and avoid .item()/.cpu() on each step
 _EVAL_HINT = "run evaluation every N steps, not inside every step"
 # An exponential moving average of the weights (`ema_update`, timm's ModelEmaV2, AveragedModel): a loop of
 # two tiny ops per parameter, every step.
-_EMA_WORDS = frozenset({"ema", "swa", "polyak", "averaged", "average", "moving"})
+_EMA_WORDS = frozenset({"ema", "swa", "polyak", "averaged"})  # not "average": DDP tutorials' average_gradients
 _EMA_HINT = (
     "update the weights' moving average with one multi-tensor op per step (torch._foreach_lerp_(ema_params, "
     "params, 1 - decay), or torch.optim.swa_utils.AveragedModel(model, multi_avg_fn=get_ema_multi_avg_fn(decay))) "

@@ -63,7 +63,7 @@ def host_overhead_indexing_loop(ctx: Context) -> Optional[Verdict]:
             recommendation=f"Each iteration needs the previous hidden state, so no indexing op replaces the loop: run the "
             f"whole sequence through {module} (one call that projects the inputs of all time steps at once and loops in "
             "C++, with cuDNN's fused kernels on a GPU), or torch.compile the loop.",
-            fix_values={"nn.LSTM": f"output, h = {module}(input_size, hidden_size)(x)  # x: (time, batch, features)"},
+            fix_values={"nn.LSTM": _SEQUENCE_FIXES.get(cell, _SEQUENCE_FIXES["aten::lstm_cell"])},
             fix_targets=("nn.LSTM",),
         )
     return Verdict(
@@ -78,7 +78,13 @@ def host_overhead_indexing_loop(ctx: Context) -> Optional[Verdict]:
 
 
 MIN_RECURRENT_STEPS = 10  # cell calls per step that make a loop over time steps (the matcher's loop threshold)
-_SEQUENCE_MODULES = {"aten::lstm_cell": "nn.LSTM", "aten::gru_cell": "nn.GRU", "aten::rnn_tanh_cell": "nn.RNN", "aten::rnn_relu_cell": "nn.RNN(nonlinearity='relu')"}
+_SEQUENCE_MODULES = {"aten::lstm_cell": "nn.LSTM", "aten::gru_cell": "nn.GRU", "aten::rnn_tanh_cell": "nn.RNN", "aten::rnn_relu_cell": "nn.RNN"}
+_SEQUENCE_FIXES = {
+    "aten::lstm_cell": "output, (h, c) = nn.LSTM(input_size, hidden_size)(x)  # x: (time, batch, features)",
+    "aten::gru_cell": "output, h = nn.GRU(input_size, hidden_size)(x)  # x: (time, batch, features)",
+    "aten::rnn_tanh_cell": "output, h = nn.RNN(input_size, hidden_size)(x)  # x: (time, batch, features)",
+    "aten::rnn_relu_cell": "output, h = nn.RNN(input_size, hidden_size, nonlinearity='relu')(x)  # x: (time, batch, features)",
+}
 
 
 EXTRA_COPY = Threshold(0, "any tensor filled on the CPU and copied to the device at once (torch.profiler `_pattern_matcher` ExtraCUDACopyPattern)")
@@ -100,7 +106,9 @@ EXTRA_COPY = Threshold(0, "any tensor filled on the CPU and copied to the device
 def host_overhead_extra_device_copy(ctx: Context) -> Optional[Verdict]:
     """Tensors made on the CPU (zeros, ones, randn, ...) and copied to the device right away (costed by
     the copies' host time, which creating them on the device removes)."""
-    if not ctx.has_device:  # a same-dtype copy on a CPU-only run goes to no device: nothing to create there
+    # A same-dtype copy on a CPU-only run goes to no device: nothing to create there. A GPU run recorded
+    # without device activity still names its accelerator in the manifest.
+    if not ctx.has_device and ctx.environment().get("accelerator") in (None, "cpu"):
         return None
     patterns = ctx.report.measurements.patterns
     copies = patterns.extra_device_copies_per_step
