@@ -9,10 +9,8 @@ manifests record world size, backend, hosts and local ranks), so that one launch
 from __future__ import annotations
 
 import json
-import os
 import socket
 import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
@@ -22,12 +20,11 @@ torch = pytest.importorskip("torch")
 if not torch.distributed.is_available() or not torch.distributed.is_gloo_available():
     pytest.skip("torch.distributed with gloo is needed", allow_module_level=True)
 
+from helpers.torchrun_capture import torchrun_capture  # noqa: E402
 from torchscope.pipeline.analyze import analyze  # noqa: E402
 from torchscope.report.model import Finding, Report  # noqa: E402
 
 pytestmark = pytest.mark.slow
-
-REPO = Path(__file__).resolve().parents[2]
 
 # Every rank sleeps 500 ms per step in its forward: a step as long as a real one, so that what a loaded
 # 2-core machine adds (one rank descheduled for tens of ms, an all-reduce of milliseconds when 4 ranks share
@@ -93,14 +90,8 @@ def launch(tmp_path: Path, ranks: int, slow_rank: int, where: str) -> Report:
 
 
 def run(tmp_path: Path, ranks: int, slow_rank: int, where: str, no_trace_rank: int = -1) -> subprocess.CompletedProcess[str]:
-    (tmp_path / "train.py").write_text(SCRIPT)
-    env = dict(os.environ, SLOW_RANK=str(slow_rank), SLOW_WHERE=where, NO_TRACE_RANK=str(no_trace_rank))
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={ranks}",
-               "-m", "torchscope", "run", "--no-report", "--out", "runs", "train.py"]
-    done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return done
+    env = {"SLOW_RANK": str(slow_rank), "SLOW_WHERE": where, "NO_TRACE_RANK": str(no_trace_rank)}
+    return torchrun_capture(tmp_path, SCRIPT, ranks, env)
 
 
 def finding(report: Report, rule: str) -> Finding | None:

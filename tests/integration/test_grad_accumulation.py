@@ -8,9 +8,6 @@ its part of the clock's backward (it was left the step's untimed remainder, a "6
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
@@ -20,12 +17,11 @@ torch = pytest.importorskip("torch")
 if not torch.distributed.is_available() or not torch.distributed.is_gloo_available():
     pytest.skip("torch.distributed with gloo is needed", allow_module_level=True)
 
+from helpers.torchrun_capture import torchrun_capture  # noqa: E402
 from torchscope.pipeline.analyze import analyze  # noqa: E402
 from torchscope.report.model import Report  # noqa: E402
 
 pytestmark = pytest.mark.slow
-
-REPO = Path(__file__).resolve().parents[2]
 
 # 2.4 M parameters (9.6 MB of gradients per all-reduce) against micro-batches of 8: the syncs are most
 # of a micro-step, as in real accumulation over small per-GPU batches.
@@ -56,14 +52,7 @@ SCRIPT = textwrap.dedent(
 
 
 def _launch(tmp_path: Path, no_sync: bool) -> Report:
-    tmp_path.mkdir(parents=True, exist_ok=True)
-    (tmp_path / "train.py").write_text(SCRIPT)
-    env = dict(os.environ, NO_SYNC="1" if no_sync else "0")
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-               "-m", "torchscope", "run", "--no-report", "--out", "runs", "train.py"]
-    done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180)
-    assert done.returncode == 0, done.stderr[-3000:]
+    torchrun_capture(tmp_path, SCRIPT, ranks=2, env={"NO_SYNC": "1" if no_sync else "0"})
     return analyze(tmp_path / "runs")
 
 
