@@ -14,6 +14,7 @@ from __future__ import annotations
 import msgspec
 import numpy as np
 
+from torchscope.analysis.patterns import by_dims_and_types
 from torchscope.analysis.span import SpanInput
 from torchscope.analysis.steps import event_steps
 from torchscope.arrays import group_ids
@@ -44,6 +45,10 @@ def _has_double(types: str, dims: str = "") -> bool:
     return any(t in DOUBLE_TYPES and shape != [] for t, shape in zip(parsed, shapes) if isinstance(t, str))
 
 
+def _double_input(dims: str, types: str) -> bool:
+    return _has_double(types, dims)
+
+
 def _is_conversion(name: str) -> bool:
     return name in CONVERSIONS
 
@@ -60,10 +65,7 @@ def _typed_and_double(events: EventTable, rows: np.ndarray) -> tuple[np.ndarray,
     candidates = np.flatnonzero(np.fromiter(("double" in t for t in texts), bool, type_ids.size)[slot])
     if candidates.size:
         chosen = rows[candidates]
-        key = (events.input_type[chosen].astype(np.int64) << 32) | events.input_dims[chosen].astype(np.int64)
-        keys, inverse = np.unique(key, return_inverse=True)
-        answers = np.fromiter((_has_double(strings[k >> 32], strings[k & 0xFFFFFFFF]) for k in keys.tolist()), bool, keys.size)
-        double[candidates] = answers[inverse.reshape(-1)] & ~events.name_mask(_is_conversion, chosen)
+        double[candidates] = by_dims_and_types(events, chosen, _double_input) & ~events.name_mask(_is_conversion, chosen)
     return typed, double
 
 

@@ -161,17 +161,13 @@ def _under_sync_hooks(span: SpanInput, rows: np.ndarray) -> np.ndarray:
     return hooked
 
 
-def _first_last(window: np.ndarray, ts: np.ndarray) -> dict[int, tuple[float, float]]:
-    """Per syncing window: its first and last gradient launch."""
-    out: dict[int, tuple[float, float]] = {}
-    if window.size:
-        ids, slot = group_ids(window)
-        first = np.full(ids.size, np.inf)
-        last = np.full(ids.size, -np.inf)
-        np.minimum.at(first, slot, ts)
-        np.maximum.at(last, slot, ts)
-        out = {int(w): (float(f), float(l)) for w, f, l in zip(ids.tolist(), first.tolist(), last.tolist())}
-    return out
+def _first_last(window: np.ndarray, ts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per syncing window, in the order of `np.unique(window)`: its first and last gradient launch."""
+    ids, slot = group_ids(window)
+    first, last = np.full(ids.size, np.inf), np.full(ids.size, -np.inf)
+    np.minimum.at(first, slot, ts)
+    np.maximum.at(last, slot, ts)
+    return first, last
 
 
 def _optimizer_starts(events: EventTable) -> np.ndarray:
@@ -179,16 +175,15 @@ def _optimizer_starts(events: EventTable) -> np.ndarray:
     return np.sort(events.ts_us[host[events.name_mask(_is_optimizer_step, host)]])
 
 
-def _redundant(windows: np.ndarray, step_of_forward: np.ndarray, bounds: dict[int, tuple[float, float]], optimizer: np.ndarray) -> np.ndarray:
-    """The syncing windows whose synchronised gradients were synchronised again, in the same step, before
-    any optimizer step read them."""
+def _redundant(windows: np.ndarray, step_of_forward: np.ndarray, bounds: tuple[np.ndarray, np.ndarray], optimizer: np.ndarray) -> np.ndarray:
+    """The syncing windows (sorted, with their first and last launches) whose synchronised gradients were
+    synchronised again, in the same step, before any optimizer step read them."""
     if windows.size < 2:
         return np.zeros(0, dtype=windows.dtype)
+    first, last = bounds
     current, following = windows[:-1], windows[1:]
     same_step = step_of_forward[current] == step_of_forward[following]
-    ends = np.array([bounds[int(w)][1] for w in current.tolist()])
-    starts = np.array([bounds[int(w)][0] for w in following.tolist()])
-    between = np.searchsorted(optimizer, starts, side="left") - np.searchsorted(optimizer, ends, side="right")
+    between = np.searchsorted(optimizer, first[1:], side="left") - np.searchsorted(optimizer, last[:-1], side="right")
     return current[same_step & (between <= 0)]
 
 

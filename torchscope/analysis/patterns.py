@@ -53,20 +53,23 @@ def _misaligned(dims: str) -> bool:
     return any(d % 8 for s in matrices for d in s[-2:] if isinstance(d, int))
 
 
-def _by_shapes(events: EventTable, rows: np.ndarray, named: Callable[[str], bool], test: Callable[[str, str], bool]) -> np.ndarray:
-    """Per row: `named(name)` holds and `test(dims, types)` holds. The test runs once per distinct
-    (dims, types) of the rows so named, usually a handful among thousands of ops."""
-    result = np.zeros(rows.size, dtype=bool)
-    chosen = np.flatnonzero(events.name_mask(named, rows))
-    if chosen.size == 0:
-        return result
-    candidates = rows[chosen]
+def by_dims_and_types(events: EventTable, rows: np.ndarray, test: Callable[[str, str], bool]) -> np.ndarray:
+    """Per row: `test(dims, types)` on the op's recorded input dims and types, run once per distinct pair
+    (usually a handful among thousands of ops)."""
     # (dims, types) as one int64 (string ids < 2**31): a 1-d grouping, not np.unique(axis=0) on a stack.
-    key = (events.input_dims[candidates].astype(np.int64) << 32) | events.input_type[candidates].astype(np.int64)
+    key = (events.input_dims[rows].astype(np.int64) << 32) | events.input_type[rows].astype(np.int64)
     unique, inverse = np.unique(key, return_inverse=True)
     strings = events.strings
     values = np.fromiter((test(strings[k >> 32], strings[k & 0xFFFFFFFF]) for k in unique.tolist()), bool, unique.size)
-    result[chosen] = values[inverse.reshape(-1)]
+    return values[inverse.reshape(-1)]
+
+
+def _by_shapes(events: EventTable, rows: np.ndarray, named: Callable[[str], bool], test: Callable[[str, str], bool]) -> np.ndarray:
+    """Per row: `named(name)` holds and `test(dims, types)` holds (`by_dims_and_types` on the rows so named)."""
+    result = np.zeros(rows.size, dtype=bool)
+    chosen = np.flatnonzero(events.name_mask(named, rows))
+    if chosen.size:
+        result[chosen] = by_dims_and_types(events, rows[chosen], test)
     return result
 
 
