@@ -342,3 +342,20 @@ def test_a_clocked_phase_inside_another_clocked_range_gets_its_part() -> None:
     assert result.corrected_percent["optimizer"] == pytest.approx(100 * 8_000 / 3 / 10_000, rel=0.01)
     assert result.corrected_percent["backward"] == pytest.approx(100 * 8_000 * 2 / 3 / 10_000, rel=0.01)
     assert all(factor >= 1.0 for factor in result.slowdown_by_phase.values()), result.slowdown_by_phase
+
+
+def test_step_clock_leaves_collections_in_the_profilers_step_out() -> None:
+    # torch's profiler.step() exporting a trace runs between step_ended and step_started: its collections
+    # (the exported events' garbage) are no step's.
+    import gc
+
+    clock = StepClock(CaptureConfig(wait=0, warmup=0, active=1))  # step 0 recorded, steps 1- unprofiled
+    clock.start()
+    for step in range(4):
+        clock.step_ended()
+        if step == 1:
+            gc.collect()  # as the profiler's own step() would, between the two calls
+        clock.step_started()
+    clock.stop()
+    summary = clock.summary()
+    assert len(summary["unprofiled_step_us"]) == 3 and summary["unprofiled_gc_collections"] == 0

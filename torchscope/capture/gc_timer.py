@@ -5,11 +5,16 @@ cache of dicts) it stops the training thread for hundreds of milliseconds, once 
 recorded window (3 steps) rarely holds one; the 30 unprofiled steps the step clock times often do, and
 their durations then show an outlier with no cause. Timing each collection there (two ``perf_counter``
 reads per collection, by generation) names it.
+
+Collections while torch.compile compiles are left out: dynamo calls ``gc.collect()`` itself and allocates
+enough to trigger many more, and all of it is compilation's cost (the trace's compile ranges count it).
+Dynamo's compile callbacks say when it compiles; they are followed once the script has loaded dynamo.
 """
 
 from __future__ import annotations
 
 import gc
+import sys
 import time
 from typing import Any, Optional
 
@@ -25,6 +30,8 @@ class GcTimer:
         self._count = 0
         self._longest = 0.0
         self.installed = False
+        self._compiling = False
+        self._dynamo_callbacks: Any = None  # torch._dynamo's callback handler, once ours are registered on it
 
     def install(self) -> None:
         if not self.installed:
@@ -38,12 +45,42 @@ class GcTimer:
             except ValueError:  # the script replaced gc.callbacks: nothing of ours is left in it
                 pass
             self.installed = False
+        if self._dynamo_callbacks:
+            try:
+                self._dynamo_callbacks.remove_start_callback(self._compile_started)
+                self._dynamo_callbacks.remove_end_callback(self._compile_ended)
+            except ValueError:  # torch._dynamo.reset() cleared them
+                pass
+            self._dynamo_callbacks = None
+            self._compiling = False
+
+    def _follow_compilation(self) -> None:
+        """Keep our callbacks on dynamo's compile callbacks once the script has imported dynamo (this never
+        imports it; `torch._dynamo.reset()` clears them, so they are looked for at each collection)."""
+        handler = getattr(sys.modules.get("torch._dynamo.callback"), "callback_handler", None)
+        try:
+            if handler is not None and self._compile_started not in handler.start_callbacks:
+                handler.register_start_callback(self._compile_started)
+                handler.register_end_callback(self._compile_ended)
+                self._dynamo_callbacks = handler
+                # Registered during a compilation (the script's first, at its first collection): its end
+                # callback still comes. The count is private to the handler: none read means none known.
+                self._compiling = getattr(handler, "_CompilationCallbackHandler__pending_callbacks_counter", 0) > 0
+        except Exception:  # another release's handler: collections are then all timed, as before
+            pass
+
+    def _compile_started(self, *args: Any) -> None:
+        self._compiling = True
+
+    def _compile_ended(self, *args: Any) -> None:
+        self._compiling = False
 
     def _callback(self, phase: str, info: dict[str, Any]) -> None:
         # Called by the interpreter around every collection, in whichever thread triggered it: never raise.
         try:
             if phase == "start":
-                self._started = time.perf_counter()
+                self._follow_compilation()
+                self._started = None if self._compiling else time.perf_counter()
                 return
             if self._started is None:
                 return
@@ -60,6 +97,7 @@ class GcTimer:
     def take(self) -> tuple[float, float, int, float]:
         """(seconds in all collections, seconds in full ones, collections, the longest one's seconds) since
         the last call."""
+        self._follow_compilation()  # at each step's end too: a compilation starting before any collection is seen
         taken = (self._total, self._full, self._count, self._longest)
         self._total = self._full = self._longest = 0.0
         self._count = 0

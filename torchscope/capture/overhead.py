@@ -278,6 +278,7 @@ class StepClock:
             # Fetches are timed only in the steps kept as unprofiled: in a recorded step the timer's clock reads
             # (syscalls, where a busy machine deschedules) sit outside torch's fetch range, as "other" time.
             self.fetches.active = step_state(self.config, self._step) == "none"
+        self.collections.take()  # those inside the profiler's own step() (the trace's export) are not the step's
         self._cpu_at_start = time.process_time()  # before the wall clock: a stall in it is not the step's
         self._started_at = time.perf_counter()
 
