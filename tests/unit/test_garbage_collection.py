@@ -90,3 +90,34 @@ def test_collections_in_forward_are_not_python_between_operators(tmp_path: Path)
 
     assert gap(with_gc=False) == pytest.approx(3000)  # 5000 us of forward, 2000 us of it in operators
     assert gap(with_gc=True) == pytest.approx(1500)
+
+
+def test_timer_leaves_dynamo_compilations_collections_to_compilation() -> None:
+    # Dynamo allocates enough while it compiles to trigger collections (and runs one itself): compilation's
+    # cost, counted in the trace's compile ranges. The timer follows dynamo's compile callbacks once the
+    # script has imported dynamo, even when it registers in the middle of a compilation.
+    torch = pytest.importorskip("torch")
+    import torch._dynamo.callback as callback
+
+    seen: list[bool] = []
+
+    def watch(phase: str, info: dict[str, object]) -> None:
+        if phase == "start":
+            seen.append(timer._compiling)
+
+    timer = GcTimer()
+    timer.install()
+    try:
+        compiled = torch.compile(torch.nn.Linear(4, 4), backend="eager")
+        timer.take()
+        gc.callbacks.append(watch)
+        with callback.callback_handler.install_callbacks(callback.CallbackTrigger.DYNAMO, "0/0"):
+            gc.collect()  # as dynamo's own collections inside a compilation
+        compiled(torch.randn(2, 4))
+        assert True in seen and timer.take()[2] == seen.count(False)  # only those outside compilations
+        gc.collect()
+        assert timer.take()[2] == 1
+    finally:
+        gc.callbacks.remove(watch)
+        timer.uninstall()
+    assert timer._compile_started not in callback.callback_handler.start_callbacks

@@ -22,6 +22,7 @@ import re
 
 import numpy as np
 
+from torchscope.analysis.compilation import inside_compilation
 from torchscope.analysis.nesting import HostTree, nearest_ancestor_of
 from torchscope.analysis.steps import StepWindows, event_steps
 from torchscope.report.measurements import ANOMALY_CHECK, AnomalyMode
@@ -99,6 +100,9 @@ def anomaly_mode(events: EventTable, steps: StepWindows, tree: HostTree) -> Anom
     if captures.size:  # called from C++ inside the operator that creates the node, not from Python code
         parent = tree.parent[captures]
         captures = captures[(parent >= 0) & (events.kind[np.maximum(parent, 0)] == Kind.CPU_OP)]
+        # AOTAutograd traces the backward under detect_anomaly(check_nan=False) to keep each node's stack:
+        # that is torch.compile compiling, not the user's anomaly mode.
+        captures = captures[~inside_compilation(events, captures)]
     if checks.size == 0 and captures.size == 0 or len(steps) == 0:
         return None
     step_of = event_steps(events, steps)

@@ -12,6 +12,7 @@ import numpy as np
 
 from typing import Any
 
+from torchscope.analysis.compilation import inside_compilation
 from torchscope.analysis.nesting import HostTree
 from torchscope.analysis.steps import StepWindows, event_steps
 from torchscope.report.measurements import GarbageCollection
@@ -32,12 +33,15 @@ def _is_collect_call(name: str) -> bool:
 
 
 def garbage_collection(events: EventTable, steps: StepWindows, tree: HostTree) -> GarbageCollection | None:
-    """The collections inside the steps, per step (None: no GC event in the trace: not recorded, or none)."""
+    """The collections inside the steps and outside compilation, per step (None: no GC event in the trace: not
+    recorded, or none)."""
     python = events.kind_rows(Kind.PYTHON_FUNCTION)
     rows = python[events.name_mask(is_gc_event, python)]
     if rows.size == 0 or len(steps) == 0:
         return None
     rows = rows[event_steps(events, steps)[rows] >= 0]
+    # Dynamo's collections while it compiles (it calls gc.collect itself) are compilation's cost, counted there.
+    rows = rows[~inside_compilation(events, rows)]
     n = len(steps)
     pauses = events.dur_us[rows]
     parent = tree.parent[rows]

@@ -33,6 +33,7 @@ import re
 import numpy as np
 
 from torchscope.analysis import intervals
+from torchscope.analysis.compilation import compile_set
 from torchscope.analysis.frames import FRAME_PATTERN
 from torchscope.analysis.span import SpanInput
 from torchscope.arrays import group_ids
@@ -67,10 +68,6 @@ def _is_ddp_forward(name: str) -> bool:
 
 def _is_forward_label(name: str) -> bool:
     return name == PHASE_LABELS["forward"]
-
-
-def _is_compilation(name: str) -> bool:
-    return "(dynamo_timed)" in name or name.startswith("compile_inner")
 
 
 def _is_resume(name: str) -> bool:
@@ -119,7 +116,7 @@ def graph_breaks(span: SpanInput) -> GraphBreaks | None:
     # Between graphs: in those regions, outside the graphs, the backward and the optimizer (a compiled
     # training step holds them: they are no break's) and compilation (trace_quality.compilation_in_window's).
     apart = [_union(events, graphs), span.phase_sets["backward"], span.phase_sets["optimizer"],
-             _union(events, host[events.name_mask(_is_compilation, host)])]
+             compile_set(events)]
     gaps = (starts[calls], ends[calls])
     for interval_set in apart:
         gaps = intervals.subtract(gaps, interval_set)

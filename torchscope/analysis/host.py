@@ -1,6 +1,6 @@
 """Host-side measurements used by the diagnosis rules: dispatch overhead, host-device synchronisation,
 host-to-device copies, the optimizer's implementation, the work done inside a step but outside its
-phases, and torch.compile activity. Each function returns one typed section of per-step figures
+phases, and the DataLoader's iterator kind. Each function returns one typed section of per-step figures
 (report/measurements.py); none prints or decides.
 """
 
@@ -21,7 +21,7 @@ from torchscope.analysis.nesting import HostTree, launcher_of_device_events, nea
 from torchscope.analysis.operators import OpTimes
 from torchscope.analysis.steps import StepWindows, event_steps, main_thread_mask
 from torchscope.arrays import distinct, group_ids, median, nanmedian, read_only
-from torchscope.report.measurements import ANOMALY_CHECK, MODULE_HOOK_SYNCS, Compile, Copies, DataLoader, Dispatch, LaunchOverhead, Optimizer, OutsideSteps, Synchronization
+from torchscope.report.measurements import ANOMALY_CHECK, MODULE_HOOK_SYNCS, Copies, DataLoader, Dispatch, LaunchOverhead, Optimizer, OutsideSteps, Synchronization
 from torchscope.trace.kinds import Kind
 from torchscope.trace.tables import EventTable
 
@@ -36,7 +36,6 @@ PER_PARAM_OPTIMIZER_OPS = frozenset(
     {"aten::add_", "aten::mul_", "aten::addcdiv_", "aten::addcmul_", "aten::lerp_", "aten::sqrt", "aten::div_",
      "aten::sub_", "aten::maximum", "aten::div", "aten::sqrt_", "aten::neg", "aten::copy_"}
 )  # fmt: skip
-COMPILE_MARKERS = ("Torch-Compiled Region", "TorchDynamo Cache Lookup", "CompiledFunction", "compile_inner")
 _FRAME_NAME = re.compile(r"^(?P<file>.*?)\((?P<line>\d+)\): (?P<func>.*)$")
 
 
@@ -383,18 +382,6 @@ def encloses(tree: HostTree, mask: np.ndarray) -> np.ndarray:
         rows = tree.parent[rows]
         rows = rows[rows >= 0]
     return flag
-
-
-def compile_activity(events: EventTable, steps: StepWindows) -> Compile:
-    """torch.compile work inside the steps: compiled regions entered and compilation time, per step."""
-    n = max(len(steps), 1)
-    marker = events.name_mask(lambda s: s.startswith(COMPILE_MARKERS) or "(dynamo_timed)" in s)
-    inside = marker & (event_steps(events, steps) >= 0)
-    compile_events = events.name_mask(lambda s: "(dynamo_timed)" in s or s.startswith("compile_inner"))
-    return Compile(
-        compiled_regions_per_step=float(inside.sum() / n),
-        compilation_us_per_step=float(events.dur_us[compile_events & inside].sum() / n),
-    )
 
 
 def dataloader_kind(events: EventTable, steps: StepWindows, tree: HostTree) -> DataLoader:

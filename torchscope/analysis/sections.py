@@ -6,7 +6,7 @@ from __future__ import annotations
 from functools import partial
 from typing import Any, Callable, Optional
 
-from torchscope.analysis import anomaly, float64, garbage_collection, grad_sync, graph_breaks, host, module_hooks, patterns, recompute, whatif
+from torchscope.analysis import anomaly, compilation, float64, garbage_collection, grad_sync, graph_breaks, host, module_hooks, patterns, recompute, whatif
 from torchscope.analysis.reduce import merge_sections
 from torchscope.analysis.registry import Analysis, Part
 from torchscope.analysis.span import SpanInput
@@ -39,7 +39,7 @@ def outside_steps(s: SpanInput) -> m.OutsideSteps:
 
 
 def compile_(s: SpanInput) -> m.Compile:
-    return host.compile_activity(s.events, s.steps)
+    return compilation.compile_activity(s.events, s.steps)
 
 
 def dataloader(s: SpanInput) -> m.DataLoader:

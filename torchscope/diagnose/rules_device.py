@@ -8,7 +8,7 @@ from typing import Optional
 from torchscope.analysis.peaks import gpu_peak
 from torchscope.diagnose.context import Context, as_int, ms, pct
 from torchscope.diagnose.rule import WARNING, Severities, Threshold, Verdict, by_share, rule
-from torchscope.diagnose.rules_quality import recorded_bounds, unprofiled_share
+from torchscope.diagnose.rules_quality import STEADY_RECOMPILATION, recorded_bounds, steady_recompilation, unprofiled_share
 from torchscope.diagnose.rules_host import (
     TORCH_COMPILE,
     idle_share,
@@ -434,6 +434,74 @@ def compute_graph_breaks(ctx: Context) -> Optional[Verdict]:
     )
 
 
+RECOMPILES = Threshold(
+    STEADY_RECOMPILATION,
+    "recompilations (compile ids F/R with R >= 1) in at least every other profiled step, more than one "
+    "(COMPILE-PROF: compile ids; torch.compile docs: recompilation)",
+)
+
+
+@rule(
+    "compute.recompiles",
+    "compute",
+    RECOMPILES,
+    severity=by_share(),
+    fixes=(
+        Fix(
+            kind="code_change",
+            target="torch._dynamo.mark_dynamic",
+            value="torch._dynamo.mark_dynamic(x, dim)",
+            summary="before the call: one graph for every size of that dimension of the input",
+        ),
+        Fix(
+            kind="code_change",
+            target="torch.compile",
+            value="torch.compile(model, dynamic=True)",
+            summary="dynamic shapes from the first compilation (dynamic=False turns automatic dynamic shapes off)",
+        ),
+        Fix(kind="env_var", target="TORCH_LOGS", value="recompiles", summary="log which guard failed at each recompilation"),
+    ),
+)
+def compute_recompiles(ctx: Context) -> Optional[Verdict]:
+    """torch.compile compiles a frame again and again in the steady state, each time a guard fails."""
+    section = ctx.report.measurements.compile
+    if not steady_recompilation(ctx):
+        return None
+    us = section.recompilation_us_per_step
+    # Compiling is Python, slowed by the tracer as the forward and backward around it are.
+    low, high = recorded_bounds(ctx, us, us, "forward", "backward")
+    ids = ", ".join(section.recompiled_ids[:5])
+    varying = section.varying_inputs
+    cause = (
+        f"Between the recompiled graphs the inputs' shapes differ ({'; '.join(varying[:3])}): dynamo specialises each "
+        "graph on its inputs' sizes, so a new size fails a guard and compiles another graph. Mark that dimension "
+        "dynamic before the call (torch._dynamo.mark_dynamic(x, dim)), compile with dynamic=True (dynamic=False turns "
+        "off the automatic dynamic shapes that would otherwise take over after one recompilation), or pad the inputs "
+        "to a few fixed sizes (buckets) so that a handful of graphs serve every step."
+        if varying
+        else "Run once with TORCH_LOGS=recompiles to see which guard fails: an input of a new shape (mark the dimension "
+        "dynamic, or pad to a few fixed sizes), dtype or device, a Python number that changes every step (the "
+        "learning rate, a step counter: pass it as a tensor), or an attribute of the model that changes."
+    )
+    return Verdict(
+        title=f"torch.compile recompiles in {pct(section.recompiling_steps_share)} of the steps "
+        f"({ids}): {ms(us)} per step compiling ({pct(ctx.share(us))} of the step)",
+        share=(low + high) / 2,
+        share_range=(low, high),
+        evidence={
+            "recompilations_per_step": section.recompilations_per_step,
+            "recompilation_us_per_step": us,
+            "recompiling_steps_share": section.recompiling_steps_share,
+            "recompiled_ids": section.recompiled_ids,
+            **({"varying_inputs": varying} if varying else {}),
+        },
+        recommendation=cause
+        + " Each frame compiles at most torch._dynamo.config.recompile_limit (8) graphs; after that dynamo stops "
+        "compiling it and runs it eagerly, slower than compiled and with no warning in the step times.",
+        fix_targets=("torch._dynamo.mark_dynamic", "torch.compile", "TORCH_LOGS") if varying else ("TORCH_LOGS",),
+    )
+
+
 COMPUTE_BOUND = Threshold(0.5, "no other warning, and compute fills >= 50 % of the step (I)")
 
 
@@ -445,7 +513,11 @@ def compute_bound(ctx: Context) -> Optional[Verdict]:
         return None
     if ctx.steps == 0:
         return None
-    share = ctx.breakdown_share("kernel") if ctx.has_device else ctx.phase_share("forward") + ctx.phase_share("backward")
+    if ctx.has_device:
+        share = ctx.breakdown_share("kernel")
+    else:  # torch.compile compiling inside the forward or backward is no compute of the model's
+        compiling = ctx.share(ctx.report.measurements.compile.compilation_us_per_step)
+        share = max(ctx.phase_share("forward") + ctx.phase_share("backward") - compiling, 0.0)
     if share < COMPUTE_BOUND.value:
         return None
     where = (

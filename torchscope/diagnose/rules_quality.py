@@ -154,8 +154,12 @@ COMPILATION = Threshold(0, "any compilation inside the steps (COMPILE-PROF: comp
     ),
 )
 def compilation_in_window(ctx: Context) -> Optional[Verdict]:
-    """torch.compile compiled inside the profiled steps (first compilation or recompilation)."""
-    compile_us = ctx.report.measurements.compile.compilation_us_per_step
+    """torch.compile compiled inside the profiled steps: a first compilation, or a recompilation that does
+    not come back step after step (that one is compute.recompiles')."""
+    section = ctx.report.measurements.compile
+    compile_us = section.compilation_us_per_step
+    if steady_recompilation(ctx):
+        compile_us -= section.recompilation_us_per_step
     if compile_us <= COMPILATION.value:
         return None
     last_step = max((s.step for s in ctx.report.steps), default=-1)
@@ -169,6 +173,17 @@ def compilation_in_window(ctx: Context) -> Optional[Verdict]:
         # Start recording after the last step profiled here: the compilations seen here are then behind it.
         fix_values={"skip_first": last_step + 1 if numbered else None},
     )
+
+
+STEADY_RECOMPILATION = 0.5  # recompiling in at least every other step is no warm-up
+
+
+def steady_recompilation(ctx: Context) -> bool:
+    """Recompilations that keep coming: in at least every other profiled step, and more than one. A single
+    recompilation in the window is warm-up (dynamo's automatic dynamic shapes recompile once, then stop)."""
+    section = ctx.report.measurements.compile
+    recompilations = section.recompilations_per_step * ctx.steps
+    return section.recompiling_steps_share >= STEADY_RECOMPILATION and recompilations >= 2
 
 
 NO_DEVICE_EVENTS = Threshold(0, "CUDA in the manifest's activities, no device event in the trace")

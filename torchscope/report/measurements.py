@@ -118,10 +118,16 @@ class OutsideSteps(Section):
 
 
 class Compile(Section):
-    """torch.compile activity inside the profiled steps."""
+    """torch.compile inside the profiled steps (analysis/compilation.py): compiled calls, the time compiling
+    (nested compile ranges counted once), and the recompilations among the compilations."""
 
-    compiled_regions_per_step: PerStep = 0.0
+    compiled_regions_per_step: PerStep = 0.0  # calls of compiled code (`Torch-Compiled Region` ranges)
     compilation_us_per_step: PerStep = 0.0
+    recompilations_per_step: PerStep = 0.0  # compile ids F/R with R >= 1: a frame compiled again
+    recompilation_us_per_step: PerStep = 0.0  # of compilation_us_per_step
+    recompiling_steps_share: PerStep = 0.0  # the share of the steps that recompiled
+    recompiled_ids: Names = []  # "0/2", "0/3", ...
+    varying_inputs: Names = []  # "frame 0, input 0 dim 1: 49, 65, 81": graph input shapes that differ
 
 
 class DataLoader(Section):

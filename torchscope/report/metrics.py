@@ -65,6 +65,7 @@ def metrics_of(report: Report) -> list[Metric]:
     add("optimizer.step_us_per_step", m.optimizer.step_us_per_step, "us", "lower")
     add("dispatch.python_gap_us_per_step", m.dispatch.python_gap_us_per_step, "us", "lower")
     add("compile.compilation_us_per_step", m.compile.compilation_us_per_step, "us", "lower")
+    add("compile.recompilation_us_per_step", m.compile.recompilation_us_per_step, "us", "lower")
     ranks = [r.mean_step_us for r in report.ranks if r.steps > 0]
     if len(ranks) > 1:
         add("ranks.step_time_spread", (max(ranks) - min(ranks)) / (math.fsum(ranks) / len(ranks)), "fraction", "lower")
