@@ -93,31 +93,74 @@ def test_collections_in_forward_are_not_python_between_operators(tmp_path: Path)
 
 
 def test_timer_leaves_dynamo_compilations_collections_to_compilation() -> None:
-    # Dynamo allocates enough while it compiles to trigger collections (and runs one itself): compilation's
-    # cost, counted in the trace's compile ranges. The timer follows dynamo's compile callbacks once the
-    # script has imported dynamo, even when it registers in the middle of a compilation.
-    torch = pytest.importorskip("torch")
+    # Dynamo allocates enough while it compiles to trigger collections, and runs one itself once its compile
+    # callbacks have ended (run_gc_after_compile, in convert_frame.py): compilation's cost, counted in the
+    # trace's compile ranges. The timer follows dynamo's callbacks once the script has imported dynamo.
+    pytest.importorskip("torch")
     import torch._dynamo.callback as callback
-
-    seen: list[bool] = []
-
-    def watch(phase: str, info: dict[str, object]) -> None:
-        if phase == "start":
-            seen.append(timer._compiling)
 
     timer = GcTimer()
     timer.install()
+    gc.disable()  # no collection but the ones below
     try:
-        compiled = torch.compile(torch.nn.Linear(4, 4), backend="eager")
+        gc.collect()  # registers the timer on dynamo's callbacks
         timer.take()
-        gc.callbacks.append(watch)
-        with callback.callback_handler.install_callbacks(callback.CallbackTrigger.DYNAMO, "0/0"):
-            gc.collect()  # as dynamo's own collections inside a compilation
-        compiled(torch.randn(2, 4))
-        assert True in seen and timer.take()[2] == seen.count(False)  # only those outside compilations
+        with callback.callback_handler.install_callbacks(callback.CallbackTrigger.DYNAMO, "0/1"):
+            gc.collect()  # as dynamo's collections while it compiles
+        exec(compile("import gc\ngc.collect(1)", "site-packages/torch/_dynamo/convert_frame.py", "exec"))
+        assert timer.take()[2] == 0
         gc.collect()
         assert timer.take()[2] == 1
     finally:
-        gc.callbacks.remove(watch)
+        gc.enable()
         timer.uninstall()
     assert timer._compile_started not in callback.callback_handler.start_callbacks
+
+
+def test_timer_registering_in_the_middle_of_a_compilation_leaves_it_to_compilation() -> None:
+    # The script's first compilation can start before any collection lets the timer register: the first
+    # collection inside it registers the timer, which then knows a compilation is running.
+    pytest.importorskip("torch")
+    import torch._dynamo.callback as callback
+
+    timer = GcTimer()
+    gc.disable()  # no collection but the ones below
+    try:
+        with callback.callback_handler.install_callbacks(callback.CallbackTrigger.DYNAMO, "0/0"):
+            timer.install()
+            gc.collect()
+            assert timer._compiling and timer.take()[2] == 0
+        assert not timer._compiling
+        gc.collect()
+        assert timer.take()[2] == 1
+    finally:
+        gc.enable()
+        timer.uninstall()
+    assert timer._compile_started not in callback.callback_handler.start_callbacks
+
+
+def test_trace_writer_collects_the_exported_events_garbage_in_its_own_time(tmp_path: Path) -> None:
+    from torchscope.capture.tracewriter import TraceWriter
+
+    class Exported:
+        def export_chrome_trace(self, path: str) -> None:
+            Path(path).write_text('{"traceEvents": []}')
+
+    full: list[int] = []
+
+    def watch(phase: str, info: dict[str, object]) -> None:
+        if phase == "start" and info.get("generation") == 2:
+            full.append(1)
+
+    gc.callbacks.append(watch)
+    try:
+        TraceWriter(tmp_path, "worker", on_error=lambda message: None)(Exported())
+        assert full == [1]
+        gc.disable()  # the script turned collections off: the writer leaves them off
+        try:
+            TraceWriter(tmp_path, "worker", on_error=lambda message: None)(Exported())
+        finally:
+            gc.enable()
+        assert full == [1]
+    finally:
+        gc.callbacks.remove(watch)

@@ -10,9 +10,12 @@ What dynamo and Inductor leave in a Kineto trace (PyTorch 2.x):
   compilation, `entire_backward_compile` around AOTAutograd's backward, compiled lazily inside the first
   backward that needs it, and `<phase> (dynamo_timed)` ranges inside them (`compile_inner` in older
   releases). They nest, so the time compiling is the union of their intervals, never their sum;
-* `<phase>_data: ..., compile_id=F/R` annotations inside them name the compilation's id. R >= 1 is a
+* `<phase>_data: ..., compile_id=F/R` annotations inside them name the compilation's id (recent releases;
+  without them, the first `Torch-Compiled Region: F/R` of an id after a compilation names it). R >= 1 is a
   *recompilation*: a guard of frame F's earlier graphs failed (an input of a new shape, dtype or device, a
-  changed Python value), and dynamo compiled another graph. Compiled autograd's ids start with `!`.
+  changed Python value), and dynamo compiled another graph;
+* compiled autograd captures each new backward graph in a `compiled_autograd` range, its ids `!A` and the
+  graph's compilation `!A/F/0` (a new frame every time): its A-th capture (A >= 1) is the recompilation.
 
 A recompilation in the steady state (every step, or every other) costs a compilation per step, and after
 `torch._dynamo.config.recompile_limit` (8) of them dynamo stops compiling the frame and runs it eagerly.
@@ -36,8 +39,9 @@ from torchscope.trace.tables import EventTable
 
 HOST_RANGES = (Kind.CPU_OP, Kind.USER_ANNOTATION)
 # Dynamo's outer phases (log_event_start), around the `(dynamo_timed)` ranges they hold.
-_PHASES = frozenset({"dynamo", "entire_frame_compile", "entire_backward_compile"})
+_PHASES = frozenset({"dynamo", "entire_frame_compile", "entire_backward_compile", "compiled_autograd"})
 _COMPILE_ID = re.compile(r"compile_id=(?P<id>!?[0-9/]+)")
+COMPILED_AUTOGRAD = "compiled autograd"  # the "frame" of every compiled autograd id
 _REGION = "Torch-Compiled Region"
 # One of these per call of compiled code, by PyTorch release: the first family found is counted.
 _CALL_MARKERS = (_REGION, "TorchDynamo Cache Lookup", "CompiledFunction")
@@ -82,17 +86,20 @@ def inside_compilation(events: EventTable, rows: np.ndarray) -> np.ndarray:
 
 
 def frame_and_count(compile_id: str) -> tuple[str, int] | None:
-    """("F", R) of a compile id "F/R" (or compiled autograd's "!A/F/R"); None for one without a frame."""
+    """(frame, compilation count) of a compile id: ("F", R) of "F/R"; compiled autograd's "!A" and "!A/F/R"
+    are its A-th backward graph, ("compiled autograd", A); None for text that is no compile id."""
     parts = compile_id.lstrip("!").split("/")
-    if len(parts) < 2 or not parts[-1].isdigit():
+    if not all(p.isdigit() for p in parts) or not parts[0]:
         return None
-    return "/".join(parts[:-1]), int(parts[-1])
+    if compile_id.startswith("!"):
+        return COMPILED_AUTOGRAD, int(parts[0])
+    return ("/".join(parts[:-1]), int(parts[-1])) if len(parts) >= 2 else None
 
 
-def compile_activity(events: EventTable, steps: StepWindows) -> Compile:
-    """Compiled calls and compilation inside the steps, per step; which of the compilations were
-    recompilations, in how many of the steps, and the graph inputs whose shape differs between a recompiled
-    frame's graphs."""
+def compile_activity(events: EventTable, steps: StepWindows, compute: intervals.IntervalSet = intervals.EMPTY) -> Compile:
+    """Compiled calls and compilation inside the steps, per step (of it, the part inside `compute`: the
+    forward and backward phases); which of the compilations were recompilations, in how many of the steps,
+    and the graph inputs whose shape differs between a recompiled frame's graphs."""
     n = len(steps)
     if n == 0:
         return Compile()
@@ -103,16 +110,13 @@ def compile_activity(events: EventTable, steps: StepWindows) -> Compile:
     out = Compile(
         compiled_regions_per_step=_calls(events, in_steps) / n,
         compilation_us_per_step=intervals.total_length(compiling) / n,
+        compilation_in_compute_us_per_step=intervals.total_length(intervals.intersect(compiling, compute)) / n,
     )
-    # The compile ids named inside each compiling interval of the steps.
-    data = in_steps[events.name_mask(_is_compile_data, in_steps)]
-    if data.size == 0 or compiling[0].size == 0:
+    if compiling[0].size == 0:
         return out
-    names, slot = group_ids(events.name[data])
-    ids = np.array([_compile_id(events.strings[i]) for i in names.tolist()], dtype=object)[slot]
-    interval = np.searchsorted(compiling[0], events.ts_us[data], side="right") - 1
-    inside = (interval >= 0) & (events.ts_us[data] < compiling[1][np.maximum(interval, 0)])
-    ids, interval = ids[inside], interval[inside]
+    interval, ids = _named_compilations(events, host, compiling)
+    if ids.size == 0:
+        return out
     counted = [frame_and_count(str(i)) for i in ids.tolist()]
     again = np.array([c is not None and c[1] >= 1 for c in counted], dtype=bool)
     # An interval is a recompilation's when every id named in it is one.
@@ -122,7 +126,13 @@ def compile_activity(events: EventTable, steps: StepWindows) -> Compile:
     named[interval] = True
     recompiling = named & ~first
     step_of = steps.index_of(compiling[0][recompiling])
-    recompiled = sorted({str(i) for i in ids[again].tolist()}, key=_id_order)
+    # One per (frame, count), named by its shortest id: compiled autograd's capture !A and the compilation of
+    # its graph, !A/F/0, are one recompilation.
+    by_key: dict[tuple[str, int] | None, str] = {}
+    for compile_id, key in zip(ids.tolist(), counted):
+        if key is not None and key[1] >= 1:
+            by_key[key] = min(by_key.get(key, compile_id), compile_id, key=len)
+    recompiled = sorted(by_key.values(), key=_id_order)
     out.recompilations_per_step = len(recompiled) / n
     out.recompilation_us_per_step = float((compiling[1] - compiling[0])[recompiling].sum()) / n
     out.recompiling_steps_share = np.unique(step_of[step_of >= 0]).size / n
@@ -132,11 +142,42 @@ def compile_activity(events: EventTable, steps: StepWindows) -> Compile:
     return out
 
 
+def _named_compilations(events: EventTable, host: np.ndarray, compiling: intervals.IntervalSet) -> tuple[np.ndarray, np.ndarray]:
+    """(interval, compile id) pairs: the ids dynamo's `_data` annotations name inside each compiling
+    interval; where a release writes none, the id of the first region of a new id after the interval."""
+    data = host[events.name_mask(_is_compile_data, host)]
+    if data.size:
+        starts, texts = events.ts_us[data], events.text(events.name[data])
+        ids = np.array([_compile_id(t) for t in texts], dtype=object)
+    else:
+        regions = host[events.name_mask(_is_region, host)]
+        regions = regions[np.argsort(events.ts_us[regions], kind="stable")]
+        names, slot = group_ids(events.name[regions])
+        new = np.zeros(regions.size, dtype=bool)
+        new[np.unique(slot, return_index=True)[1]] = True  # each id's first call: right after it compiled
+        regions = regions[new]
+        ends = compiling[1]
+        # The interval each new region follows: the last one ending at or before the region starts.
+        after = np.searchsorted(ends, events.ts_us[regions], side="right") - 1
+        keep = after >= 0
+        interval = after[keep]
+        ids = np.array([t[len(_REGION) :].strip(": ") for t in events.text(events.name[regions[keep]])], dtype=object)
+        # Only the first new region after an interval is its compilation's.
+        _, firsts = np.unique(interval, return_index=True)
+        return interval[firsts], ids[firsts]
+    interval = np.searchsorted(compiling[0], starts, side="right") - 1
+    inside = (interval >= 0) & (starts < compiling[1][np.maximum(interval, 0)])
+    return interval[inside], ids[inside]
+
+
 def _calls(events: EventTable, rows: np.ndarray) -> int:
+    """Calls of compiled code: the outermost ranges of the first marker family found (a graph break's resumed
+    frame runs its own region inside the caller's)."""
     for marker in _CALL_MARKERS:
-        count = int(np.count_nonzero(events.name_mask(lambda s, m=marker: s.startswith(m), rows)))
-        if count:
-            return count
+        found = rows[events.name_mask(lambda s, m=marker: s.startswith(m), rows)]
+        if found.size:
+            start = events.ts_us[found]
+            return int(intervals.union(start, start + events.dur_us[found])[0].size)
     return 0
 
 
@@ -151,36 +192,41 @@ def _id_order(compile_id: str) -> tuple[int, ...]:
 
 def _varying_inputs(events: EventTable, rows: np.ndarray, frames: set[str]) -> list[str]:
     """For each recompiled frame, the graph inputs (recorded `CompiledFunction` input shapes) whose
-    dimensions differ between the frame's graphs that ran in the steps: "frame 0, input 0 dim 1: 49, 65, 81"."""
+    dimensions differ between the frame's graphs that ran in the steps: "frame 0, input 0 dim 1: 49, 65, 81".
+    Only graphs with as many inputs as the frame's first are compared (an added size argument shifts them)."""
     if not frames:
         return []
     regions = rows[events.name_mask(_is_region, rows)]
     graphs = rows[events.name_mask(_is_graph, rows)]
     if regions.size == 0 or graphs.size == 0:
         return []
-    # Each graph's region: the last region starting before it on its thread that has not ended.
-    order = np.argsort(events.ts_us[regions], kind="stable")
-    regions = regions[order]
-    at = np.searchsorted(events.ts_us[regions], events.ts_us[graphs], side="right") - 1
-    held = (at >= 0) & (events.ts_us[graphs] <= (events.ts_us + events.dur_us)[regions[np.maximum(at, 0)]])
     shapes: dict[str, dict[int, list[list[int]]]] = {}
-    for region, dims in zip(events.text(events.name[regions[at[held]]]), events.text(events.input_dims[graphs[held]])):
-        counted = frame_and_count(region[len(_REGION) :].strip(": "))
-        parsed = _dims(dims)
-        if counted is None or counted[0] not in frames or parsed is None:
-            continue
-        shapes.setdefault(counted[0], {}).setdefault(counted[1], parsed)
+    region_thread, graph_thread = events.thread_keys(regions), events.thread_keys(graphs)
+    for thread in np.unique(graph_thread).tolist():
+        mine = regions[region_thread == thread]
+        mine = mine[np.argsort(events.ts_us[mine], kind="stable")]
+        own = graphs[graph_thread == thread]
+        # Each graph's region: the last one of its thread starting before it, if it has not ended.
+        at = np.searchsorted(events.ts_us[mine], events.ts_us[own], side="right") - 1
+        held = (at >= 0) & (events.ts_us[own] <= (events.ts_us + events.dur_us)[mine[np.maximum(at, 0)]])
+        for region, dims in zip(events.text(events.name[mine[at[held]]]), events.text(events.input_dims[own[held]])):
+            counted = frame_and_count(region[len(_REGION) :].strip(": "))
+            parsed = _dims(dims)
+            if counted is not None and counted[0] in frames and parsed is not None:
+                shapes.setdefault(counted[0], {}).setdefault(counted[1], parsed)
     found: list[str] = []
     for frame, by_count in sorted(shapes.items()):
-        graphs_dims = [by_count[r] for r in sorted(by_count)]
-        for index in range(min(len(d) for d in graphs_dims)):
+        ordered = [by_count[r] for r in sorted(by_count)]
+        graphs_dims = [d for d in ordered if len(d) == len(ordered[0])]
+        where = COMPILED_AUTOGRAD if frame == COMPILED_AUTOGRAD else f"frame {frame}"
+        for index in range(len(graphs_dims[0])):
             shapes_of = [d[index] for d in graphs_dims]
             if len({len(s) for s in shapes_of}) > 1:
                 continue  # a different rank: not one dimension that varies
             for dim in range(len(shapes_of[0])):
                 values = list(dict.fromkeys(s[dim] for s in shapes_of))
                 if len(values) > 1:
-                    found.append(f"frame {frame}, input {index} dim {dim}: {', '.join(str(v) for v in values)}")
+                    found.append(f"{where}, input {index} dim {dim}: {', '.join(str(v) for v in values)}")
     return found
 
 

@@ -39,7 +39,7 @@ def outside_steps(s: SpanInput) -> m.OutsideSteps:
 
 
 def compile_(s: SpanInput) -> m.Compile:
-    return compilation.compile_activity(s.events, s.steps)
+    return compilation.compile_activity(s.events, s.steps, s.compute_set)
 
 
 def dataloader(s: SpanInput) -> m.DataLoader:

@@ -32,6 +32,7 @@ class GcTimer:
         self.installed = False
         self._compiling = False
         self._dynamo_callbacks: Any = None  # torch._dynamo's callback handler, once ours are registered on it
+        self._registering = False
 
     def install(self) -> None:
         if not self.installed:
@@ -46,11 +47,11 @@ class GcTimer:
                 pass
             self.installed = False
         if self._dynamo_callbacks:
-            try:
-                self._dynamo_callbacks.remove_start_callback(self._compile_started)
-                self._dynamo_callbacks.remove_end_callback(self._compile_ended)
-            except ValueError:  # torch._dynamo.reset() cleared them
-                pass
+            handler = self._dynamo_callbacks
+            # Every copy (a collection inside the registration itself may have added a second); none left after
+            # torch._dynamo.reset() cleared them.
+            handler.start_callbacks[:] = [c for c in handler.start_callbacks if c != self._compile_started]
+            handler.end_callbacks[:] = [c for c in handler.end_callbacks if c != self._compile_ended]
             self._dynamo_callbacks = None
             self._compiling = False
 
@@ -58,8 +59,11 @@ class GcTimer:
         """Keep our callbacks on dynamo's compile callbacks once the script has imported dynamo (this never
         imports it; `torch._dynamo.reset()` clears them, so they are looked for at each collection)."""
         handler = getattr(sys.modules.get("torch._dynamo.callback"), "callback_handler", None)
+        if handler is None or self._registering:
+            return
+        self._registering = True  # a collection triggered in here calls back into this method
         try:
-            if handler is not None and self._compile_started not in handler.start_callbacks:
+            if self._compile_started not in handler.start_callbacks:
                 handler.register_start_callback(self._compile_started)
                 handler.register_end_callback(self._compile_ended)
                 self._dynamo_callbacks = handler
@@ -68,6 +72,8 @@ class GcTimer:
                 self._compiling = getattr(handler, "_CompilationCallbackHandler__pending_callbacks_counter", 0) > 0
         except Exception:  # another release's handler: collections are then all timed, as before
             pass
+        finally:
+            self._registering = False
 
     def _compile_started(self, *args: Any) -> None:
         self._compiling = True
@@ -80,7 +86,7 @@ class GcTimer:
         try:
             if phase == "start":
                 self._follow_compilation()
-                self._started = None if self._compiling else time.perf_counter()
+                self._started = None if self._compiling or _dynamo_collects() else time.perf_counter()
                 return
             if self._started is None:
                 return
@@ -102,3 +108,10 @@ class GcTimer:
         self._total = self._full = self._longest = 0.0
         self._count = 0
         return taken
+
+
+def _dynamo_collects() -> bool:
+    """Whether dynamo itself runs this collection: `gc.collect()` at the end of its compile entry point
+    (`run_gc_after_compile`), after its compile callbacks have ended. That module runs only to compile."""
+    frame = sys._getframe(2)  # the code that triggered the collection (past _callback and this function)
+    return frame is not None and frame.f_code.co_filename.replace("\\", "/").endswith("torch/_dynamo/convert_frame.py")

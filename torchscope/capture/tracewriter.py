@@ -53,8 +53,10 @@ class TraceWriter:
         finally:
             # The profiler's Python events (hundreds of thousands of objects, now garbage) would otherwise trigger
             # a full collection early in the next step: the step clock would time the profiler's garbage as the
-            # training's GC pause. Collected here, in the profiler's own time, outside every timed step.
-            gc.collect()
+            # training's GC pause. Collected here, in the profiler's own time, outside every timed step; not where
+            # the script turned collections off (they are too costly for it).
+            if gc.isenabled():
+                gc.collect()
 
     def _bound(self, tmp: Path) -> None:
         """Thin the exported trace to its budget; if that fails, keep it whole and say why."""

@@ -516,7 +516,7 @@ def compute_bound(ctx: Context) -> Optional[Verdict]:
     if ctx.has_device:
         share = ctx.breakdown_share("kernel")
     else:  # torch.compile compiling inside the forward or backward is no compute of the model's
-        compiling = ctx.share(ctx.report.measurements.compile.compilation_us_per_step)
+        compiling = ctx.share(ctx.report.measurements.compile.compilation_in_compute_us_per_step)
         share = max(ctx.phase_share("forward") + ctx.phase_share("backward") - compiling, 0.0)
     if share < COMPUTE_BOUND.value:
         return None

@@ -179,11 +179,11 @@ STEADY_RECOMPILATION = 0.5  # recompiling in at least every other step is no war
 
 
 def steady_recompilation(ctx: Context) -> bool:
-    """Recompilations that keep coming: in at least every other profiled step, and more than one. A single
+    """Recompilations that keep coming: in at least every other profiled step, and more than one (distinct
+    compile ids, over every rank: each rank's own warm-up recompilation is the same id). A single
     recompilation in the window is warm-up (dynamo's automatic dynamic shapes recompile once, then stop)."""
     section = ctx.report.measurements.compile
-    recompilations = section.recompilations_per_step * ctx.steps
-    return section.recompiling_steps_share >= STEADY_RECOMPILATION and recompilations >= 2
+    return section.recompiling_steps_share >= STEADY_RECOMPILATION and len(section.recompiled_ids) >= 2
 
 
 NO_DEVICE_EVENTS = Threshold(0, "CUDA in the manifest's activities, no device event in the trace")

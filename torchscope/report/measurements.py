@@ -123,6 +123,7 @@ class Compile(Section):
 
     compiled_regions_per_step: PerStep = 0.0  # calls of compiled code (`Torch-Compiled Region` ranges)
     compilation_us_per_step: PerStep = 0.0
+    compilation_in_compute_us_per_step: PerStep = 0.0  # of it, inside the forward and backward phases
     recompilations_per_step: PerStep = 0.0  # compile ids F/R with R >= 1: a frame compiled again
     recompilation_us_per_step: PerStep = 0.0  # of compilation_us_per_step
     recompiling_steps_share: PerStep = 0.0  # the share of the steps that recompiled
