@@ -56,6 +56,7 @@ RULES: tuple[Rule, ...] = (
     rules_device.compute_float64,
     rules_device.compute_graph_breaks,
     rules_device.compute_recompiles,
+    rules_device.compute_dropout,
     rules_patterns.host_overhead_indexing_loop,
     rules_patterns.host_overhead_extra_device_copy,
     rules_device.memory_near_capacity,

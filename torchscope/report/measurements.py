@@ -374,6 +374,15 @@ class PhaseClock(Section):
     children_cpu_per_wall: Median = 0.0  # the process tree's CPU beyond the training process (its workers)
 
 
+class Dropout(Section):
+    """Dropout on CPU traces (analysis/dropout.py): the outermost dropout operators in the steps, and the
+    random mask draws inside them (`aten::bernoulli_`: one thread, whatever the intra-op threads)."""
+
+    calls_per_step: PerStep = 0.0
+    dropout_us_per_step: PerStep = 0.0  # host time, the mask's multiply included
+    mask_us_per_step: PerStep = 0.0  # of it, drawing the masks
+
+
 class GraphBreaks(Section):
     """torch.compile graph breaks in training (analysis/graph_breaks.py): compiled graphs (`CompiledFunction`)
     and compiled calls (outermost compiled regions holding one) per step, the breaks between, where they are
@@ -408,6 +417,7 @@ class Measurements(msgspec.Struct, kw_only=True):
     anomaly: AnomalyMode = msgspec.field(default_factory=AnomalyMode)
     gc: GarbageCollection = msgspec.field(default_factory=GarbageCollection)
     recompute: Recompute = msgspec.field(default_factory=Recompute)
+    dropout: Dropout = msgspec.field(default_factory=Dropout)
     module_hooks: ModuleHooks = msgspec.field(default_factory=ModuleHooks)
     grad_sync: GradientSync = msgspec.field(default_factory=GradientSync)
     float64: Float64 = msgspec.field(default_factory=Float64)
