@@ -26,11 +26,13 @@ between a frame's graphs name the usual cause: a shape that changes from step to
 from __future__ import annotations
 
 import re
+from typing import Callable
 
 import msgspec
 import numpy as np
 
 from torchscope.analysis import intervals
+from torchscope.analysis.markers import name_mask
 from torchscope.analysis.steps import StepWindows, event_steps
 from torchscope.arrays import group_ids, read_only
 from torchscope.report.measurements import Compile
@@ -71,8 +73,7 @@ def compile_set(events: EventTable) -> intervals.IntervalSet:
     while it traces the backward."""
 
     def compute() -> intervals.IntervalSet:
-        host = events.kind_rows(HOST_RANGES)
-        rows = host[events.name_mask(is_compile_range, host)]
+        rows = _rows(events, is_compile_range)
         start = events.ts_us[rows]
         found = intervals.union(start, start + events.dur_us[rows])
         return read_only(found[0]), read_only(found[1])
@@ -104,17 +105,17 @@ def compile_activity(events: EventTable, steps: StepWindows, compute: intervals.
     if n == 0:
         return Compile()
     windows = intervals.union(steps.start_us, steps.end_us)
-    host = events.kind_rows(HOST_RANGES)
-    in_steps = host[event_steps(events, steps)[host] >= 0]
+    step_of = event_steps(events, steps)
+    markers = _rows(events, _is_call_marker)
     compiling = intervals.intersect(compile_set(events), windows)
     out = Compile(
-        compiled_regions_per_step=_calls(events, in_steps) / n,
+        compiled_regions_per_step=_calls(events, markers[step_of[markers] >= 0]) / n,
         compilation_us_per_step=intervals.total_length(compiling) / n,
         compilation_in_compute_us_per_step=intervals.total_length(intervals.intersect(compiling, compute)) / n,
     )
     if compiling[0].size == 0:
         return out
-    interval, ids = _named_compilations(events, host, compiling)
+    interval, ids = _named_compilations(events, compiling)
     if ids.size == 0:
         return out
     counted = [frame_and_count(str(i)) for i in ids.tolist()]
@@ -125,32 +126,32 @@ def compile_activity(events: EventTable, steps: StepWindows, compute: intervals.
     named = np.zeros(compiling[0].size, dtype=bool)
     named[interval] = True
     recompiling = named & ~first
-    step_of = steps.index_of(compiling[0][recompiling])
+    recompiling_step = steps.index_of(compiling[0][recompiling])
     # One per (frame, count), named by its shortest id: compiled autograd's capture !A and the compilation of
     # its graph, !A/F/0, are one recompilation.
-    by_key: dict[tuple[str, int] | None, str] = {}
+    by_key: dict[tuple[str, int], str] = {}
     for compile_id, key in zip(ids.tolist(), counted):
         if key is not None and key[1] >= 1:
             by_key[key] = min(by_key.get(key, compile_id), compile_id, key=len)
     recompiled = sorted(by_key.values(), key=_id_order)
     out.recompilations_per_step = len(recompiled) / n
     out.recompilation_us_per_step = float((compiling[1] - compiling[0])[recompiling].sum()) / n
-    out.recompiling_steps_share = np.unique(step_of[step_of >= 0]).size / n
+    out.recompiling_steps_share = np.unique(recompiling_step[recompiling_step >= 0]).size / n
     out.recompiled_ids = recompiled[:MAX_IDS]
     frames = {frame for frame, _ in (frame_and_count(i) or ("", 0) for i in recompiled) if frame}
-    out.varying_inputs = _varying_inputs(events, in_steps, frames)[:MAX_IDS]
+    out.varying_inputs = _varying_inputs(events, markers[step_of[markers] >= 0], frames)[:MAX_IDS]
     return out
 
 
-def _named_compilations(events: EventTable, host: np.ndarray, compiling: intervals.IntervalSet) -> tuple[np.ndarray, np.ndarray]:
+def _named_compilations(events: EventTable, compiling: intervals.IntervalSet) -> tuple[np.ndarray, np.ndarray]:
     """(interval, compile id) pairs: the ids dynamo's `_data` annotations name inside each compiling
     interval; where a release writes none, the id of the first region of a new id after the interval."""
-    data = host[events.name_mask(_is_compile_data, host)]
+    data = _rows(events, _is_compile_data)
     if data.size:
         starts, texts = events.ts_us[data], events.text(events.name[data])
         ids = np.array([_compile_id(t) for t in texts], dtype=object)
     else:
-        regions = host[events.name_mask(_is_region, host)]
+        regions = _rows(events, _is_region)
         regions = regions[np.argsort(events.ts_us[regions], kind="stable")]
         names, slot = group_ids(events.name[regions])
         new = np.zeros(regions.size, dtype=bool)
@@ -170,15 +171,29 @@ def _named_compilations(events: EventTable, host: np.ndarray, compiling: interva
     return interval[inside], ids[inside]
 
 
-def _calls(events: EventTable, rows: np.ndarray) -> int:
+def _calls(events: EventTable, markers: np.ndarray) -> int:
     """Calls of compiled code: the outermost ranges of the first marker family found (a graph break's resumed
     frame runs its own region inside the caller's)."""
-    for marker in _CALL_MARKERS:
-        found = rows[events.name_mask(lambda s, m=marker: s.startswith(m), rows)]
-        if found.size:
-            start = events.ts_us[found]
-            return int(intervals.union(start, start + events.dur_us[found])[0].size)
-    return 0
+    if markers.size == 0:
+        return 0
+    names, slot = group_ids(events.name[markers])
+    family = np.array([_family(events.strings[i]) for i in names.tolist()])[slot]
+    found = markers[family == family.min()]
+    start = events.ts_us[found]
+    return int(intervals.union(start, start + events.dur_us[found])[0].size)
+
+
+def _family(name: str) -> int:
+    return next(i for i, marker in enumerate(_CALL_MARKERS) if name.startswith(marker))
+
+
+def _is_call_marker(name: str) -> bool:
+    return name.startswith(_CALL_MARKERS)
+
+
+def _rows(events: EventTable, predicate: Callable[[str], bool]) -> np.ndarray:
+    """The host ranges (ops, annotations) named so: a whole-table mask, the predicate asked per distinct name."""
+    return np.flatnonzero(name_mask(events, predicate, HOST_RANGES))
 
 
 def _compile_id(name: str) -> str:

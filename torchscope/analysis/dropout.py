@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from torchscope.analysis.markers import name_mask
 from torchscope.analysis.span import SpanInput
 from torchscope.analysis.steps import event_steps
 from torchscope.report.measurements import Dropout
@@ -35,8 +36,7 @@ def dropout(span: SpanInput) -> Dropout | None:
     events = span.events
     if span.has_device or len(span.steps) == 0:
         return None
-    ops = events.kind_rows(Kind.CPU_OP)
-    found = ops[events.name_mask(_is_dropout, ops)]
+    found = np.flatnonzero(name_mask(events, _is_dropout, (Kind.CPU_OP,)))
     found = found[event_steps(events, span.steps)[found] >= 0]
     if found.size == 0:
         return None
@@ -44,7 +44,7 @@ def dropout(span: SpanInput) -> Dropout | None:
     mask[found] = True
     # Outermost only (aten::dropout holds native_dropout where a backend dispatches to it).
     outermost = found[~_under(span.tree.parent, mask, found)]
-    rng = ops[events.name_mask(_is_rng, ops)]
+    rng = np.flatnonzero(name_mask(events, _is_rng, (Kind.CPU_OP,)))
     rng = rng[_under(span.tree.parent, mask, rng)]  # the draws inside a dropout op
     n = len(span.steps)
     return Dropout(
