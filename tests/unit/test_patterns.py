@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 import msgspec
 
 import torchscope
@@ -33,17 +35,22 @@ def test_conv_bias_before_batch_norm(tmp_path: Path) -> None:
     assert finding.fixes[0].value == "torch.nn.Conv2d(..., bias=False)"
 
 
-def test_half_matmuls_with_dimensions_not_multiples_of_8(tmp_path: Path) -> None:
-    b = TraceBuilder()
+@pytest.mark.parametrize("on_gpu", [True, False])
+def test_half_matmuls_with_dimensions_not_multiples_of_8(tmp_path: Path, on_gpu: bool) -> None:
+    b = TraceBuilder().gpu() if on_gpu else TraceBuilder()
     for i in range(STEPS):
         t0 = i * 1000.0
         b.step(i, t0, 1000.0)
         b.op("aten::mm", t0 + 10, 100, **{"Input Dims": [[64, 100], [100, 64]], "Input type": ["c10::Half", "c10::Half"]})
         b.op("aten::mm", t0 + 200, 100, **{"Input Dims": [[64, 128], [128, 64]], "Input type": ["c10::Half", "c10::Half"]})
         b.op("aten::mm", t0 + 400, 100, **{"Input Dims": [[64, 100], [100, 64]], "Input type": ["float", "float"]})
+        if on_gpu:
+            b.launch(t0 + 20, 5, t0 + 30, 60)
     report = _analyze(b, tmp_path)
     assert report.measurements.patterns.half_matmuls_misaligned_per_step == 1
-    assert any(f.id == "compute.half_matmul_misaligned" for f in report.findings)
+    assert report.measurements.patterns.half_matmuls_per_step == 2
+    # Tensor cores are a GPU's: on a CPU trace (autocast to bfloat16 there) the finding would not apply.
+    assert any(f.id == "compute.half_matmul_misaligned" for f in report.findings) == on_gpu
 
 
 def _indexing_loop(b: TraceBuilder, t0: float, iterations: int, body: tuple[str, ...] = ("aten::select", "aten::fill_")) -> float:

@@ -10,7 +10,9 @@ import pytest
 
 from test_rules_support import finding, findings, fixes, gpu, report
 from torchscope.diagnose.engine import diagnose
-from torchscope.report.measurements import DataLoader, DeviceIdle, LaunchOverhead, Measurements, Memory, ProfilerOverhead, Recompute
+from torchscope.report.measurements import (
+    Compile, DataLoader, DeviceIdle, LaunchOverhead, Measurements, Memory, Patterns, ProfilerOverhead, Recompute,
+)
 from torchscope.report.model import Finding, KernelRow, MemorySummary, OperatorRow
 
 COMPILE_FIX = {"torch.compile": ("code_change", "model = torch.compile(model)")}
@@ -137,6 +139,17 @@ def test_compute_bound_cpu_verdict_reads_forward_and_backward() -> None:
     assert f.evidence["compute_share"] == 0.7
     assert "forward and backward operators fill 70.0%" in f.title
     assert fixes(f)["torch.autocast"] == ("code_change", "torch.autocast('cpu', dtype=torch.bfloat16)")
+
+
+def test_compute_bound_leaves_out_what_the_run_already_does() -> None:
+    # Matmuls already in bfloat16 (CPU autocast) and compiled regions in the steps: neither is advised again.
+    done = Measurements(patterns=Patterns(half_matmuls_per_step=3.0), compile=Compile(compiled_regions_per_step=1.0))
+    f = finding(report(measurements=done, phases={"forward": 0.3, "backward": 0.4}), "compute.bound")
+    assert f.fixes == [] and "torch.compile" not in f.recommendation and "autocast" not in f.recommendation
+    assert f.recommendation.endswith("(Matmuls already run in FP16/BF16; the steps already run compiled code.)")
+    half = Measurements(patterns=Patterns(half_matmuls_per_step=3.0))
+    f = finding(report(measurements=half, device=gpu(), breakdown={"kernel": 0.8}), "compute.bound")
+    assert fixes(f) == COMPILE_FIX and "mixed precision" not in f.recommendation
 
 
 def test_compute_bound_reads_the_other_findings() -> None:

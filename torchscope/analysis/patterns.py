@@ -204,7 +204,11 @@ def _conv_with_bias(dims: str, types: str) -> bool:
 
 
 def _half_misaligned(dims: str, types: str) -> bool:
-    return any(t in types for t in HALF_TYPES) and _misaligned(dims)
+    return _half(dims, types) and _misaligned(dims)
+
+
+def _half(dims: str, types: str) -> bool:
+    return any(t in types for t in HALF_TYPES)
 
 
 def _copies_one_dtype(dims: str, types: str) -> bool:
@@ -234,7 +238,8 @@ def patterns(span: SpanInput) -> Patterns:
     is_bn = np.append(events.name_mask(_is_batch_norm, outermost), [False, False])
     is_add = np.append(events.name_mask(_is_add_, outermost)[1:], False)
     followed_by_bn = is_bn[1:-1] | (is_add & is_bn[2:])
-    half = _by_shapes(events, outermost, _is_matmul, _half_misaligned)
+    half = _by_shapes(events, outermost, _is_matmul, _half)
+    half_misaligned = _by_shapes(events, outermost[half], _is_matmul, _half_misaligned)
     loop_starts, loop_us = for_loop_indexing(events, span.tree)
     looped = in_steps[loop_starts]
     copies = extra_device_copies(events, span.tree)
@@ -243,7 +248,8 @@ def patterns(span: SpanInput) -> Patterns:
     cell = events.strings[int(cell_names[np.argmax(np.bincount(cell_slot))])] if cells.size else ""
     return Patterns(
         conv_bias_before_batch_norm_per_step=float((conv & followed_by_bn).sum() / n),
-        half_matmuls_misaligned_per_step=float(half.sum() / n),
+        half_matmuls_misaligned_per_step=float(half_misaligned.sum() / n),
+        half_matmuls_per_step=float(half.sum() / n),
         indexing_loop_iterations_per_step=float(looped.sum() / n),
         indexing_loop_us_per_step=float(loop_us[looped].sum() / n),
         extra_device_copies_per_step=float(in_steps[copies].sum() / n),

@@ -576,18 +576,33 @@ def compute_bound(ctx: Context) -> Optional[Verdict]:
         else f"forward and backward operators fill {pct(share)} of the step"
     )
     roofline = matmul_roofline(ctx, share * ctx.mean_step_us * ctx.steps / 1e6)
+    half = ctx.report.measurements.patterns.half_matmuls_per_step > 0
+    compiled = ctx.report.measurements.compile.compiled_regions_per_step > 0
     return Verdict(
         title=f"Compute-bound: {where}; no input, host or synchronisation bottleneck found" + _roofline_text(roofline, ctx.report.device.present),
         share=None,
         evidence={"compute_share": share, "top_operators": [op.name for op in ctx.report.operators[:3]], **roofline},
-        recommendation=(
-            "Speed comes from doing the math faster: mixed precision (torch.autocast), torch.compile, "
-            "channels_last for convnets, cudnn.benchmark=True for fixed shapes, or a larger batch per step."
-            if ctx.has_device
-            else "Speed comes from doing the math faster: torch.compile, bfloat16 autocast on CPUs that support it, "
-            "channels_last for convnets, or more threads (torch.set_num_threads) if cores are idle."
-        ),
-        fix_values={} if ctx.has_device else {"torch.autocast": "torch.autocast('cpu', dtype=torch.bfloat16)"},
+        recommendation=_faster_math(ctx, half, compiled),
+        fix_values={} if ctx.has_device or half else {"torch.autocast": "torch.autocast('cpu', dtype=torch.bfloat16)"},
+        # What the run already does is no advice: matmuls in FP16/BF16, compiled regions in the steps.
+        fix_targets=tuple(t for t, done in (("torch.autocast", half), ("torch.compile", compiled)) if not done),
+    )
+
+
+def _faster_math(ctx: Context, half: bool, compiled: bool) -> str:
+    """compute.bound's advice, without what the run already does."""
+    ways = (
+        [("mixed precision (torch.autocast)", half), ("torch.compile", compiled), ("channels_last for convnets", False),
+         ("cudnn.benchmark=True for fixed shapes", False), ("a larger batch per step", False)]
+        if ctx.has_device
+        else [("torch.compile", compiled), ("bfloat16 autocast on CPUs that support it", half),
+              ("channels_last for convnets", False), ("more threads (torch.set_num_threads) if cores are idle", False)]
+    )
+    left = [way for way, done in ways if not done]
+    already = "; ".join(name for name, done in (("matmuls already run in FP16/BF16", half), ("the steps already run compiled code", compiled)) if done)
+    return (
+        "Speed comes from doing the math faster: " + ", ".join(left[:-1]) + f", or {left[-1]}."
+        + (f" ({already[:1].upper() + already[1:]}.)" if already else "")
     )
 
 
@@ -742,9 +757,10 @@ HALF_ALIGNMENT = Threshold(0, "any FP16/BF16 matmul with a dimension not a multi
     ),
 )
 def compute_half_matmul_misaligned(ctx: Context) -> Optional[Verdict]:
-    """Reduced-precision matmuls with dimensions tensor cores cannot tile (no time estimate)."""
+    """Reduced-precision matmuls with dimensions tensor cores cannot tile (no time estimate; GPU traces:
+    tensor cores are a GPU's)."""
     count = ctx.report.measurements.patterns.half_matmuls_misaligned_per_step
-    if count <= HALF_ALIGNMENT.value:
+    if count <= HALF_ALIGNMENT.value or not ctx.has_device:
         return None
     return Verdict(
         title=f"{count:.0f} FP16/BF16 matmul(s) per step have a dimension that is not a multiple of 8",

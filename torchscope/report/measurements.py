@@ -182,6 +182,7 @@ class Patterns(Section):
 
     conv_bias_before_batch_norm_per_step: PerStep = 0.0
     half_matmuls_misaligned_per_step: PerStep = 0.0
+    half_matmuls_per_step: PerStep = 0.0  # matmuls with FP16/BF16 inputs (autocast or a half model), aligned or not
     indexing_loop_iterations_per_step: PerStep = 0.0  # `for i in ...: t[i] = ...` iterations (>= 10 in a row)
     indexing_loop_us_per_step: PerStep = 0.0  # host time of those iterations
     extra_device_copies_per_step: PerStep = 0.0  # tensors filled on the CPU, then copied to the device
