@@ -150,6 +150,11 @@ def test_compute_bound_leaves_out_what_the_run_already_does() -> None:
     half = Measurements(patterns=Patterns(half_matmuls_per_step=3.0))
     f = finding(report(measurements=half, device=gpu(), breakdown={"kernel": 0.8}), "compute.bound")
     assert fixes(f) == COMPILE_FIX and "mixed precision" not in f.recommendation
+    # No convolution in the operators: no channels_last, no cudnn.benchmark.
+    assert "channels_last" not in f.recommendation and "cudnn" not in f.recommendation
+    conv = [OperatorRow(name="aten::convolution", calls=4, host_self_us=10.0, host_total_us=100.0)]
+    f = finding(report(measurements=half, device=gpu(), breakdown={"kernel": 0.8}, operators=conv), "compute.bound")
+    assert "channels_last for convnets" in f.recommendation and "cudnn.benchmark" in f.recommendation
 
 
 def test_compute_bound_reads_the_other_findings() -> None:

@@ -590,13 +590,15 @@ def compute_bound(ctx: Context) -> Optional[Verdict]:
 
 
 def _faster_math(ctx: Context, half: bool, compiled: bool) -> str:
-    """compute.bound's advice, without what the run already does."""
+    """compute.bound's advice, without what the run already does or what does not apply to it."""
+    # channels_last and cudnn.benchmark are for convolutions: none in the trace, no such advice.
+    no_convs = not any("convolution" in op.name for op in ctx.report.operators)
     ways = (
-        [("mixed precision (torch.autocast)", half), ("torch.compile", compiled), ("channels_last for convnets", False),
-         ("cudnn.benchmark=True for fixed shapes", False), ("a larger batch per step", False)]
+        [("mixed precision (torch.autocast)", half), ("torch.compile", compiled), ("channels_last for convnets", no_convs),
+         ("cudnn.benchmark=True for fixed shapes", no_convs), ("a larger batch per step", False)]
         if ctx.has_device
         else [("torch.compile", compiled), ("bfloat16 autocast on CPUs that support it", half),
-              ("channels_last for convnets", False), ("more threads (torch.set_num_threads) if cores are idle", False)]
+              ("channels_last for convnets", no_convs), ("more threads (torch.set_num_threads) if cores are idle", False)]
     )
     left = [way for way, done in ways if not done]
     already = "; ".join(name for name, done in (("matmuls already run in FP16/BF16", half), ("the steps already run compiled code", compiled)) if done)
