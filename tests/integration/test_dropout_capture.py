@@ -14,14 +14,15 @@ pytest.importorskip("torch")
 pytestmark = pytest.mark.slow
 
 
-@pytest.mark.parametrize("p", ["0.3", "0.0"])
+@pytest.mark.parametrize("p", ["0.3", "0.3-inplace", "0.0"])
 def test_real_dropout_capture(tmp_path: Path, p: str) -> None:
     # Dropout on a 512x1024 activation: with p=0.3, drawing its mask took 4.5 of 8.9 ms per recorded step
     # on the project's 2-core machine; with p=0.0 the op returns its input at once.
     script = (
         "import sys\nimport torch\n"
-        "model = torch.nn.Sequential(torch.nn.Linear(64, 1024), torch.nn.ReLU(), torch.nn.Dropout(float(sys.argv[1])), "
-        "torch.nn.Linear(1024, 10))\n"
+        # nn.Dropout(inplace=True) records aten::dropout_ (before the ReLU: autograd needs the ReLU's output).
+        "dropout = torch.nn.Dropout(float(sys.argv[1].split('-')[0]), inplace=sys.argv[1].endswith('inplace'))\n"
+        "model = torch.nn.Sequential(torch.nn.Linear(64, 1024), dropout, torch.nn.ReLU(), torch.nn.Linear(1024, 10))\n"
         "opt = torch.optim.SGD(model.parameters(), lr=0.01)\n"
         "for step in range(8):\n"
         "    x, y = torch.randn(512, 64), torch.randint(0, 10, (512,))\n"

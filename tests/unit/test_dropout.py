@@ -32,6 +32,9 @@ def _steps(gpu_trace: bool = False) -> TraceBuilder:
         b.op("aten::feature_dropout", t0 + 4_000, 500)  # another entry point: counted too
         b.op("aten::native_dropout", t0 + 4_010, 480)  # held by it: not counted again
         b.op("aten::bernoulli_", t0 + 4_020, 300)
+        b.op("aten::dropout_", t0 + 5_000, 300)  # nn.Dropout(inplace=True)
+        b.op("aten::bernoulli", t0 + 5_010, 200)  # a draw holding another: counted once
+        b.op("aten::bernoulli_", t0 + 5_020, 190)
         b.op("aten::bernoulli_", t0 + 6_000, 50)  # the user's own random draw, in no dropout
     b.op("aten::dropout", 3 * STEP_US + 100, 900)  # after the steps (an evaluation): not theirs
     return b
@@ -39,9 +42,9 @@ def _steps(gpu_trace: bool = False) -> TraceBuilder:
 
 def test_dropout_and_its_mask_draws_per_step(tmp_path: Path) -> None:
     rep = torchscope.analyze(_steps().write(tmp_path / "t.pt.trace.json"), jobs=1, use_cache=False)
-    assert rep.measurements.dropout == Dropout(calls_per_step=2.0, dropout_us_per_step=2_000.0, mask_us_per_step=1_500.0)
+    assert rep.measurements.dropout == Dropout(calls_per_step=3.0, dropout_us_per_step=2_300.0, mask_us_per_step=1_700.0)
     f = finding(rep, "compute.dropout")
-    assert f.title == "Dropout takes 2.0 ms per step (20.0% of the step), 1.5 ms of it drawing random masks (2 dropout call(s) per step)"
+    assert f.title == "Dropout takes 2.3 ms per step (23.0% of the step), 1.7 ms of it drawing random masks (3 dropout call(s) per step)"
 
 
 def test_no_dropout_section_on_gpu_traces(tmp_path: Path) -> None:

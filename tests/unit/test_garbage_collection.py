@@ -164,3 +164,32 @@ def test_trace_writer_collects_the_exported_events_garbage_in_its_own_time(tmp_p
         assert full == [1]
     finally:
         gc.callbacks.remove(watch)
+
+
+def test_timer_leaves_a_real_compilations_collections_out() -> None:
+    # A real compilation (dynamo's tracing, eager backend): the collections it sets off, and the one dynamo
+    # runs itself after its callbacks end (run_gc_after_compile), none timed. Automatic collections are off,
+    # so each collection here is one compilation made.
+    torch = pytest.importorskip("torch")
+    from torch._dynamo import config
+
+    seen: list[int] = []
+
+    def watch(phase: str, info: dict[str, object]) -> None:
+        if phase == "start":
+            seen.append(1)
+
+    timer = GcTimer()
+    timer.install()
+    gc.disable()
+    try:
+        gc.collect()  # registers the timer on dynamo's callbacks
+        timer.take()
+        gc.callbacks.append(watch)
+        with config.patch(run_gc_after_compile=True):
+            torch.compile(lambda x: x * 2 + 1, backend="eager")(torch.randn(3))
+        assert seen and timer.take()[2] == 0
+    finally:
+        gc.callbacks.remove(watch)
+        gc.enable()
+        timer.uninstall()

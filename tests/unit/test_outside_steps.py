@@ -95,3 +95,23 @@ def test_a_decorators_wrapper_frame_names_the_function_it_runs() -> None:
     culprits = outside_steps(SpanInput(parse_trace_bytes(json.dumps(b.document()).encode()))).culprits_us_per_step
     assert culprits == pytest.approx({"ema_update (train.py:12)": 2900.0, "timed_block (train.py:30)": 900.0,
                                       "clip_grad_norm_ (clip_grad.py:180)": 480.0})
+
+
+def test_the_culprits_that_ran_the_foreach_norm() -> None:
+    # clip_grad_norm_ on its multi-tensor path runs aten::_foreach_norm inside; a norm the script logs runs one
+    # too, under its own frame: each is named with the culprit that ran it, neither with the other.
+    b = TraceBuilder()
+    for step in range(2):
+        t0 = 1000.0 + 10_000.0 * step
+        b.step(step + 1, t0, 10_000)
+        b.annotation(FORWARD, t0 + 100, 2000)
+        b.op("torch/nn/utils/clip_grad.py(184): clip_grad_norm_", t0 + 3000, 1000, cat="python_function")
+        b.op("aten::_foreach_norm", t0 + 3100, 500)
+        b.op("train.py(40): log_lr", t0 + 5000, 500, cat="python_function")
+        b.op("aten::item", t0 + 5100, 100)
+    section = outside_steps(SpanInput(parse_trace_bytes(json.dumps(b.document()).encode())))
+    assert section.foreach_norm_culprits == ["clip_grad_norm_ (clip_grad.py:184)"]
+    b.op("train.py(50): log_grad_norm", 30_000, 1000, cat="python_function")  # after the steps: no culprit
+    b.op("aten::_foreach_norm", 30_100, 500)
+    section = outside_steps(SpanInput(parse_trace_bytes(json.dumps(b.document()).encode())))
+    assert section.foreach_norm_culprits == ["clip_grad_norm_ (clip_grad.py:184)"]

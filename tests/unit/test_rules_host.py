@@ -6,7 +6,6 @@ from __future__ import annotations
 import msgspec
 import pytest
 from test_rules_support import finding, findings, fixes, gpu, report
-from torchscope.report.model import OperatorRow
 from torchscope.report.measurements import (
     ANOMALY_CHECK,
     AnomalyMode,
@@ -328,9 +327,13 @@ def test_gradient_clipping_is_not_told_to_move_out_of_the_step() -> None:
     assert text.startswith("Gradient clipping") and "Move this work" not in text
     # It already runs the foreach norm (the default where the device has the kernels): no foreach=True advice;
     # on a CPU those kernels loop over the tensors (a 60-block MLP: 5.39 ms steps with foreach=True, 5.41 without).
-    foreach = [OperatorRow(name="aten::_foreach_norm", calls=4, host_self_us=100.0, host_total_us=900.0)]
-    text = finding(report(measurements=measurements, phases=phases, operators=foreach), "outside_steps.work").recommendation
+    measurements.outside_steps.foreach_norm_culprits = ["clip_grad_norm_ (clip_grad.py:30)"]
+    text = finding(report(measurements=measurements, phases=phases), "outside_steps.work").recommendation
     assert "already takes the multi-tensor path" in text and "foreach=True" not in text and "on a CPU" in text
+    # The op under another culprit (a gradient norm logged, an optimizer's) says nothing of the clipping's path.
+    measurements.outside_steps.foreach_norm_culprits = ["log_grad_norm (train.py:40)"]
+    text = finding(report(measurements=measurements, phases=phases), "outside_steps.work").recommendation
+    assert "foreach=True" in text
 
 
 def test_outside_steps_hints_come_from_the_culprits_that_matter() -> None:

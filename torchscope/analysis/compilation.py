@@ -208,7 +208,7 @@ def _id_order(compile_id: str) -> tuple[int, ...]:
 def _varying_inputs(events: EventTable, rows: np.ndarray, frames: set[str]) -> list[str]:
     """For each recompiled frame, the graph inputs (recorded `CompiledFunction` input shapes) whose
     dimensions differ between the frame's graphs that ran in the steps: "frame 0, input 0 dim 1: 49, 65, 81".
-    Only graphs with as many inputs as the frame's first are compared (an added size argument shifts them)."""
+    Only graphs with the frame's most common input count are compared (an added size argument shifts them)."""
     if not frames:
         return []
     regions = rows[events.name_mask(_is_region, rows)]
@@ -232,7 +232,9 @@ def _varying_inputs(events: EventTable, rows: np.ndarray, frames: set[str]) -> l
     found: list[str] = []
     for frame, by_count in sorted(shapes.items()):
         ordered = [by_count[r] for r in sorted(by_count)]
-        graphs_dims = [d for d in ordered if len(d) == len(ordered[0])]
+        counts = [len(d) for d in ordered]
+        usual = max(set(counts), key=counts.count)  # a static first graph may lack the dynamic ones' size inputs
+        graphs_dims = [d for d in ordered if len(d) == usual]
         where = COMPILED_AUTOGRAD if frame == COMPILED_AUTOGRAD else f"frame {frame}"
         for index in range(len(graphs_dims[0])):
             shapes_of = [d[index] for d in graphs_dims]

@@ -4,8 +4,9 @@ In training, `F.dropout` runs as `aten::dropout` (or `feature_dropout`, `alpha_d
 its mask with `aten::bernoulli_` and multiplies by it. PyTorch's CPU generator draws the mask on one thread,
 so that part takes the same time with 1 intra-op thread or 32 (a 16x120x1024 float mask: 9.4 ms either
 way, where a multiply of the same tensor took 2.6 ms on 1 thread and 0.7 ms on 2), and torch.compile keeps
-it (an encoder LM: dropout cost 52 ms of a 220 ms eager step, 67 ms compiled). On a GPU the mask is one
-fused kernel: not measured there.
+it (an encoder LM: dropout cost 52 ms of a 220 ms eager step, 67 ms compiled). Measured in eager mode only:
+compiled, the mask is drawn inside generated code (the trace shows only `aten::randint` for its seeds). On a
+GPU the mask is one fused kernel: not measured there.
 """
 
 from __future__ import annotations
@@ -18,7 +19,10 @@ from torchscope.analysis.steps import event_steps
 from torchscope.report.measurements import Dropout
 from torchscope.trace.kinds import Kind
 
-_DROPOUT_OPS = frozenset({"aten::dropout", "aten::feature_dropout", "aten::alpha_dropout", "aten::feature_alpha_dropout", "aten::native_dropout"})
+# The in-place forms too: nn.Dropout(inplace=True) records `aten::dropout_` (torchvision's classifiers use it).
+_DROPOUT_OPS = frozenset(
+    f"aten::{name}{suffix}" for name in ("dropout", "feature_dropout", "alpha_dropout", "feature_alpha_dropout") for suffix in ("", "_")
+) | {"aten::native_dropout"}
 _RNG_OPS = frozenset({"aten::bernoulli_", "aten::bernoulli", "aten::uniform_", "aten::rand_like", "aten::rand"})
 
 
@@ -46,6 +50,9 @@ def dropout(span: SpanInput) -> Dropout | None:
     outermost = found[~_under(span.tree.parent, mask, found)]
     rng = np.flatnonzero(name_mask(events, _is_rng, (Kind.CPU_OP,)))
     rng = rng[_under(span.tree.parent, mask, rng)]  # the draws inside a dropout op
+    drawing = np.zeros(len(events), dtype=bool)
+    drawing[rng] = True
+    rng = rng[~_under(span.tree.parent, drawing, rng)]  # outermost (aten::bernoulli holds aten::bernoulli_)
     n = len(span.steps)
     return Dropout(
         calls_per_step=outermost.size / n,

@@ -330,7 +330,31 @@ def outside_phases(
     return OutsideSteps(
         culprits_us_per_step=readable_totals({events.strings[int(names[i])]: float(totals[i]) for i in top if totals[i] > 0}),
         model_calls_us_per_step=intervals.total_length(model_calls) / max(len(steps), 1),
+        foreach_norm_culprits=_foreach_norm_culprits(events, steps, tree, chosen),
     )
+
+
+def _is_foreach_norm(name: str) -> bool:
+    return name == "aten::_foreach_norm"
+
+
+def _foreach_norm_culprits(events: EventTable, steps: StepWindows, tree: HostTree, chosen: np.ndarray) -> list[str]:
+    """The culprits under which `aten::_foreach_norm` ran in the steps (clip_grad_norm_ on its multi-tensor
+    path; the op elsewhere, in a norm logged or an optimizer, is not the clipping's), readable names."""
+    norms = np.flatnonzero(events.name_mask(_is_foreach_norm) & events.kind_mask(Kind.CPU_OP))
+    norms = norms[event_steps(events, steps)[norms] >= 0]
+    if norms.size == 0:
+        return []
+    culprit = np.zeros(len(events), dtype=bool)
+    culprit[chosen] = True
+    ancestor = tree.parent[norms].astype(np.int64)
+    found: set[int] = set()
+    while (live := ancestor >= 0).any():  # up from the few norm ops only
+        hit = live & culprit[np.maximum(ancestor, 0)]
+        found.update(events.name[ancestor[hit]].tolist())
+        ancestor[hit] = -1
+        ancestor[live & ~hit] = tree.parent[ancestor[live & ~hit]]
+    return sorted(readable_totals({events.strings[i]: 0.0 for i in found}))
 
 
 _PASSTHROUGH_WRAPPER = re.compile(

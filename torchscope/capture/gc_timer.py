@@ -113,5 +113,8 @@ class GcTimer:
 def _dynamo_collects() -> bool:
     """Whether dynamo itself runs this collection: `gc.collect()` at the end of its compile entry point
     (`run_gc_after_compile`), after its compile callbacks have ended. That module runs only to compile."""
-    frame = sys._getframe(2)  # the code that triggered the collection (past _callback and this function)
-    return frame is not None and frame.f_code.co_filename.replace("\\", "/").endswith("torch/_dynamo/convert_frame.py")
+    try:
+        frame = sys._getframe(2)  # the code that triggered the collection (past _callback and this function)
+    except ValueError:  # no Python frame there: at shutdown, or a thread started from C++
+        return False
+    return frame.f_code.co_filename.replace("\\", "/").endswith("torch/_dynamo/convert_frame.py")

@@ -528,11 +528,11 @@ _CLIP_TEXT = (
 # change. On a CPU those kernels still run a norm and a scaling per tensor (measured: no faster than foreach=False).
 _CLIP_FOREACH_TEXT = (
     "Gradient clipping ({name}) belongs to every step and is not work to move. It already takes the multi-tensor "
-    "path (aten::_foreach_norm is in the trace){cpu}. Under FSDP, use the wrapped model's own clip_grad_norm_."
+    "path (aten::_foreach_norm runs inside it){cpu}. Under FSDP, use the wrapped model's own clip_grad_norm_."
 )
 _CLIP_CPU = (
     ", and on a CPU the foreach kernels still run one norm and one scaling per gradient tensor: its time grows "
-    "with the number of parameter tensors, not with their size"
+    "with the number of parameter tensors as well as with their size"
 )
 
 
@@ -571,7 +571,7 @@ def outside_steps_work(ctx: Context) -> Optional[Verdict]:
     if sources:
         advice.append(_BATCH_SOURCE_TEXT.format(name=sources[0]))
     if clipping:
-        if any(op.name == "aten::_foreach_norm" for op in ctx.report.operators):
+        if clipping[0] in ctx.report.measurements.outside_steps.foreach_norm_culprits:
             advice.append(_CLIP_FOREACH_TEXT.format(name=clipping[0], cpu="" if ctx.has_device else _CLIP_CPU))
         else:
             advice.append(_CLIP_TEXT.format(name=clipping[0]))

@@ -115,6 +115,8 @@ class OutsideSteps(Section):
     # Model (nn.Module) calls in that time, at any depth under the culprits: validation, metrics, an EMA or
     # teacher model (a call without gradients after the backward is left unlabelled at capture).
     model_calls_us_per_step: PerStep = 0.0
+    # The culprits that ran `aten::_foreach_norm` (gradient clipping on its multi-tensor path), readable names.
+    foreach_norm_culprits: Names = []
 
 
 class Compile(Section):
