@@ -1,5 +1,6 @@
 """PyTorch's own anti-pattern matcher (`torch.profiler._pattern_matcher`, "TorchTidy") and torchscope
-on the same CPU trace with its patterns planted: every pattern the matcher finds, a finding names."""
+on the same CPU trace with its patterns planted: every pattern the matcher finds, a finding names (but the two
+whose fixes need a GPU's tensor cores)."""
 
 from __future__ import annotations
 
@@ -80,8 +81,11 @@ def test_we_find_at_least_what_the_pattern_matcher_finds(captured: tuple["torch.
     report = torchscope.analyze(trace, jobs=1, use_cache=False)
     ours = {f.id for f in report.findings}
     matched = {name for name in COVERED_BY if _matches(getattr(pm, name)(prof))}
-    # On a CPU trace the FP32 matmul pattern flags every float matmul; its fix (TF32) needs a CUDA GPU.
-    matched.discard("FP32MatMulPattern")
     assert set(PLANTED) <= matched, f"the matcher missed a planted pattern: {set(PLANTED) - matched}"
+    # On a CPU trace the FP32 matmul pattern flags every float matmul; its fix (TF32) needs a CUDA GPU. The FP16
+    # dimension pattern's fix is for tensor cores: counted, not reported on a CPU, where padding gains little
+    # (this project's CPU ran a bf16 1020x1020x1024 matmul at 1478 GFLOP/s, a 1024-cube at 1502).
+    assert report.measurements.patterns.half_matmuls_misaligned_per_step > 0
+    matched -= {"FP32MatMulPattern", "MatMulDimInFP16Pattern"}
     missing = {name: COVERED_BY[name] for name in matched if COVERED_BY[name] not in ours}
     assert not missing, (missing, sorted(ours))

@@ -139,33 +139,6 @@ def test_timer_registering_in_the_middle_of_a_compilation_leaves_it_to_compilati
     assert timer._compile_started not in callback.callback_handler.start_callbacks
 
 
-def test_trace_writer_collects_the_exported_events_garbage_in_its_own_time(tmp_path: Path) -> None:
-    from torchscope.capture.tracewriter import TraceWriter
-
-    class Exported:
-        def export_chrome_trace(self, path: str) -> None:
-            Path(path).write_text('{"traceEvents": []}')
-
-    full: list[int] = []
-
-    def watch(phase: str, info: dict[str, object]) -> None:
-        if phase == "start" and info.get("generation") == 2:
-            full.append(1)
-
-    gc.callbacks.append(watch)
-    try:
-        TraceWriter(tmp_path, "worker", on_error=lambda message: None)(Exported())
-        assert full == [1]
-        gc.disable()  # the script turned collections off: the writer leaves them off
-        try:
-            TraceWriter(tmp_path, "worker", on_error=lambda message: None)(Exported())
-        finally:
-            gc.enable()
-        assert full == [1]
-    finally:
-        gc.callbacks.remove(watch)
-
-
 def test_timer_leaves_a_real_compilations_collections_out() -> None:
     # A real compilation (dynamo's tracing, eager backend): the collections it sets off, and the one dynamo
     # runs itself after its callbacks end (run_gc_after_compile), none timed. Automatic collections are off,

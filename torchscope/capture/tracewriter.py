@@ -7,7 +7,6 @@ hidden temporary name and renamed into place, so a reader never finds a half-wri
 
 from __future__ import annotations
 
-import gc
 import os
 import sys
 import time
@@ -50,13 +49,6 @@ class TraceWriter:
             if tmp is not None:
                 _remove_partials(tmp)
             self._on_error(f"could not write a trace file in {self.run_dir}: {describe(exc)}")
-        finally:
-            # The profiler's Python events (hundreds of thousands of objects, now garbage) would otherwise trigger
-            # a full collection early in the next step: the step clock would time the profiler's garbage as the
-            # training's GC pause. Collected here, in the profiler's own time, outside every timed step; not where
-            # the script turned collections off (they are too costly for it).
-            if gc.isenabled():
-                gc.collect()
 
     def _bound(self, tmp: Path) -> None:
         """Thin the exported trace to its budget; if that fails, keep it whole and say why."""
