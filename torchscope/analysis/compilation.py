@@ -105,11 +105,11 @@ def compile_activity(events: EventTable, steps: StepWindows, compute: intervals.
     if n == 0:
         return Compile()
     windows = intervals.union(steps.start_us, steps.end_us)
-    step_of = event_steps(events, steps)
     markers = _rows(events, _is_call_marker)
+    markers = markers[event_steps(events, steps)[markers] >= 0]  # compiled calls and graphs in the steps
     compiling = intervals.intersect(compile_set(events), windows)
     out = Compile(
-        compiled_regions_per_step=_calls(events, markers[step_of[markers] >= 0]) / n,
+        compiled_regions_per_step=_calls(events, markers) / n,
         compilation_us_per_step=intervals.total_length(compiling) / n,
         compilation_in_compute_us_per_step=intervals.total_length(intervals.intersect(compiling, compute)) / n,
     )
@@ -139,7 +139,7 @@ def compile_activity(events: EventTable, steps: StepWindows, compute: intervals.
     out.recompiling_steps_share = np.unique(recompiling_step[recompiling_step >= 0]).size / n
     out.recompiled_ids = recompiled[:MAX_IDS]
     frames = {frame for frame, _ in (frame_and_count(i) or ("", 0) for i in recompiled) if frame}
-    out.varying_inputs = _varying_inputs(events, markers[step_of[markers] >= 0], frames)[:MAX_IDS]
+    out.varying_inputs = _varying_inputs(events, markers, frames)[:MAX_IDS]
     return out
 
 
