@@ -28,11 +28,11 @@ from __future__ import annotations
 import re
 from typing import Callable
 
-import msgspec
 import numpy as np
 
 from torchscope.analysis import intervals
 from torchscope.analysis.markers import name_mask
+from torchscope.analysis.patterns import input_shapes
 from torchscope.analysis.steps import StepWindows, event_steps
 from torchscope.arrays import group_ids, read_only
 from torchscope.report.measurements import Compile
@@ -226,7 +226,7 @@ def _varying_inputs(events: EventTable, rows: np.ndarray, frames: set[str]) -> l
         held = (at >= 0) & (events.ts_us[own] <= (events.ts_us + events.dur_us)[mine[np.maximum(at, 0)]])
         for region, dims in zip(events.text(events.name[mine[at[held]]]), events.text(events.input_dims[own[held]])):
             counted = frame_and_count(region[len(_REGION) :].strip(": "))
-            parsed = _dims(dims)
+            parsed = input_shapes(dims)
             if counted is not None and counted[0] in frames and parsed is not None:
                 shapes.setdefault(counted[0], {}).setdefault(counted[1], parsed)
     found: list[str] = []
@@ -245,13 +245,3 @@ def _varying_inputs(events: EventTable, rows: np.ndarray, frames: set[str]) -> l
                 if len(values) > 1:
                     found.append(f"{where}, input {index} dim {dim}: {', '.join(str(v) for v in values)}")
     return found
-
-
-def _dims(text: str) -> list[list[int]] | None:
-    try:
-        value = msgspec.json.decode(text)
-    except msgspec.DecodeError:
-        return None
-    if not isinstance(value, list):
-        return None
-    return [[int(d) for d in s] if isinstance(s, list) and all(isinstance(d, int) for d in s) else [] for s in value]

@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from torchscope.analysis.markers import name_mask
+from torchscope.analysis.nesting import has_ancestor_in
 from torchscope.analysis.span import SpanInput
 from torchscope.analysis.steps import event_steps
 from torchscope.report.measurements import Dropout
@@ -47,25 +48,15 @@ def dropout(span: SpanInput) -> Dropout | None:
     mask = np.zeros(len(events), dtype=bool)
     mask[found] = True
     # Outermost only (aten::dropout holds native_dropout where a backend dispatches to it).
-    outermost = found[~_under(span.tree.parent, mask, found)]
+    outermost = found[~has_ancestor_in(span.tree, mask, found)]
     rng = np.flatnonzero(name_mask(events, _is_rng, (Kind.CPU_OP,)))
-    rng = rng[_under(span.tree.parent, mask, rng)]  # the draws inside a dropout op
+    rng = rng[has_ancestor_in(span.tree, mask, rng)]  # the draws inside a dropout op
     drawing = np.zeros(len(events), dtype=bool)
     drawing[rng] = True
-    rng = rng[~_under(span.tree.parent, drawing, rng)]  # outermost (aten::bernoulli holds aten::bernoulli_)
+    rng = rng[~has_ancestor_in(span.tree, drawing, rng)]  # outermost (aten::bernoulli holds aten::bernoulli_)
     n = len(span.steps)
     return Dropout(
         calls_per_step=outermost.size / n,
         dropout_us_per_step=float(events.dur_us[outermost].sum()) / n,
         mask_us_per_step=float(events.dur_us[rng].sum()) / n,
     )
-
-
-def _under(parent: np.ndarray, mask: np.ndarray, rows: np.ndarray) -> np.ndarray:
-    """Per row: whether an ancestor is in `mask`, climbing from these rows only (a few levels each)."""
-    under = np.zeros(rows.size, dtype=bool)
-    ancestor = parent[rows].astype(np.int64)
-    while (live := (ancestor >= 0) & ~under).any():
-        under[live] = mask[ancestor[live]]
-        ancestor[live] = parent[ancestor[live]]
-    return under

@@ -257,6 +257,17 @@ def accumulate_up(tree: HostTree, values: np.ndarray) -> np.ndarray:
     return totals
 
 
+def has_ancestor_in(tree: HostTree, mask: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """Per row of `rows`: whether one of its ancestors is in `mask`, climbing from these rows only (a few
+    levels each; `nearest_ancestor_of` walks the whole tree)."""
+    found = np.zeros(rows.size, dtype=bool)
+    ancestor = tree.parent[rows].astype(np.int64)
+    while (live := (ancestor >= 0) & ~found).any():
+        found[live] = mask[ancestor[live]]
+        ancestor[live] = tree.parent[ancestor[live]]
+    return found
+
+
 def nearest_ancestor_of(tree: HostTree, mask: np.ndarray) -> np.ndarray:
     """For each event, the index of the nearest ancestor-or-self in `mask` (-1 if none)."""
     own = np.where(mask, np.arange(mask.size, dtype=tree.parent.dtype), -1)

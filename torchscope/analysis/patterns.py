@@ -53,6 +53,18 @@ def _misaligned(dims: str) -> bool:
     return any(d % 8 for s in matrices for d in s[-2:] if isinstance(d, int))
 
 
+def input_shapes(text: str) -> list[list[int]] | None:
+    """An op's recorded input shapes (`[[1000000, 64], [512, 4], [], ...]`; a non-tensor input is []), or
+    None when the text is no such list."""
+    try:
+        value = msgspec.json.decode(text)
+    except msgspec.DecodeError:
+        return None
+    if not isinstance(value, list):
+        return None
+    return [[int(d) for d in s] if isinstance(s, list) and all(isinstance(d, int) for d in s) else [] for s in value]
+
+
 def by_dims_and_types(events: EventTable, rows: np.ndarray, test: Callable[[str, str], bool]) -> np.ndarray:
     """Per row: `test(dims, types)` on the op's recorded input dims and types, run once per distinct pair
     (usually a handful among thousands of ops)."""

@@ -41,6 +41,7 @@ RULES: tuple[Rule, ...] = (
     rules_host.host_overhead_gc_pauses,
     rules_host.optimizer_step,
     rules_host.optimizer_zero_grad_fill,
+    rules_host.optimizer_dense_embedding,
     rules_host.outside_steps_work,
     rules_host.synchronization_host_device,
     rules_host.synchronization_launch_blocking,

@@ -386,6 +386,19 @@ class Dropout(Section):
     mask_us_per_step: PerStep = 0.0  # of it, drawing the masks
 
 
+class Embeddings(Section):
+    """Large embedding tables (a million values or more) looked up in the steps (analysis/embeddings.py):
+    their lookups per step, which get dense gradients, and the time spent on whole dense tables outside
+    the forward (the dense backward, zero_grad's fill, the optimizer's passes over table and moments)."""
+
+    tables: Names = []  # "1000000x64"
+    lookups_per_step: PerStepByName = {}  # table -> indices looked up per step: at most that many rows touched
+    dense_tables: Names = []
+    dense_update_us_per_step: PerStep = 0.0  # host time, or the kernels' device time where time_base is "device"
+    dense_update_in_optimizer_us_per_step: PerStep = 0.0  # of it, in the optimizer phase (host time)
+    time_base: Choice = "host"
+
+
 class GraphBreaks(Section):
     """torch.compile graph breaks in training (analysis/graph_breaks.py): compiled graphs (`CompiledFunction`)
     and compiled calls (outermost compiled regions holding one) per step, the breaks between, where they are
@@ -421,6 +434,7 @@ class Measurements(msgspec.Struct, kw_only=True):
     gc: GarbageCollection = msgspec.field(default_factory=GarbageCollection)
     recompute: Recompute = msgspec.field(default_factory=Recompute)
     dropout: Dropout = msgspec.field(default_factory=Dropout)
+    embeddings: Embeddings = msgspec.field(default_factory=Embeddings)
     module_hooks: ModuleHooks = msgspec.field(default_factory=ModuleHooks)
     grad_sync: GradientSync = msgspec.field(default_factory=GradientSync)
     float64: Float64 = msgspec.field(default_factory=Float64)
