@@ -13,7 +13,6 @@ from torchscope.report.measurements import (
     DataLoader,
     DeviceIdle,
     Dispatch,
-    Embeddings,
     GarbageCollection,
     LaunchOverhead,
     Measurements,
@@ -200,19 +199,6 @@ def test_optimizer_for_loop_on_cpu_gets_foreach() -> None:
     assert "per-parameter loop (300 small ops per step)" in f.title
     assert "torch.optim.AdamW(..., foreach=True)" in f.recommendation
     assert fixes(f) == {"foreach": ("optimizer_kwarg", True)}
-
-
-def test_optimizer_step_leaves_a_dense_embedding_tables_update_out() -> None:
-    # 12 of the optimizer's 15 % is a dense embedding table's update: optimizer.dense_embedding's, which no
-    # implementation switch removes (fused Adam still passes over every row).
-    measurements = _optimizer("for_loop", 300)
-    measurements.embeddings = Embeddings(tables=["1000000x64"], lookups_per_step={"1000000x64": 2048.0},
-                                         dense_tables=["1000000x64"], dense_update_us_per_step=1300.0,
-                                         dense_update_in_optimizer_us_per_step=1200.0)
-    found = findings(report(measurements=measurements, phases={"optimizer": 0.15}))
-    assert found["optimizer.step"].time_share == pytest.approx(0.03)
-    assert found["optimizer.step"].evidence["optimizer_us_per_step"] == pytest.approx(300.0)
-    assert found["optimizer.dense_embedding"].time_share == pytest.approx(0.13)
 
 
 def test_optimizer_fix_by_device_and_implementation() -> None:

@@ -17,12 +17,13 @@ from __future__ import annotations
 import math
 from typing import Callable
 
+import msgspec
 import numpy as np
 
 from torchscope.analysis import intervals
 from torchscope.analysis.markers import name_mask
 from torchscope.analysis.nesting import has_ancestor_in
-from torchscope.analysis.patterns import by_dims_and_types, input_shapes
+from torchscope.analysis.patterns import input_shapes
 from torchscope.analysis.span import SpanInput
 from torchscope.analysis.steps import event_steps
 from torchscope.arrays import group_ids
@@ -51,6 +52,9 @@ def embeddings(span: SpanInput) -> Embeddings | None:
         return None
     step_of = event_steps(events, steps)
     lookups = _in_steps(events, step_of, _is_lookup)
+    is_lookup = np.zeros(len(events), dtype=bool)
+    is_lookup[lookups] = True
+    lookups = lookups[~has_ancestor_in(span.tree, is_lookup, lookups)]  # embedding_bag holds _embedding_bag
     tables: dict[tuple[int, ...], float] = {}
     names, slot = group_ids(events.input_dims[lookups])
     for dims_id, count in zip(names.tolist(), np.bincount(slot, minlength=names.size).tolist()):
@@ -61,31 +65,86 @@ def embeddings(span: SpanInput) -> Embeddings | None:
     if not tables:
         return None
     n = len(steps)
-    dense = _in_steps(events, step_of, _is_dense_backward)
     out = Embeddings(
         tables=[_label(shape) for shape in tables],
         lookups_per_step={_label(shape): looked / n for shape, looked in tables.items()},
     )
-    if dense.size == 0:
-        return out  # sparse gradients (or no backward through them): nothing dense to measure
-    # Whole-table work outside the forward: ops whose first input has a table's shape (zero_grad's fill, the
-    # optimizer's passes over the table and its moments), outermost only, with the dense backward itself.
+    # Dense: a dense backward of the table's row count ran (each table apart: a sparse one beside a small dense
+    # one is no dense table). Not one whose shape is a matmul's operand in the steps: a language model's
+    # embedding tied to its output layer gets a dense gradient from the logits whatever `sparse` says, and an
+    # untied output layer of the same shape cannot be told apart from it.
+    dense = _in_steps(events, step_of, _is_dense_backward)
+    rows = _dense_rows(events, dense)
+    dense_shapes = {shape for shape in tables if shape[0] in rows} - _matmul_operands(events, step_of)
+    if not dense_shapes:
+        return out
+    # Whole-table work outside the forward: ops whose first input is a dense table (zero_grad's fill, the
+    # optimizer's passes over the table and its moments), or a list holding it (foreach and fused optimizers:
+    # the table's part of the list's elements), outermost only, with the dense backward itself.
     forward = span.phase_sets.get("forward", intervals.EMPTY)
     ops = np.flatnonzero(span.times.op_mask & (step_of >= 0))
     ops = ops[~intervals.contains(forward, events.ts_us[ops])] if forward[0].size else ops
-    on_table = ops[by_dims_and_types(events, ops, _first_input_in(set(tables)))]
-    work = np.concatenate([on_table, dense])
+    part = _table_part(events, ops, dense_shapes)
+    work = np.concatenate([ops[part > 0], dense])
+    weight = np.concatenate([part[part > 0], np.ones(dense.size)])
     mask = np.zeros(len(events), dtype=bool)
     mask[work] = True
-    work = work[~has_ancestor_in(span.tree, mask, work)]
+    outermost = ~has_ancestor_in(span.tree, mask, work)
+    work, weight = work[outermost], weight[outermost]
     cost = span.times.device_total_us[work] if span.has_device else events.dur_us[work]
-    out.dense_tables = [_label(shape) for shape in tables]
-    out.dense_update_us_per_step = float(cost.sum()) / n
-    start = events.ts_us[work]
-    in_optimizer = intervals.intersect(intervals.union(start, start + events.dur_us[work]), span.phase_sets.get("optimizer", intervals.EMPTY))
-    out.dense_update_in_optimizer_us_per_step = intervals.total_length(in_optimizer) / n
+    out.dense_tables = [_label(shape) for shape in tables if shape in dense_shapes]
+    out.dense_update_us_per_step = float((cost * weight).sum()) / n
     out.time_base = "device" if span.has_device else "host"
     return out
+
+
+# The dense backwards' `num_weights` argument (its place in the recorded concrete inputs): the table's rows.
+_NUM_WEIGHTS_AT = {"aten::embedding_dense_backward": 2, "aten::_embedding_bag_dense_backward": 5}
+_MATMULS = frozenset({"aten::linear", "aten::mm", "aten::addmm", "aten::matmul", "aten::bmm"})
+
+
+def _dense_rows(events: EventTable, dense: np.ndarray) -> set[int]:
+    rows: set[int] = set()
+    for name, concrete in set(zip(events.text(events.name[dense]), events.text(events.concrete_inputs[dense]))):
+        try:
+            value = msgspec.json.decode(concrete) if concrete else []
+            rows.add(int(value[_NUM_WEIGHTS_AT[name]]))
+        except (msgspec.DecodeError, ValueError, TypeError, IndexError, KeyError):
+            continue
+    return rows
+
+
+def _is_matmul(name: str) -> bool:
+    return name in _MATMULS
+
+
+def _matmul_operands(events: EventTable, step_of: np.ndarray) -> set[tuple[int, ...]]:
+    """The 2-d shapes (and their transposes) of the matmuls' operands in the steps."""
+    found: set[tuple[int, ...]] = set()
+    for dims in set(events.text(events.input_dims[_in_steps(events, step_of, _is_matmul)])):
+        for shape in input_shapes(dims) or []:
+            if len(shape) == 2:
+                found.update({(shape[0], shape[1]), (shape[1], shape[0])})
+    return found
+
+
+def _table_part(events: EventTable, rows: np.ndarray, shapes: set[tuple[int, ...]]) -> np.ndarray:
+    """Per row: the part of its first input that is a table of `shapes`, by elements: 1 for the table itself,
+    the table's share of a tensor list's elements (foreach, fused optimizers), else 0."""
+    names, slot = group_ids(events.input_dims[rows])
+    part = np.zeros(names.size)
+    for i, dims in enumerate(events.text(names)):
+        try:
+            first = msgspec.json.decode(dims)[0] if dims else []
+        except (msgspec.DecodeError, IndexError, TypeError, KeyError):
+            continue
+        if isinstance(first, list) and first and all(isinstance(d, list) for d in first):  # a tensor list
+            sizes = [(tuple(d), math.prod(d)) for d in first if all(isinstance(x, int) for x in d)]
+            total = sum(size for _, size in sizes)
+            part[i] = sum(size for shape, size in sizes if shape in shapes) / total if total else 0.0
+        elif isinstance(first, list) and tuple(first) in shapes:
+            part[i] = 1.0
+    return part[slot]
 
 
 def _in_steps(events: EventTable, step_of: np.ndarray, predicate: Callable[[str], bool]) -> np.ndarray:
@@ -95,11 +154,3 @@ def _in_steps(events: EventTable, step_of: np.ndarray, predicate: Callable[[str]
 
 def _label(shape: tuple[int, ...]) -> str:
     return "x".join(str(d) for d in shape)
-
-
-def _first_input_in(shapes: set[tuple[int, ...]]) -> Callable[[str, str], bool]:
-    def test(dims: str, types: str) -> bool:
-        parsed = input_shapes(dims)
-        return parsed is not None and bool(parsed) and tuple(parsed[0]) in shapes
-
-    return test

@@ -273,10 +273,7 @@ CPU_FUSED_SINCE = (2, 4)
 def optimizer_step(ctx: Context) -> Optional[Verdict]:
     """The optimizer step is a large share of the step, or runs a per-parameter Python loop."""
     optimizer = ctx.report.measurements.optimizer
-    # A dense embedding table's update is optimizer.dense_embedding's: no implementation switch removes it.
-    table_us = ctx.report.measurements.embeddings.dense_update_in_optimizer_us_per_step
-    recorded_share = max(ctx.phase_share("optimizer") - ctx.share(table_us), 0.0)
-    part = recorded_share / ctx.phase_share("optimizer") if ctx.phase_share("optimizer") > 0 else 1.0
+    recorded_share = ctx.phase_share("optimizer")
     # A for-loop or foreach step is Python-heavy: the profiler slows it 2-4x, so its share is stated
     # without that overhead where the capture measured it.
     scale = unprofiled_scale(ctx, "optimizer")
@@ -291,7 +288,7 @@ def optimizer_step(ctx: Context) -> Optional[Verdict]:
     share: Optional[float] = None
     share_range: Optional[tuple[float, float]] = None
     if targets:  # nothing to switch to: no saving is claimed (the what-if model prices the switches only)
-        share, share_range = scaled(ctx.cost(cause, recorded_share, part), scale)
+        share, share_range = scaled(ctx.cost(cause, recorded_share), scale)
     return Verdict(
         title=f"Optimizer step takes {ms(host_share * stated_step_us(ctx))} of host time per step"
         + (f" with a per-parameter loop ({optimizer.per_param_ops_per_step:.0f} small ops per step)" if loop else "")
@@ -469,7 +466,6 @@ def optimizer_dense_embedding(ctx: Context) -> Optional[Verdict]:
             "dense_tables": section.dense_tables,
             "lookups_per_step": section.lookups_per_step,
             "dense_update_us_per_step": us,
-            "dense_update_in_optimizer_us_per_step": section.dense_update_in_optimizer_us_per_step,
         },
         recommendation=(
             f"nn.Embedding (sparse=False, the default) backpropagates a gradient as large as its table, zero_grad "
@@ -479,7 +475,9 @@ def optimizer_dense_embedding(ctx: Context) -> Optional[Verdict]:
             "(or SGD, Adagrad) updates only those; give the other parameters a second optimizer (a 1,000,000x64 "
             "table with 2,048 lookups a step, Adam on a CPU: 360 ms steps dense, 3.9 ms sparse). The update becomes "
             "lazy: rows not looked up keep their moments and get no weight decay (SparseAdam has none), which "
-            "recommendation models usually want. Under DDP, sparse gradients need a backend that reduces them (gloo)."
+            "recommendation models usually want. Under DDP, sparse gradients need a backend that reduces them (gloo). "
+            "A fused or foreach optimizer (optimizer.step) makes the same passes faster (that model: 364 ms for-loop, "
+            "103 ms fused), but only sparse gradients skip them."
         ),
     )
 

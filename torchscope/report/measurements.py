@@ -395,7 +395,6 @@ class Embeddings(Section):
     lookups_per_step: PerStepByName = {}  # table -> indices looked up per step: at most that many rows touched
     dense_tables: Names = []
     dense_update_us_per_step: PerStep = 0.0  # host time, or the kernels' device time where time_base is "device"
-    dense_update_in_optimizer_us_per_step: PerStep = 0.0  # of it, in the optimizer phase (host time)
     time_base: Choice = "host"
 
 
