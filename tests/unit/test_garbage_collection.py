@@ -4,8 +4,10 @@ figures read from the manifest's step clock."""
 
 from __future__ import annotations
 
+import contextlib
 import gc
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -92,6 +94,20 @@ def test_collections_in_forward_are_not_python_between_operators(tmp_path: Path)
     assert gap(with_gc=True) == pytest.approx(1500)
 
 
+@contextlib.contextmanager
+def _only_our_collections(installed: bool = True) -> Iterator[GcTimer]:
+    """A timer, with Python's automatic collections off: each collection in the block is one the test makes."""
+    timer = GcTimer()
+    if installed:
+        timer.install()
+    gc.disable()
+    try:
+        yield timer
+    finally:
+        gc.enable()
+        timer.uninstall()
+
+
 def test_timer_leaves_dynamo_compilations_collections_to_compilation() -> None:
     # Dynamo allocates enough while it compiles to trigger collections, and runs one itself once its compile
     # callbacks have ended (run_gc_after_compile, in convert_frame.py): compilation's cost, counted in the
@@ -99,10 +115,7 @@ def test_timer_leaves_dynamo_compilations_collections_to_compilation() -> None:
     pytest.importorskip("torch")
     import torch._dynamo.callback as callback
 
-    timer = GcTimer()
-    timer.install()
-    gc.disable()  # no collection but the ones below
-    try:
+    with _only_our_collections() as timer:
         gc.collect()  # registers the timer on dynamo's callbacks
         timer.take()
         with callback.callback_handler.install_callbacks(callback.CallbackTrigger.DYNAMO, "0/1"):
@@ -111,9 +124,6 @@ def test_timer_leaves_dynamo_compilations_collections_to_compilation() -> None:
         assert timer.take()[2] == 0
         gc.collect()
         assert timer.take()[2] == 1
-    finally:
-        gc.enable()
-        timer.uninstall()
     assert timer._compile_started not in callback.callback_handler.start_callbacks
 
 
@@ -123,9 +133,7 @@ def test_timer_registering_in_the_middle_of_a_compilation_leaves_it_to_compilati
     pytest.importorskip("torch")
     import torch._dynamo.callback as callback
 
-    timer = GcTimer()
-    gc.disable()  # no collection but the ones below
-    try:
+    with _only_our_collections(installed=False) as timer:
         with callback.callback_handler.install_callbacks(callback.CallbackTrigger.DYNAMO, "0/0"):
             timer.install()
             gc.collect()
@@ -133,9 +141,6 @@ def test_timer_registering_in_the_middle_of_a_compilation_leaves_it_to_compilati
         assert not timer._compiling
         gc.collect()
         assert timer.take()[2] == 1
-    finally:
-        gc.enable()
-        timer.uninstall()
     assert timer._compile_started not in callback.callback_handler.start_callbacks
 
 
@@ -152,17 +157,13 @@ def test_timer_leaves_a_real_compilations_collections_out() -> None:
         if phase == "start":
             seen.append(1)
 
-    timer = GcTimer()
-    timer.install()
-    gc.disable()
-    try:
+    with _only_our_collections() as timer:
         gc.collect()  # registers the timer on dynamo's callbacks
         timer.take()
         gc.callbacks.append(watch)
-        with config.patch(run_gc_after_compile=True):
-            torch.compile(lambda x: x * 2 + 1, backend="eager")(torch.randn(3))
-        assert seen and timer.take()[2] == 0
-    finally:
-        gc.callbacks.remove(watch)
-        gc.enable()
-        timer.uninstall()
+        try:
+            with config.patch(run_gc_after_compile=True):
+                torch.compile(lambda x: x * 2 + 1, backend="eager")(torch.randn(3))
+            assert seen and timer.take()[2] == 0
+        finally:
+            gc.callbacks.remove(watch)
