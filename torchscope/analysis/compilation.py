@@ -31,15 +31,13 @@ from typing import Callable
 import numpy as np
 
 from torchscope.analysis import intervals
-from torchscope.analysis.markers import name_mask
+from torchscope.analysis.markers import HOST_RANGES, named_rows
 from torchscope.analysis.patterns import input_shapes
 from torchscope.analysis.steps import StepWindows, event_steps
 from torchscope.arrays import group_ids, read_only
 from torchscope.report.measurements import Compile
-from torchscope.trace.kinds import Kind
 from torchscope.trace.tables import EventTable
 
-HOST_RANGES = (Kind.CPU_OP, Kind.USER_ANNOTATION)
 # Dynamo's outer phases (log_event_start), around the `(dynamo_timed)` ranges they hold.
 _PHASES = frozenset({"dynamo", "entire_frame_compile", "entire_backward_compile", "compiled_autograd"})
 _COMPILE_ID = re.compile(r"compile_id=(?P<id>!?[0-9/]+)")
@@ -193,7 +191,7 @@ def _is_call_marker(name: str) -> bool:
 
 def _rows(events: EventTable, predicate: Callable[[str], bool]) -> np.ndarray:
     """The host ranges (ops, annotations) named so: a whole-table mask, the predicate asked per distinct name."""
-    return np.flatnonzero(name_mask(events, predicate, HOST_RANGES))
+    return named_rows(events, predicate, HOST_RANGES)
 
 
 def _compile_id(name: str) -> str:

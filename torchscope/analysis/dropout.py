@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from torchscope.analysis.markers import name_mask
+from torchscope.analysis.markers import named_rows
 from torchscope.analysis.nesting import has_ancestor_in
 from torchscope.analysis.span import SpanInput
 from torchscope.analysis.steps import event_steps
@@ -41,7 +41,7 @@ def dropout(span: SpanInput) -> Dropout | None:
     events = span.events
     if span.has_device or len(span.steps) == 0:
         return None
-    found = np.flatnonzero(name_mask(events, _is_dropout, (Kind.CPU_OP,)))
+    found = named_rows(events, _is_dropout, (Kind.CPU_OP,))
     found = found[event_steps(events, span.steps)[found] >= 0]
     if found.size == 0:
         return None
@@ -49,7 +49,7 @@ def dropout(span: SpanInput) -> Dropout | None:
     mask[found] = True
     # Outermost only (aten::dropout holds native_dropout where a backend dispatches to it).
     outermost = found[~has_ancestor_in(span.tree, mask, found)]
-    rng = np.flatnonzero(name_mask(events, _is_rng, (Kind.CPU_OP,)))
+    rng = named_rows(events, _is_rng, (Kind.CPU_OP,))
     rng = rng[has_ancestor_in(span.tree, mask, rng)]  # the draws inside a dropout op
     drawing = np.zeros(len(events), dtype=bool)
     drawing[rng] = True

@@ -21,7 +21,7 @@ import msgspec
 import numpy as np
 
 from torchscope.analysis import intervals
-from torchscope.analysis.markers import name_mask
+from torchscope.analysis.markers import named_rows
 from torchscope.analysis.nesting import has_ancestor_in
 from torchscope.analysis.patterns import input_shapes
 from torchscope.analysis.span import SpanInput
@@ -148,7 +148,7 @@ def _table_part(events: EventTable, rows: np.ndarray, shapes: set[tuple[int, ...
 
 
 def _in_steps(events: EventTable, step_of: np.ndarray, predicate: Callable[[str], bool]) -> np.ndarray:
-    rows = np.flatnonzero(name_mask(events, predicate, (Kind.CPU_OP,)))
+    rows = named_rows(events, predicate, (Kind.CPU_OP,))
     return rows[step_of[rows] >= 0]
 
 

@@ -86,6 +86,12 @@ def name_mask(events: EventTable, predicate: Callable[[str], bool], kinds: tuple
     return events.name_mask(predicate) & events.kind_mask(kinds)
 
 
+def named_rows(events: EventTable, predicate: Callable[[str], bool], kinds: tuple[Kind, ...]) -> np.ndarray:
+    """The rows (ascending) of `name_mask`: a whole-table mask, cheaper than a mask over a subset of rows,
+    which finds that subset's distinct names each time."""
+    return np.flatnonzero(name_mask(events, predicate, kinds))
+
+
 HOST_RANGES = (Kind.CPU_OP, Kind.USER_ANNOTATION)
 
 
