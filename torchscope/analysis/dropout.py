@@ -27,11 +27,11 @@ _DROPOUT_OPS = frozenset(
 _RNG_OPS = frozenset({"aten::bernoulli_", "aten::bernoulli", "aten::uniform_", "aten::rand_like", "aten::rand"})
 
 
-def _is_dropout(name: str) -> bool:
+def is_dropout(name: str) -> bool:
     return name in _DROPOUT_OPS
 
 
-def _is_rng(name: str) -> bool:
+def is_rng(name: str) -> bool:
     return name in _RNG_OPS
 
 
@@ -41,7 +41,7 @@ def dropout(span: SpanInput) -> Dropout | None:
     events = span.events
     if span.has_device or len(span.steps) == 0:
         return None
-    found = named_rows(events, _is_dropout, (Kind.CPU_OP,))
+    found = named_rows(events, is_dropout, (Kind.CPU_OP,))
     found = found[event_steps(events, span.steps)[found] >= 0]
     if found.size == 0:
         return None
@@ -49,7 +49,7 @@ def dropout(span: SpanInput) -> Dropout | None:
     mask[found] = True
     # Outermost only (aten::dropout holds native_dropout where a backend dispatches to it).
     outermost = found[~has_ancestor_in(span.tree, mask, found)]
-    rng = named_rows(events, _is_rng, (Kind.CPU_OP,))
+    rng = named_rows(events, is_rng, (Kind.CPU_OP,))
     rng = rng[has_ancestor_in(span.tree, mask, rng)]  # the draws inside a dropout op
     drawing = np.zeros(len(events), dtype=bool)
     drawing[rng] = True

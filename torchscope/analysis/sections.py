@@ -6,7 +6,7 @@ from __future__ import annotations
 from functools import partial
 from typing import Any, Callable, Optional
 
-from torchscope.analysis import anomaly, compilation, dropout, embeddings, float64, garbage_collection, grad_sync, graph_breaks, host, module_hooks, patterns, recompute, whatif
+from torchscope.analysis import anomaly, attention, compilation, dropout, embeddings, float64, garbage_collection, grad_sync, graph_breaks, host, module_hooks, patterns, recompute, whatif
 from torchscope.analysis.reduce import merge_sections
 from torchscope.analysis.registry import Analysis, Part
 from torchscope.analysis.span import SpanInput
@@ -99,4 +99,5 @@ SECTIONS: tuple[Analysis[Any], ...] = (
     _section("graph_breaks", graph_breaks.graph_breaks),
     _section("dropout", dropout.dropout),
     _section("embeddings", embeddings.embeddings),
+    _section("attention", attention.attention),
 )

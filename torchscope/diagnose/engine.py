@@ -58,6 +58,7 @@ RULES: tuple[Rule, ...] = (
     rules_device.compute_graph_breaks,
     rules_device.compute_recompiles,
     rules_device.compute_dropout,
+    rules_device.compute_unfused_attention,
     rules_patterns.host_overhead_indexing_loop,
     rules_patterns.host_overhead_extra_device_copy,
     rules_device.memory_near_capacity,

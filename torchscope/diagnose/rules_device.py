@@ -554,6 +554,86 @@ def compute_dropout(ctx: Context) -> Optional[Verdict]:
     )
 
 
+UNFUSED_ATTENTION = Threshold(
+    0.05,
+    "ops on materialised attention scores (softmax over a matmul's product, outside scaled_dot_product_attention) "
+    ">= 5 % of the step (I; recorded shapes; PyTorch SDPA tutorial)",
+)
+# What fused attention saves of the score ops' own time. Measured on the CPU against F.scaled_dot_product_attention
+# (a 4-layer GPT, 8 heads of 32): T=256, 23 % of the step in score ops, 19 % saved; T=512, 34 % and 57 % (the
+# matmuls' copies go too); T=128 with 4 heads, 4.6 % and 1.3 % (the fused kernel's own cost). On a GPU flash
+# attention also skips the scores' memory traffic in the matmuls: the high end is likelier there.
+UNFUSED_ATTENTION_SAVING = (0.5, 1.25)
+SDPA = Fix(
+    kind="code_change",
+    target="torch.nn.functional.scaled_dot_product_attention",
+    value="y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p if self.training else 0.0, is_causal=causal)",
+    summary="one fused call for matmul, scale, mask, softmax, dropout and matmul: the scores are never materialised",
+)
+NEED_WEIGHTS = Fix(
+    kind="code_change",
+    target="torch.nn.MultiheadAttention",
+    value="out, _ = attn(q, k, v, need_weights=False)",
+    summary="nn.MultiheadAttention computes attention op by op to return the weights (need_weights=True is its "
+    "default); without them it calls scaled_dot_product_attention",
+)
+
+
+@rule("compute.unfused_attention", "compute", UNFUSED_ATTENTION, severity=by_share(), fixes=(SDPA, NEED_WEIGHTS))
+def compute_unfused_attention(ctx: Context) -> Optional[Verdict]:
+    """Attention written op by op materialises its scores; scaled_dot_product_attention fuses it."""
+    section = ctx.report.measurements.attention
+    us = section.score_us_per_step
+    if us <= 0 or ctx.share(us) < UNFUSED_ATTENTION.value:
+        return None
+    low_factor, high_factor = UNFUSED_ATTENTION_SAVING
+    low, high = recorded_bounds(ctx, low_factor * us, high_factor * us, "forward", "backward")
+    # On a CPU, SDPA with dropout_p > 0 runs its math path, which builds the scores as this code does.
+    cpu_dropout = section.time_base == "host" and section.dropout_calls_per_step > 0
+    if cpu_dropout:
+        low = 0.0
+    mha = section.need_weights_calls_per_step > 0
+    where = "of the GPU's time" if section.time_base == "device" else "of host time"
+    shapes = ", ".join(section.score_shapes[:3])
+    how = (
+        "nn.MultiheadAttention is called with need_weights=True, its default: it then computes attention op by op "
+        "to return the averaged weights. Pass need_weights=False where the weights are not used (its output is the "
+        "same), and it calls F.scaled_dot_product_attention."
+        if mha
+        else "Replace the matmul-softmax-matmul sequence with F.scaled_dot_product_attention(q, k, v, attn_mask=..., "
+        "dropout_p=..., is_causal=...): it picks a fused kernel (flash or memory-efficient on a GPU, a flash kernel "
+        "on the CPU) that never materialises the scores, forward or backward."
+    )
+    caveat = (
+        " This run drops out attention probabilities: on a CPU, SDPA with dropout_p > 0 takes its math path, which "
+        "materialises the scores as this code does (a 4-layer GPT with attention dropout 0.1: 348 ms a step written "
+        "out, 356 ms with SDPA), so the saving needs attention dropout off as well."
+        if cpu_dropout
+        else ""
+    )
+    return Verdict(
+        title=f"Attention is computed op by op: {section.calls_per_step:.0f} softmax(es) per step over materialised "
+        f"scores ({shapes}); the ops on them take {ms(us)} per step {where} ({pct(ctx.share(us))} of the step)",
+        share=(low + high) / 2,
+        share_range=(low, high),
+        evidence={
+            "attention_calls_per_step": section.calls_per_step,
+            "score_shapes": section.score_shapes,
+            "score_ops_us_per_step": us,
+            "need_weights_calls_per_step": section.need_weights_calls_per_step,
+            "attention_dropout_calls_per_step": section.dropout_calls_per_step,
+            "fused_attention_calls_per_step": section.fused_calls_per_step,
+        },
+        recommendation=(
+            f"{how} The time stated is the scale, mask, softmax and their backward on the score tensors, each a full "
+            "pass over batch x heads x queries x keys values; the matmuls stay. Measured on a CPU, the fused call saved "
+            "from about half that time (short sequences, where the fused kernel's own cost shows) to more than it "
+            f"(long ones, where the matmuls' copies go too).{caveat}"
+        ),
+        fix_targets=("torch.nn.MultiheadAttention",) if mha else ("torch.nn.functional.scaled_dot_product_attention",),
+    )
+
+
 COMPUTE_BOUND = Threshold(0.5, "no other warning, and compute fills >= 50 % of the step (I)")
 
 

@@ -398,6 +398,20 @@ class Embeddings(Section):
     time_base: Choice = "host"
 
 
+class Attention(Section):
+    """Attention computed op by op (analysis/attention.py): softmaxes over score tensors (a matmul's product
+    and another's left operand) outside `scaled_dot_product_attention`, and the time of the ops on those
+    score tensors, matmuls and dropout excepted: what fused attention would not spend."""
+
+    calls_per_step: PerStep = 0.0
+    score_shapes: Names = []  # "64x256x256": batch x heads, queries, keys
+    score_us_per_step: PerStep = 0.0  # own time: host self time, or the kernels' device time where time_base is "device"
+    need_weights_calls_per_step: PerStep = 0.0  # of the calls, in nn.MultiheadAttention's need_weights path (stacks)
+    dropout_calls_per_step: PerStep = 0.0  # dropout on the scores (attention dropout)
+    fused_calls_per_step: PerStep = 0.0  # scaled_dot_product_attention calls beside them
+    time_base: Choice = "host"
+
+
 class GraphBreaks(Section):
     """torch.compile graph breaks in training (analysis/graph_breaks.py): compiled graphs (`CompiledFunction`)
     and compiled calls (outermost compiled regions holding one) per step, the breaks between, where they are
@@ -434,6 +448,7 @@ class Measurements(msgspec.Struct, kw_only=True):
     recompute: Recompute = msgspec.field(default_factory=Recompute)
     dropout: Dropout = msgspec.field(default_factory=Dropout)
     embeddings: Embeddings = msgspec.field(default_factory=Embeddings)
+    attention: Attention = msgspec.field(default_factory=Attention)
     module_hooks: ModuleHooks = msgspec.field(default_factory=ModuleHooks)
     grad_sync: GradientSync = msgspec.field(default_factory=GradientSync)
     float64: Float64 = msgspec.field(default_factory=Float64)
