@@ -406,8 +406,10 @@ class Attention(Section):
     calls_per_step: PerStep = 0.0
     score_shapes: Names = []  # "64x256x256": batch x heads, queries, keys
     score_us_per_step: PerStep = 0.0  # own time: host self time, or the kernels' device time where time_base is "device"
-    need_weights_calls_per_step: PerStep = 0.0  # of the calls, in nn.MultiheadAttention's need_weights path (stacks)
-    dropout_calls_per_step: PerStep = 0.0  # dropout on the scores (attention dropout)
+    need_weights_calls_per_step: PerStep = 0.0  # of the calls, in nn.MultiheadAttention's need_weights path
+    calls_with_stacks_per_step: PerStep = 0.0  # of the calls, those under a recorded Python frame (else: caller unknown)
+    dropout_calls_per_step: PerStep = 0.0  # dropout with p > 0 on the scores (attention dropout)
+    dropout_p_unknown_calls_per_step: PerStep = 0.0  # dropout on the scores, p not recorded (no concrete inputs)
     fused_calls_per_step: PerStep = 0.0  # scaled_dot_product_attention calls beside them
     time_base: Choice = "host"
 
