@@ -23,7 +23,8 @@ import numpy as np
 
 from torchscope.analysis import intervals
 from torchscope.analysis.markers import HOST_RANGES, LABEL_PREFIX, closure_mask, comm_kernel_mask, phase_masks
-from torchscope.analysis.steps import StepWindows, step_marker_mask
+from torchscope.analysis.steps import StepWindows, main_thread_mask, step_marker_mask
+from torchscope.arrays import distinct
 from torchscope.trace.kinds import Kind
 from torchscope.trace.tables import EventTable
 
@@ -88,6 +89,7 @@ def phase_partition(
     """Host-phase breakdown, plus the time attributed to each phase as interval sets (incl. "other")."""
     masks = phase_masks(events)
     sets = {name: _set(events, masks[name]) for name in PHASE_PRIORITY}
+    sets["backward"] = _merge(sets["backward"], _set(events, _engine_thread_ops(events, masks["backward"])))
     closures = _set(events, closure_mask(events))
     nested = _merge(closures, sets["backward"], sets["forward"])
     sets["optimizer"] = _optimizer_outside(events, masks["optimizer"], nested)
@@ -136,25 +138,43 @@ def _forward_through_loss(sets: dict[str, intervals.IntervalSet], steps: StepWin
     return intervals.union(fwd_start, np.where(extend, next_backward, fwd_end))
 
 
+def _engine_thread_ops(events: EventTable, backward: np.ndarray) -> np.ndarray:
+    """The CPU ops of the autograd engine's own threads: threads other than the training loop's that run
+    backward ranges (on a GPU the engine runs the backward on a device thread; on a CPU on the caller's).
+    Besides its `evaluate_function` ranges it runs ops of its own between them (gradient accumulation's
+    `aten::add`, 0.5 ms a step in the ResNet-50 sample), backward work that no backward range holds."""
+    rows = np.flatnonzero(backward & ~main_thread_mask(events))
+    ops = np.zeros(len(events), dtype=bool)
+    for key in distinct(events.thread_keys(rows)).tolist():  # one or two threads (one per device)
+        ops[events.thread_rows(key)] = True
+    return ops & (events.kind == Kind.CPU_OP)
+
+
 def _implicit_forward(
     events: EventTable, steps: StepWindows, backward: intervals.IntervalSet
 ) -> intervals.IntervalSet:
-    """Without forward markers: the step's CPU ops that start before its first backward op (all of
-    them when the step has no backward, e.g. inference)."""
+    """Without forward markers: the step's CPU ops that start before its first backward op, and those of the
+    training loop's thread before its last backward op (all of them when the step has no backward, e.g.
+    inference). Before the last too: with gradient accumulation each micro-batch's forward follows the
+    previous one's backward, and a trace without step markers is one window holding every iteration.
+    Backward ops themselves go to backward (it comes first)."""
     ops = np.flatnonzero(events.kind == Kind.CPU_OP)
     ops = ops[~step_marker_mask(events)[ops]]
     ts = events.ts_us[ops]
     step = steps.index_of(ts)
     inside = step >= 0
-    first_backward = np.full(len(steps), np.inf)
+    first_backward, last_backward = np.full(len(steps), np.inf), np.full(len(steps), np.inf)
     if backward[0].size:
-        b = np.searchsorted(backward[0], steps.start_us, side="left")
-        has = b < backward[0].size
-        first_backward[has] = np.where(
-            backward[0][np.minimum(b, backward[0].size - 1)][has] < steps.end_us[has],
-            backward[0][np.minimum(b, backward[0].size - 1)][has],
-            np.inf,
-        )
-    before = inside & (ts < first_backward[np.maximum(step, 0)])
+        b = np.searchsorted(backward[0], steps.start_us, side="left")  # the first backward start in the step
+        start = backward[0][np.minimum(b, backward[0].size - 1)]
+        has = (b < backward[0].size) & (start < steps.end_us)
+        first_backward[has] = start[has]
+        b = np.searchsorted(backward[0], steps.end_us, side="left") - 1  # the last backward start before its end
+        start = backward[0][np.maximum(b, 0)]
+        has = (b >= 0) & (start >= steps.start_us)
+        last_backward[has] = start[has]
+    at = np.maximum(step, 0)
+    on_loop_thread = main_thread_mask(events)[ops]
+    before = inside & ((ts < first_backward[at]) | (on_loop_thread & (ts < last_backward[at])))
     chosen = ops[before]
     return intervals.union(events.ts_us[chosen], events.ts_us[chosen] + events.dur_us[chosen])

@@ -1,0 +1,75 @@
+"""Host phases of traces without forward markers (plain `torch.profiler` captures), on synthetic traces:
+each micro-batch's forward under gradient accumulation, every iteration of a trace without step markers,
+and the autograd engine's own ops on its device thread (a GPU backward), none of them 'other'."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from helpers.trace_builder import HOST_TID, TraceBuilder
+from torchscope.analysis.breakdown import phase_partition
+from torchscope.analysis.steps import find_steps
+from torchscope.trace.parse import parse_trace_bytes
+
+ENGINE_TID = HOST_TID + 1
+
+
+def _shares(builder: TraceBuilder) -> dict[str, float]:
+    events = parse_trace_bytes(json.dumps(builder.document()).encode()).events
+    steps = find_steps(events)
+    breakdown, _ = phase_partition(events, steps)
+    total = breakdown.per_step_us.sum()
+    return {c: float(breakdown.per_step_us[:, i].sum() / total) for i, c in enumerate(breakdown.categories)}
+
+
+def _micro_batch(b: TraceBuilder, t0: float, backward_tid: int = HOST_TID) -> None:
+    """200 us: forward 0-100 on the loop's thread, backward 100-200 (two nodes with a gap between them)."""
+    b.op("aten::linear", t0, 90)
+    b.op("aten::mse_loss", t0 + 90, 10)
+    b.op("autograd::engine::evaluate_function: MseLossBackward0", t0 + 100, 40, tid=backward_tid)
+    b.op("autograd::engine::evaluate_function: AddmmBackward0", t0 + 150, 50, tid=backward_tid)
+
+
+def test_each_micro_batch_forward_is_forward() -> None:
+    # Gradient accumulation: 4 micro-batches a step, then the optimizer (torch's own range).
+    b = TraceBuilder()
+    for i in range(3):
+        t0 = i * 1_000.0
+        b.step(i + 1, t0, 1_000)
+        for m in range(4):
+            _micro_batch(b, t0 + m * 200)
+        b.annotation("Optimizer.step#SGD.step", t0 + 800, 150)
+        b.op("aten::add_", t0 + 810, 100)
+    shares = _shares(b)
+    assert shares["forward"] == pytest.approx(0.4)  # 4 x 100 us, not only the first micro-batch's
+    assert shares["backward"] == pytest.approx(0.36)  # the nodes; the engine's gap between them is the loop thread's
+    assert shares["optimizer"] == pytest.approx(0.15)
+    assert shares["other"] == pytest.approx(0.09)  # the gaps inside each backward (4 x 10 us) and the step's tail (50 us)
+
+
+def test_a_trace_without_steps_has_every_iteration_forward() -> None:
+    b = TraceBuilder()
+    for i in range(5):
+        _micro_batch(b, i * 200.0)
+    shares = _shares(b)
+    assert shares["forward"] == pytest.approx(0.5)
+    assert shares["other"] == pytest.approx(0.05)
+
+
+def test_the_engine_threads_own_ops_are_backward() -> None:
+    # A GPU backward runs on the engine's device thread; between its nodes it accumulates gradients
+    # (aten::add at the top level of that thread), work of the backward no node holds.
+    b = TraceBuilder()
+    for i in range(3):
+        t0 = i * 1_000.0
+        b.step(i + 1, t0, 1_000)
+        _micro_batch(b, t0, backward_tid=ENGINE_TID)
+        b.op("aten::add", t0 + 141, 8, tid=ENGINE_TID)
+        b.op("aten::randn", t0 + 300, 50)  # the loop's own work after the backward: other
+    shares = _shares(b)
+    assert shares["backward"] == pytest.approx(0.098)
+    assert shares["forward"] == pytest.approx(0.1)
+    # Other: the loop's 50 us, the 2 us left of the gap, and the step's idle 600 us.
+    assert shares["other"] == pytest.approx(0.802)
