@@ -1,13 +1,16 @@
-"""Host phases of traces without forward markers (plain `torch.profiler` captures), on synthetic traces:
-each micro-batch's forward under gradient accumulation, every iteration of a trace without step markers,
-and the autograd engine's own ops on its device thread (a GPU backward), none of them 'other'."""
+"""Plain `torch.profiler` captures (no torchscope labels), on synthetic traces: the host phases without
+forward markers (each micro-batch's forward under gradient accumulation, every iteration of a trace without
+step markers, the autograd engine's own ops on its device thread), none of them 'other'; and the step
+`prof.step()` opens just before the profiler stops, which holds no operator and is no step."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
+import torchscope
 from helpers.trace_builder import HOST_TID, TraceBuilder
 from torchscope.analysis.breakdown import phase_partition
 from torchscope.analysis.steps import find_steps
@@ -73,3 +76,28 @@ def test_the_engine_threads_own_ops_are_backward() -> None:
     assert shares["forward"] == pytest.approx(0.1)
     # Other: the loop's 50 us, the 2 us left of the gap, and the step's idle 600 us.
     assert shares["other"] == pytest.approx(0.802)
+
+
+def _trace_with_a_trailing_empty_step(tmp_path: Path, steps: int) -> Path:
+    """`steps` steps of one micro-batch, then the step `prof.step()` opened just before the profiler stopped:
+    it holds only the profiler's own Python calls."""
+    b = TraceBuilder()
+    for i in range(steps):
+        b.step(i + 2, i * 1_000.0, 1_000)
+        _micro_batch(b, i * 1_000.0)
+    t0 = steps * 1_000.0
+    b.step(steps + 2, t0, 77)
+    b.op("torch/profiler/profiler.py(1135): stop", t0 + 40, 30, cat="python_function")
+    return b.write(tmp_path / "t.pt.trace.json")
+
+
+def test_a_trailing_step_without_operators_is_no_step(tmp_path: Path) -> None:
+    rep = torchscope.analyze(_trace_with_a_trailing_empty_step(tmp_path, 3), jobs=1, use_cache=False)
+    assert [s.step for s in rep.steps] == [2, 3, 4]
+
+
+def test_a_trace_whose_only_step_is_empty_says_so(tmp_path: Path) -> None:
+    rep = torchscope.analyze(_trace_with_a_trailing_empty_step(tmp_path, 0), jobs=1, use_cache=False)
+    assert rep.steps == []
+    found = {f.id: f for f in rep.findings}
+    assert found["trace_quality.few_steps"].title.startswith("No complete step captured")

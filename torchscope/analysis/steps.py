@@ -10,6 +10,8 @@ When a trace has no step markers the whole traced span is one window, and the re
 
 from __future__ import annotations
 
+import re
+
 import msgspec
 import numpy as np
 
@@ -38,6 +40,8 @@ class StepWindows(msgspec.Struct, frozen=True):
 
     def index_of(self, ts_us: np.ndarray) -> np.ndarray:
         """Index of the step window holding each timestamp (start inclusive, end exclusive), else -1."""
+        if self.number.size == 0:  # every step of the span was cut off (see `_steps_with_operators`)
+            return np.full(np.shape(ts_us), -1, dtype=np.int64)
         step = np.searchsorted(self.start_us, ts_us, side="right") - 1
         inside = (step >= 0) & (ts_us < self.end_us[np.maximum(step, 0)])
         return np.where(inside, step, -1)
@@ -123,7 +127,8 @@ def _stretch_to_device(
     device = events.kind_rows(DEVICE_KINDS)
     owner = _device_owner_step(events, device, host_start, host_end)
     if device.size == 0 or not (owner >= 0).any():
-        return StepWindows(numbers, host_start.copy(), host_end.copy(), "profiler_step")
+        keep = _steps_with_operators(events, host_start, host_end)
+        return StepWindows(numbers[keep], host_start[keep], host_end[keep], "profiler_step")
     dev_start = events.ts_us[device]
     dev_end = dev_start + events.dur_us[device]
     n = numbers.size
@@ -156,6 +161,37 @@ def _device_owner_step(
     step = np.searchsorted(host_start, rt_start, side="right") - 1
     inside = (launcher >= 0) & (step >= 0) & (rt_start + events.dur_us[rt] <= host_end[np.maximum(step, 0)])
     return np.where(inside, step, -1)
+
+
+def _steps_with_operators(events: EventTable, host_start: np.ndarray, host_end: np.ndarray) -> np.ndarray:
+    """Drop trailing steps the profiler's stop cut off at once: the step `prof.step()` opened just before the
+    loop ended (a `break`, or the last iteration), which holds no operator, range, runtime call or memory event, and either no
+    Python frame (stacks off) or the profiler's own `stop` (a 77 us `ProfilerStep#8`, the only step of a
+    trace written when a schedule's next cycle was cut short). It would read as a step of the run."""
+    work = events.kind_rows((Kind.CPU_OP, Kind.USER_ANNOTATION, Kind.MEMORY, Kind.RUNTIME, Kind.DRIVER))
+    work = work[~step_marker_mask(events)[work]]
+    frames = events.kind_rows(Kind.PYTHON_FUNCTION)
+    stops = frames[events.name_mask(_is_profiler_stop, frames)]
+    keep = np.ones(host_start.size, dtype=bool)
+    for i in range(host_start.size - 1, -1, -1):  # from the last step back, while they are cut off
+        if _count_in(events, work, host_start[i], host_end[i]) or (
+            _count_in(events, frames, host_start[i], host_end[i]) and not _count_in(events, stops, host_start[i], host_end[i])
+        ):
+            break
+        keep[i] = False
+    return keep
+
+
+def _count_in(events: EventTable, rows: np.ndarray, start: float, end: float) -> int:
+    ts = events.ts_us[rows]
+    return int(np.count_nonzero((ts >= start) & (ts < end)))
+
+
+_PROFILER_STOP = re.compile(r"(^|/)torch/profiler/profiler\.py\(\d+\): (stop|__exit__)$")
+
+
+def _is_profiler_stop(name: str) -> bool:
+    return _PROFILER_STOP.search(name) is not None
 
 
 def _steps_with_complete_device_work(matched: np.ndarray) -> np.ndarray:

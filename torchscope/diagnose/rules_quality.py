@@ -55,6 +55,16 @@ def few_steps(ctx: Context) -> Optional[Verdict]:
     if ctx.report.run.step_source == "whole_trace" or ctx.steps >= MIN_STEPS.value:
         return None
     ended = _ended_inside_window(ctx)
+    if ended is None and ctx.steps == 0:  # markers, but every step was cut off (steps.find_steps)
+        return Verdict(
+            title="No complete step captured: the trace's ProfilerStep ranges hold no operator",
+            share=None,
+            evidence={"steps": 0, "minimum": int(MIN_STEPS.value)},
+            recommendation="The profiler stopped right after prof.step() opened a step (the loop ended or broke "
+            "while a schedule's cycle was still warming up or recording), so the trace holds no training step. "
+            "Analyse the trace files of the cycles that completed, and capture at least 3 steady-state steps: "
+            "schedule(wait=1, warmup=1, active=3) or more.",
+        )
     if ended is None:
         return Verdict(
             title=f"Only {ctx.steps} step(s) captured: too few for a reliable verdict",
