@@ -91,13 +91,12 @@ def phase_partition(
     sets = {name: _set(events, masks[name]) for name in PHASE_PRIORITY}
     sets["backward"] = _merge(sets["backward"], _set(events, _engine_thread_ops(events, masks["backward"])))
     closures = _set(events, closure_mask(events))
-    nested = _merge(closures, sets["backward"], sets["forward"])
+    # Without forward markers the forward is inferred first: a closure's forward inside `Optimizer.step`
+    # (Lightning, LBFGS) is then the forward's, not the optimizer's.
+    implicit = None if masks["forward"].any() else _implicit_forward(events, steps, sets["backward"], masks["optimizer"])
+    nested = _merge(closures, sets["backward"], sets["forward"] if implicit is None else implicit)
     sets["optimizer"] = _optimizer_outside(events, masks["optimizer"], nested)
-    if not masks["forward"].any():
-        sets["forward"] = _implicit_forward(events, steps, sets["backward"])
-    else:
-        sets["forward"] = _forward_through_loss(sets, steps)
-    sets["forward"] = _merge(sets["forward"], closures)
+    sets["forward"] = _merge(_forward_through_loss(sets, steps) if implicit is None else implicit, closures)
     windows = intervals.union(steps.start_us, steps.end_us)
     parts = intervals.priority_partition([sets[name] for name in PHASE_PRIORITY], windows)
     per_priority = _per_step(parts, steps)
@@ -151,13 +150,15 @@ def _engine_thread_ops(events: EventTable, backward: np.ndarray) -> np.ndarray:
 
 
 def _implicit_forward(
-    events: EventTable, steps: StepWindows, backward: intervals.IntervalSet
+    events: EventTable, steps: StepWindows, backward: intervals.IntervalSet, optimizer: np.ndarray
 ) -> intervals.IntervalSet:
     """Without forward markers: the step's CPU ops that start before its first backward op, and those of the
     training loop's thread before its last backward op (all of them when the step has no backward, e.g.
     inference). Before the last too: with gradient accumulation each micro-batch's forward follows the
     previous one's backward, and a trace without step markers is one window holding every iteration.
-    Backward ops themselves go to backward (it comes first)."""
+    Backward ops themselves go to backward (it comes first). Ops inside an optimizer range are the
+    optimizer's (`zero_grad`, the update), unless a backward runs inside that range: then it is
+    `Optimizer.step(closure)`, whose closure's forward comes before that backward."""
     ops = np.flatnonzero(events.kind == Kind.CPU_OP)
     ops = ops[~step_marker_mask(events)[ops]]
     ts = events.ts_us[ops]
@@ -177,4 +178,15 @@ def _implicit_forward(
     on_loop_thread = main_thread_mask(events)[ops]
     before = inside & ((ts < first_backward[at]) | (on_loop_thread & (ts < last_backward[at])))
     chosen = ops[before]
-    return intervals.union(events.ts_us[chosen], events.ts_us[chosen] + events.dur_us[chosen])
+    forward = intervals.union(events.ts_us[chosen], events.ts_us[chosen] + events.dur_us[chosen])
+    return intervals.subtract(forward, _optimizer_without_backward(events, optimizer, backward))
+
+
+def _optimizer_without_backward(events: EventTable, optimizer: np.ndarray, backward: intervals.IntervalSet) -> intervals.IntervalSet:
+    """The time of the optimizer ranges that hold no backward start: an update or a `zero_grad`, not a step
+    running a closure."""
+    rows = np.flatnonzero(optimizer)
+    start = events.ts_us[rows]
+    end = start + events.dur_us[rows]
+    held = np.searchsorted(backward[0], end, side="left") - np.searchsorted(backward[0], start, side="left")
+    return intervals.union(start[held == 0], end[held == 0])
