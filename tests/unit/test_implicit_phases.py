@@ -101,3 +101,55 @@ def test_a_trace_whose_only_step_is_empty_says_so(tmp_path: Path) -> None:
     assert rep.steps == []
     found = {f.id: f for f in rep.findings}
     assert found["trace_quality.few_steps"].title.startswith("No complete step captured")
+
+
+def test_the_dataloaders_last_fetch_is_no_step(tmp_path: Path) -> None:
+    # `for batch in loader`: the step the last prof.step() opens holds the fetch that raises StopIteration.
+    b = TraceBuilder()
+    for i in range(3):
+        b.step(i + 2, i * 1_000.0, 1_000)
+        _micro_batch(b, i * 1_000.0)
+    b.step(5, 3_000.0, 40)
+    b.annotation("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", 3_005.0, 30)
+    b.op("aten::empty", 3_010.0, 5)  # inside the fetch
+    rep = torchscope.analyze(b.write(tmp_path / "t.pt.trace.json"), jobs=1, use_cache=False)
+    assert [s.step for s in rep.steps] == [2, 3, 4]
+
+
+def test_with_stacks_only_the_model_calls_between_backward_passes_are_forward() -> None:
+    # Two micro-batches; after the first backward the loop logs a metric (no model call): not forward.
+    b = TraceBuilder()
+    for i in range(3):
+        t0 = i * 1_000.0
+        b.step(i + 1, t0, 1_000)
+        _micro_batch(b, t0)
+        b.op("aten::linalg_vector_norm", t0 + 210, 90)  # the metric, 210-300
+        b.op("nn.Module: Sequential_0", t0 + 300, 80, cat="python_function")
+        _micro_batch(b, t0 + 300)  # its forward 300-400 (the model 300-380, the loss after it)
+    shares = _shares(b)
+    assert shares["forward"] == pytest.approx(0.2)  # 0-100 and 300-400
+    assert shares["other"] == pytest.approx(0.62)  # the metric 90, the gaps beside the backward nodes 30, the tail 500
+
+
+def test_without_step_markers_the_loop_thread_is_not_the_engines(tmp_path: Path) -> None:
+    # A GPU backward's engine thread can record more events than the loop: the loop's forward stays forward.
+    b = TraceBuilder()
+    for i in range(5):
+        t0 = i * 1_000.0
+        b.op("aten::linear", t0, 100)
+        for n in range(3):
+            b.op("autograd::engine::evaluate_function: AddmmBackward0", t0 + 200 + 100 * n, 80, tid=ENGINE_TID)
+            b.op("aten::mm", t0 + 210 + 100 * n, 60, tid=ENGINE_TID)
+    shares = _shares(b)
+    assert shares["forward"] == pytest.approx(500 / 4_480)  # one window: 0 to the last node's end
+    assert shares["backward"] == pytest.approx(1_200 / 4_480)
+
+
+def test_a_span_without_steps_and_with_forward_labels(tmp_path: Path) -> None:
+    b = TraceBuilder()
+    b.annotation("## forward ##", 0.0, 100)  # labelled work before the only step, which the stop cut off
+    b.op("autograd::engine::evaluate_function: AddmmBackward0", 150, 50)
+    b.step(2, 300.0, 77)
+    b.op("torch/profiler/profiler.py(1135): stop", 320, 30, cat="python_function")
+    rep = torchscope.analyze(b.write(tmp_path / "t.pt.trace.json"), jobs=1, use_cache=False)
+    assert rep.steps == [] and "trace_quality.few_steps" in {f.id for f in rep.findings}

@@ -22,7 +22,8 @@ import msgspec
 import numpy as np
 
 from torchscope.analysis import intervals
-from torchscope.analysis.markers import HOST_RANGES, LABEL_PREFIX, closure_mask, comm_kernel_mask, phase_masks
+from torchscope.analysis.frames import is_module_call
+from torchscope.analysis.markers import HOST_RANGES, LABEL_PREFIX, closure_mask, comm_kernel_mask, is_backward_name, name_mask, phase_masks
 from torchscope.analysis.steps import StepWindows, main_thread_mask, step_marker_mask
 from torchscope.arrays import distinct
 from torchscope.trace.kinds import Kind
@@ -89,7 +90,7 @@ def phase_partition(
     """Host-phase breakdown, plus the time attributed to each phase as interval sets (incl. "other")."""
     masks = phase_masks(events)
     sets = {name: _set(events, masks[name]) for name in PHASE_PRIORITY}
-    sets["backward"] = _merge(sets["backward"], _set(events, _engine_thread_ops(events, masks["backward"])))
+    sets["backward"] = _merge(sets["backward"], _set(events, _engine_thread_ops(events, masks)))
     closures = _set(events, closure_mask(events))
     # Without forward markers the forward is inferred first: a closure's forward inside `Optimizer.step`
     # (Lightning, LBFGS) is then the forward's, not the optimizer's.
@@ -127,7 +128,7 @@ def _forward_through_loss(sets: dict[str, intervals.IntervalSet], steps: StepWin
     Phases of higher priority in between (zero_grad, data loading) keep their own time."""
     fwd_start, fwd_end = sets["forward"]
     bwd_start = sets["backward"][0]
-    if fwd_start.size == 0 or bwd_start.size == 0:
+    if fwd_start.size == 0 or bwd_start.size == 0 or len(steps) == 0:
         return sets["forward"]
     step = steps.index_of(fwd_start)
     step_end = np.where(step >= 0, steps.end_us[np.maximum(step, 0)], -np.inf)
@@ -137,15 +138,19 @@ def _forward_through_loss(sets: dict[str, intervals.IntervalSet], steps: StepWin
     return intervals.union(fwd_start, np.where(extend, next_backward, fwd_end))
 
 
-def _engine_thread_ops(events: EventTable, backward: np.ndarray) -> np.ndarray:
+def _engine_thread_ops(events: EventTable, masks: dict[str, np.ndarray]) -> np.ndarray:
     """The CPU ops of the autograd engine's own threads: threads other than the training loop's that run
-    backward ranges (on a GPU the engine runs the backward on a device thread; on a CPU on the caller's).
-    Besides its `evaluate_function` ranges it runs ops of its own between them (gradient accumulation's
-    `aten::add`, 0.5 ms a step in the ResNet-50 sample), backward work that no backward range holds."""
-    rows = np.flatnonzero(backward & ~main_thread_mask(events))
+    autograd nodes (on a GPU the engine runs the backward on a device thread; on a CPU on the caller's) and
+    no forward or optimizer range. Besides its `evaluate_function` ranges it runs ops of its own between
+    them (gradient accumulation's `aten::add`, 0.5 ms a step in the ResNet-50 sample), backward work that
+    no backward range holds."""
+    loop = main_thread_mask(events)
+    nodes = np.flatnonzero(name_mask(events, is_backward_name, HOST_RANGES) & ~loop)
     ops = np.zeros(len(events), dtype=bool)
-    for key in distinct(events.thread_keys(rows)).tolist():  # one or two threads (one per device)
-        ops[events.thread_rows(key)] = True
+    for key in distinct(events.thread_keys(nodes)).tolist():  # one or two threads (one per device)
+        rows = events.thread_rows(key)
+        if not (masks["forward"][rows].any() or masks["optimizer"][rows].any()):
+            ops[rows] = True
     return ops & (events.kind == Kind.CPU_OP)
 
 
@@ -153,9 +158,10 @@ def _implicit_forward(
     events: EventTable, steps: StepWindows, backward: intervals.IntervalSet, optimizer: np.ndarray
 ) -> intervals.IntervalSet:
     """Without forward markers: the step's CPU ops that start before its first backward op, and those of the
-    training loop's thread before its last backward op (all of them when the step has no backward, e.g.
-    inference). Before the last too: with gradient accumulation each micro-batch's forward follows the
-    previous one's backward, and a trace without step markers is one window holding every iteration.
+    training loop's model calls (or, without stacks, its ops) before its last backward op, through to the next
+    backward (all of them when the step has no backward, e.g. inference). Before the last too: with gradient
+    accumulation each micro-batch's forward follows the previous one's backward, and a trace without step
+    markers is one window holding every iteration (`_later_forwards`).
     Backward ops themselves go to backward (it comes first). Ops inside an optimizer range are the
     optimizer's (`zero_grad`, the update), unless a backward runs inside that range: then it is
     `Optimizer.step(closure)`, whose closure's forward comes before that backward."""
@@ -175,11 +181,31 @@ def _implicit_forward(
         has = (b >= 0) & (start >= steps.start_us)
         last_backward[has] = start[has]
     at = np.maximum(step, 0)
-    on_loop_thread = main_thread_mask(events)[ops]
-    before = inside & ((ts < first_backward[at]) | (on_loop_thread & (ts < last_backward[at])))
-    chosen = ops[before]
+    chosen = ops[inside & (ts < first_backward[at])]
     forward = intervals.union(events.ts_us[chosen], events.ts_us[chosen] + events.dur_us[chosen])
-    return intervals.subtract(forward, _optimizer_without_backward(events, optimizer, backward))
+    between = inside & (ts >= first_backward[at]) & (ts < last_backward[at])
+    later = _later_forwards(events, steps, backward, ops[between], first_backward, last_backward)
+    return intervals.subtract(_merge(forward, later), _optimizer_without_backward(events, optimizer, backward))
+
+
+def _later_forwards(
+    events: EventTable, steps: StepWindows, backward: intervals.IntervalSet, between: np.ndarray,
+    first_backward: np.ndarray, last_backward: np.ndarray,
+) -> intervals.IntervalSet:
+    """The forwards between a step's first and last backward start (`between`: the ops there). With stacks
+    recorded, the model's calls there (`nn.Module:` frames of the loop's thread), each up to the next backward
+    start (the loss between): what else the loop runs between two backward passes (metrics, clipping, an
+    update by hand) stays outside the phases. Without stacks, the loop thread's ops."""
+    loop = main_thread_mask(events)
+    calls = np.flatnonzero(name_mask(events, is_module_call, (Kind.PYTHON_FUNCTION,)) & loop)
+    if calls.size == 0:
+        chosen = between[loop[between]]
+        return intervals.union(events.ts_us[chosen], events.ts_us[chosen] + events.dur_us[chosen])
+    start = events.ts_us[calls]
+    step = steps.index_of(start)
+    at = np.maximum(step, 0)
+    calls = calls[(step >= 0) & (start >= first_backward[at]) & (start < last_backward[at])]
+    return _forward_through_loss({"forward": _set(events, calls), "backward": backward}, steps)
 
 
 def _optimizer_without_backward(events: EventTable, optimizer: np.ndarray, backward: intervals.IntervalSet) -> intervals.IntervalSet:

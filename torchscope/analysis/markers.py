@@ -24,7 +24,7 @@ import numpy as np
 from torchscope.analysis import intervals
 from torchscope.analysis.frames import is_interpreter_or_torch_code
 from torchscope.analysis.nesting import calling_frame, host_tree
-from torchscope.analysis.steps import main_thread_mask
+from torchscope.analysis.steps import is_data_loading_name, main_thread_mask
 from torchscope.arrays import group_ids, read_only
 from torchscope.rundir.labels import CLOSURE, LABEL_PREFIX, PHASE_LABELS, STEP_PREFIX
 from torchscope.trace.kinds import Kind
@@ -32,12 +32,6 @@ from torchscope.trace.tables import EventTable
 
 COMM_OP_PREFIXES = ("nccl:", "gloo:", "c10d::", "mpi:", "ucc:")
 COMM_KERNEL_PREFIXES = ("ncclKernel", "ncclDevKernel", "rcclKernel")
-
-
-def is_data_loading_name(name: str) -> bool:
-    return (name.startswith("enumerate(DataLoader)#") and name.endswith(".__next__")) or name.startswith(
-        "enumerate(DataPipe)#"
-    )
 
 
 def is_optimizer_name(name: str) -> bool:
