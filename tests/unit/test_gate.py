@@ -17,13 +17,13 @@ PEAK = "memory.peak_allocated_bytes.cuda:0"
 UTIL = "device.utilization_pct"
 
 
-def _report(peak: float, util: float = 60.0, step_us: float = 1000.0, contention: dict[str, float] | None = None) -> Report:
+def _report(peak: float, util: float = 60.0, step_us: float = 1000.0, contention: dict[str, float] | None = None, steps: int = 4) -> Report:
     """Four equal steps and two metrics without per-step samples: one lower-, one higher-is-better;
     `contention`: the manifest's figures of the capture's machine (capture/machine.py)."""
     manifest = {"environment": {"cpu_count": 2, "contention": contention}} if contention else {}
     return Report(
         torchscope_version="test", run=RunInfo(paths=[], trace_files=[], ranks=[0], device_kind="cuda", manifest=manifest),
-        steps=[StepRow(rank=0, span=0, step=i, start_us=i * step_us, duration_us=step_us, breakdown={}) for i in range(4)],
+        steps=[StepRow(rank=0, span=0, step=i, start_us=i * step_us, duration_us=step_us, breakdown={}) for i in range(steps)],
         breakdown={},
         metrics=[Metric(name=PEAK, value=peak, unit="bytes", better="lower"),
                  Metric(name=UTIL, value=util, unit="percent", better="higher")],
@@ -114,3 +114,10 @@ def test_a_run_captured_on_a_busy_machine_is_flagged_and_a_timing_failure_says_s
     assert memory.failed and "Note:" not in memory.explanation
     # Either figure alone is enough: other processes busy on a machine whose load average is low.
     assert any("busy machine" in w for w in diff_reports(slower, _report(1e9, contention={"cpus": 2, "other_share": 0.4})).warnings)
+
+
+def test_a_run_without_steps_never_passes_the_gate() -> None:
+    # A capture whose only step the profiler's stop cut off: nothing measured, so no threshold can hold.
+    gate = evaluate(diff_reports(_report(1e9), _report(1e9, steps=0)), 5.0, [])
+    assert gate.failed and gate.explanation.startswith("No comparison: the new run holds no step, so nothing can be compared")
+    assert evaluate(diff_reports(_report(1e9, steps=0), _report(1e9, steps=0)), None, []).failed

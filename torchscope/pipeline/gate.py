@@ -47,12 +47,17 @@ def parse_threshold(text: str) -> Threshold:
 def evaluate(diff: ReportDiff, slower_pct: float | None, thresholds: list[Threshold]) -> GateResult:
     """Check every threshold; the result lists each check and explains the verdict in one paragraph."""
     checks: list[tuple[bool, str]] = []
+    empty = [side for side, ref in (("base", diff.base), ("new", diff.new)) if ref.steps == 0]
+    if empty:  # nothing measured on that side: no threshold can pass on it
+        checks.append((True, f"the {' and '.join(empty)} run{'s hold' if len(empty) > 1 else ' holds'} no step, so nothing can be compared"))
     if slower_pct is not None:
         checks.append(_step_time(diff, slower_pct))
     for threshold in thresholds:
         checks.append(_pp(diff, threshold) if threshold.unit == "pp" else _percent(diff, threshold))
     failed = [text for bad, text in checks if bad]
-    if failed:
+    if empty:
+        explanation = "No comparison: " + "; ".join(failed) + "."
+    elif failed:
         explanation = "Regression: " + "; ".join(failed) + "."
     elif checks:
         explanation = "No regression beyond noise and the thresholds: " + "; ".join(text for _, text in checks) + "."
