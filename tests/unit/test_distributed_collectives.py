@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import msgspec
 import numpy as np
 import pytest
 from test_rules_support import finding, findings, report
@@ -208,6 +209,21 @@ def test_no_late_phase_when_every_phase_is_a_little_slower() -> None:
     slow.phase_us = {"forward": [24_000.0] * 6, "backward": [42_000.0] * 6, "data_loading": [13_000.0] * 6}  # +4, +12, +12 ms
     late = summarise(ranks, extracts, collective_table(ranks, extracts)).straggler
     assert late is not None and late.rank == 2 and late.late_phase is None and late.culprits_us_per_step == {}
+
+
+def test_a_late_rank_faster_in_every_phase_is_not_told_its_phases_are_slower() -> None:
+    # Rank 1 waits less (late) but spends less in every phase than the median rank: not its work.
+    def late_rank(excess: dict[str, float], steps: int) -> str:
+        straggler = msgspec.structs.replace(_straggler(40_000.0), late_phase=None, phase_excess_us_per_step=excess,
+                                            culprits_us_per_step={}, steps=steps)
+        rep = _distributed_report(exposed=2000.0, wait=40_000.0, straggler=straggler)
+        return finding(rep, "straggler.rank").recommendation  # type: ignore[arg-type]
+
+    faster = late_rank({"forward": -300.0, "backward": -1_300.0}, steps=3)
+    assert "No phase takes longer on rank 1" in faster and "With 3 steps that can be noise" in faster
+    assert "every phase is a little slower" not in faster
+    assert "can be noise" not in late_rank({"forward": -300.0}, steps=40)
+    assert "every phase is a little slower" in late_rank({"forward": 3_000.0, "backward": 2_000.0}, steps=40)
 
 
 def test_concurrent_instances_share_their_steps_wall_time() -> None:

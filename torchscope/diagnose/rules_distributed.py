@@ -9,6 +9,7 @@ import numpy as np
 from torchscope.diagnose.context import Context, ms, pct
 from torchscope.diagnose.rule import Threshold, Verdict, by_share, rule
 from torchscope.diagnose.rules_quality import recorded_bounds
+from torchscope.report.distributed import Straggler
 from torchscope.report.model import Fix
 
 COMMUNICATION = Threshold(0.10, "warning above 10 % of the step (TB)")
@@ -264,13 +265,24 @@ def _late_rank(ctx: Context) -> Optional[Verdict]:
             "culprits_us_per_step": late.culprits_us_per_step,
             "wait_us_per_step": distributed.wait_us_per_step,
         },
-        recommendation=(
-            f"The other ranks wait for rank {late.rank} in every collective. "
-            + (f"Look at {culprits} on rank {late.rank}, and {_PHASE_ADVICE[phase]}." if phase else
-               "No single phase explains it: every phase is a little slower on that rank, which points at its host "
-               "(CPU contention from other processes, a slower CPU or GPU, thermal throttling) rather than at its work.")
-        ),
+        recommendation=f"The other ranks wait for rank {late.rank} in every collective. " + _late_why(late, phase, culprits),
     )
+
+
+FEW_STEPS = 10  # a lateness over fewer steps, with no phase to show for it, may be noise
+
+
+def _late_why(late: Straggler, phase: Optional[str], culprits: str) -> str:
+    """Where a late rank's time goes: one phase, every phase a little, or no phase at all."""
+    if phase:
+        return f"Look at {culprits} on rank {late.rank}, and {_PHASE_ADVICE[phase]}."
+    if any(v > 0 for v in late.phase_excess_us_per_step.values()):
+        return ("No single phase explains it: every phase is a little slower on that rank, which points at its host "
+                "(CPU contention from other processes, a slower CPU or GPU, thermal throttling) rather than at its work.")
+    return (f"No phase takes longer on rank {late.rank} than on the median rank, so its work is not what makes it late: "
+            "it reaches the collectives later for reasons outside its steps' phases (a late start, a blocking call "
+            "between steps, a busy host descheduling it at the wrong moments)."
+            + (f" With {late.steps} steps that can be noise: profile more steps before acting on it." if late.steps < FEW_STEPS else ""))
 
 
 def _spread(ctx: Context) -> Optional[Verdict]:
