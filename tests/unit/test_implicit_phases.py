@@ -153,3 +153,11 @@ def test_a_span_without_steps_and_with_forward_labels(tmp_path: Path) -> None:
     b.op("torch/profiler/profiler.py(1135): stop", 320, 30, cat="python_function")
     rep = torchscope.analyze(b.write(tmp_path / "t.pt.trace.json"), jobs=1, use_cache=False)
     assert rep.steps == [] and "trace_quality.few_steps" in {f.id for f in rep.findings}
+
+
+def test_a_span_without_steps_and_with_operators_outside_them(tmp_path: Path) -> None:
+    b = TraceBuilder()
+    b.op("aten::mm", -1.0, 500)  # starts before the only step, which then holds no operator of its own
+    b.step(1, 0.0, 100)
+    rep = torchscope.analyze(b.write(tmp_path / "t.pt.trace.json"), jobs=1, use_cache=False)
+    assert rep.steps == []

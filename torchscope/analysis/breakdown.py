@@ -165,6 +165,8 @@ def _implicit_forward(
     Backward ops themselves go to backward (it comes first). Ops inside an optimizer range are the
     optimizer's (`zero_grad`, the update), unless a backward runs inside that range: then it is
     `Optimizer.step(closure)`, whose closure's forward comes before that backward."""
+    if len(steps) == 0:  # every step was cut off (steps.find_steps): no step to hold a forward
+        return intervals.EMPTY
     ops = np.flatnonzero(events.kind == Kind.CPU_OP)
     ops = ops[~step_marker_mask(events)[ops]]
     ts = events.ts_us[ops]
