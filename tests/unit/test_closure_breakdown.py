@@ -10,18 +10,9 @@ import json
 
 import pytest
 
+from helpers.phase_shares import phase_shares
 from helpers.trace_builder import TraceBuilder
-from torchscope.analysis.breakdown import phase_partition
-from torchscope.analysis.steps import find_steps
 from torchscope.trace.parse import parse_trace_bytes
-
-
-def _shares(builder: TraceBuilder) -> dict[str, float]:
-    events = parse_trace_bytes(json.dumps(builder.document()).encode()).events
-    steps = find_steps(events)
-    breakdown, _ = phase_partition(events, steps)
-    total = breakdown.per_step_us.sum()
-    return {c: float(breakdown.per_step_us[:, i].sum() / total) for i, c in enumerate(breakdown.categories)}
 
 
 def _closure_step(b: TraceBuilder, t0: float, labels: bool) -> None:
@@ -46,7 +37,7 @@ def test_closure_time_is_not_the_optimizers() -> None:
     b = TraceBuilder()
     for t0 in (0.0, 1000.0, 2000.0):
         _closure_step(b, t0, labels=True)
-    shares = _shares(b)
+    shares = phase_shares(b)
     assert shares["optimizer"] == pytest.approx(0.25)  # 0-100, 900-1000, and zero_grad 100-150 in the closure
     assert shares["backward"] == pytest.approx(0.40)
     assert shares["forward"] == pytest.approx(0.35)  # the model, and the loss computed in the closure
@@ -59,7 +50,7 @@ def test_without_labels_the_closures_forward_is_forward() -> None:
     b = TraceBuilder()
     for t0 in (0.0, 1000.0, 2000.0):
         _closure_step(b, t0, labels=False)
-    shares = _shares(b)
+    shares = phase_shares(b)
     assert shares["backward"] == pytest.approx(0.40)
     assert shares["forward"] == pytest.approx(0.35)
     assert shares["optimizer"] == pytest.approx(0.25)
@@ -73,7 +64,7 @@ def test_an_optimizer_step_without_closure_is_unchanged() -> None:
         b.annotation("torchscope:backward", t0 + 400, 400)
         b.annotation("Optimizer.step#SGD.step", t0 + 800, 200)
         b.annotation("torchscope:optimizer", t0 + 801, 198)
-    shares = _shares(b)
+    shares = phase_shares(b)
     assert (shares["forward"], shares["backward"], shares["optimizer"]) == pytest.approx((0.4, 0.4, 0.2))
 
 

@@ -5,26 +5,15 @@ step markers, the autograd engine's own ops on its device thread), none of them 
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 
 import torchscope
+from helpers.phase_shares import phase_shares
 from helpers.trace_builder import HOST_TID, TraceBuilder
-from torchscope.analysis.breakdown import phase_partition
-from torchscope.analysis.steps import find_steps
-from torchscope.trace.parse import parse_trace_bytes
 
 ENGINE_TID = HOST_TID + 1
-
-
-def _shares(builder: TraceBuilder) -> dict[str, float]:
-    events = parse_trace_bytes(json.dumps(builder.document()).encode()).events
-    steps = find_steps(events)
-    breakdown, _ = phase_partition(events, steps)
-    total = breakdown.per_step_us.sum()
-    return {c: float(breakdown.per_step_us[:, i].sum() / total) for i, c in enumerate(breakdown.categories)}
 
 
 def _micro_batch(b: TraceBuilder, t0: float, backward_tid: int = HOST_TID) -> None:
@@ -45,7 +34,7 @@ def test_each_micro_batch_forward_is_forward() -> None:
             _micro_batch(b, t0 + m * 200)
         b.annotation("Optimizer.step#SGD.step", t0 + 800, 150)
         b.op("aten::add_", t0 + 810, 100)
-    shares = _shares(b)
+    shares = phase_shares(b)
     assert shares["forward"] == pytest.approx(0.4)  # 4 x 100 us, not only the first micro-batch's
     assert shares["backward"] == pytest.approx(0.36)  # the nodes; the engine's gap between them is the loop thread's
     assert shares["optimizer"] == pytest.approx(0.15)
@@ -56,7 +45,7 @@ def test_a_trace_without_steps_has_every_iteration_forward() -> None:
     b = TraceBuilder()
     for i in range(5):
         _micro_batch(b, i * 200.0)
-    shares = _shares(b)
+    shares = phase_shares(b)
     assert shares["forward"] == pytest.approx(0.5)
     assert shares["other"] == pytest.approx(0.05)
 
@@ -71,7 +60,7 @@ def test_the_engine_threads_own_ops_are_backward() -> None:
         _micro_batch(b, t0, backward_tid=ENGINE_TID)
         b.op("aten::add", t0 + 141, 8, tid=ENGINE_TID)
         b.op("aten::randn", t0 + 300, 50)  # the loop's own work after the backward: other
-    shares = _shares(b)
+    shares = phase_shares(b)
     assert shares["backward"] == pytest.approx(0.098)
     assert shares["forward"] == pytest.approx(0.1)
     # Other: the loop's 50 us, the 2 us left of the gap, and the step's idle 600 us.
@@ -126,7 +115,7 @@ def test_with_stacks_only_the_model_calls_between_backward_passes_are_forward() 
         b.op("aten::linalg_vector_norm", t0 + 210, 90)  # the metric, 210-300
         b.op("nn.Module: Sequential_0", t0 + 300, 80, cat="python_function")
         _micro_batch(b, t0 + 300)  # its forward 300-400 (the model 300-380, the loss after it)
-    shares = _shares(b)
+    shares = phase_shares(b)
     assert shares["forward"] == pytest.approx(0.2)  # 0-100 and 300-400
     assert shares["other"] == pytest.approx(0.62)  # the metric 90, the gaps beside the backward nodes 30, the tail 500
 
@@ -140,7 +129,7 @@ def test_without_step_markers_the_loop_thread_is_not_the_engines(tmp_path: Path)
         for n in range(3):
             b.op("autograd::engine::evaluate_function: AddmmBackward0", t0 + 200 + 100 * n, 80, tid=ENGINE_TID)
             b.op("aten::mm", t0 + 210 + 100 * n, 60, tid=ENGINE_TID)
-    shares = _shares(b)
+    shares = phase_shares(b)
     assert shares["forward"] == pytest.approx(500 / 4_480)  # one window: 0 to the last node's end
     assert shares["backward"] == pytest.approx(1_200 / 4_480)
 
