@@ -1,7 +1,7 @@
 """Real captures (`torchscope run`) of a sequence model stepping an nn.LSTMCell through time from Python, and
 the same model as one nn.LSTM call: the loop's findings say to run the sequence through nn.LSTM (no indexing
 op can replace a recurrence), and the fused model has no cell loop. (On the project's 2-core machine the
-loop ran 12.6 ms a step against 5.8 ms with nn.LSTM; host_overhead.dispatch said 66.7 % (46.7-86.7 %).)"""
+loop ran 12.6 ms a step against 5.8 ms with nn.LSTM; host_overhead.dispatch said 73.5 % (52.6-94.4 %).)"""
 
 from __future__ import annotations
 

@@ -29,11 +29,10 @@ of their time the fix cannot remove, read from the trace rather than assumed:
   `_fused_*_` call per parameter group runs each tensor's whole update in one pass, so what stays is the
   per-parameter Python that gathers the tensors (`_init_group`), one tiny op per parameter (the step
   counters' `_foreach_add_`, per tensor on a CPU) and the arithmetic, in fewer passes over memory; the
-  operators' arithmetic is their self time where it is at least `TINY_OP_US`, the rest their dispatch;
+  operators' arithmetic is the time of the leaves of at least `TINY_OP_US`, the rest their dispatch;
 * `dispatch` (vectorise / torch.compile / larger batch): every operator's fixed cost and the Python
-  between operators go, the arithmetic stays: forward/backward main-thread time less the operators' self
-  times (low: every leaf's kept, and a caller's of at least `TINY_OP_US`; high: only self times of at least
-  `TINY_OP_US`, the real work).
+  between operators go, the arithmetic stays: forward/backward main-thread time less the leaf
+  operators' time (low: every leaf kept; high: only leaves of at least `TINY_OP_US`, the real work).
 """
 
 from __future__ import annotations
@@ -411,25 +410,13 @@ def _top_ops(span: SpanInput) -> np.ndarray:
     return times.op_mask & main_thread_mask(span.events) & ((tree.parent < 0) | (parent_op < 0))
 
 
-def _main_thread_ops(span: SpanInput) -> tuple[np.ndarray, np.ndarray]:
-    """Main-thread operators, and which of them call no other (leaves). Their self times (children's out)
-    are where the arithmetic runs, not only the leaves': `aten::mm` and `aten::addmm` call
-    `aten::resolve_conj` on a CPU, so the GEMM itself is in their self time (a small MLP's 5 ms of matmuls a
-    step were once taken for removable dispatch)."""
-    events, tree = span.events, span.tree
-    ops = span.times.op_mask & main_thread_mask(events)
+def _leaf_ops(span: SpanInput) -> np.ndarray:
+    """Main-thread operators that call no other operator: where the arithmetic runs."""
+    events, tree, times = span.events, span.tree, span.times
+    ops = times.op_mask & main_thread_mask(events)
     has_child = np.zeros(len(events), dtype=bool)
     has_child[tree.parent[ops & (tree.parent >= 0)]] = True
-    return ops, ops & ~has_child
-
-
-def _self_time_in(span: SpanInput, ops: np.ndarray, within: intervals.IntervalSet, at_least_us: float = 0.0) -> float:
-    """The summed self time of the `ops` (a mask) starting inside `within` whose self time is at least
-    `at_least_us` (a thread's self times never overlap: one sum, no union)."""
-    rows = np.flatnonzero(ops)
-    own = span.times.host_self_us[rows]
-    rows, own = rows[own >= at_least_us], own[own >= at_least_us]
-    return float(own[intervals.contains(within, span.events.ts_us[rows])].sum())
+    return ops & ~has_child
 
 
 def _covered(span: SpanInput, mask: np.ndarray, within: intervals.IntervalSet) -> float:
@@ -440,7 +427,7 @@ def _covered(span: SpanInput, mask: np.ndarray, within: intervals.IntervalSet) -
 
 def _cpu_savings(span: SpanInput) -> Savings:
     n = len(span.steps)
-    ops_mask, leaves = _main_thread_ops(span)  # once: the optimizer's arithmetic and the dispatch cost both read them
+    leaves = _leaf_ops(span)  # once: the optimizer's arithmetic and the dispatch cost both read it
     low: dict[str, float] = {}
     high: dict[str, float] = {}
     t0 = float(span.steps.start_us[0])
@@ -455,7 +442,7 @@ def _cpu_savings(span: SpanInput) -> Savings:
             (python_low, python_high), (ops_low, ops_high) = KEPT_CPU_OPTIMIZER_PYTHON, KEPT_CPU_OPTIMIZER_OPS
             low[cause] = python * (1.0 - python_low) + ops * (1.0 - ops_low)
             high[cause] = python * (1.0 - python_high) + ops * (1.0 - ops_high)
-            arithmetic = min(_self_time_in(span, ops_mask, absolute, TINY_OP_US) / n, ops)
+            arithmetic = min(_covered(span, leaves & (span.events.dur_us >= TINY_OP_US), absolute) / n, ops)
             low["optimizer_step_fused"], high["optimizer_step_fused"] = (
                 python * (1.0 - kept_python) + (ops - arithmetic) * (1.0 - kept_dispatch) + arithmetic * (1.0 - kept_arithmetic)
                 for kept_python, kept_dispatch, kept_arithmetic in zip(KEPT_CPU_FUSED_PYTHON, KEPT_CPU_FUSED_DISPATCH, KEPT_CPU_FUSED_ARITHMETIC)
@@ -465,10 +452,9 @@ def _cpu_savings(span: SpanInput) -> Savings:
     compute = span.compute_set
     compute_us = intervals.total_length(compute)
     if compute_us > 0:
-        # Kept, low: every leaf's self time and the others' that is no mere wrapper; high: only real work.
-        kept_low = _self_time_in(span, leaves, compute) + _self_time_in(span, ops_mask & ~leaves, compute, TINY_OP_US)
-        low["dispatch"] = max(compute_us - kept_low, 0.0) / n
-        high["dispatch"] = max(compute_us - _self_time_in(span, ops_mask, compute, TINY_OP_US), 0.0) / n
+        long_leaves = leaves & (span.events.dur_us >= TINY_OP_US)
+        low["dispatch"] = max(compute_us - _covered(span, leaves, compute), 0.0) / n
+        high["dispatch"] = max(compute_us - _covered(span, long_leaves, compute), 0.0) / n
     measured = float(span.steps.duration_us.sum()) / n
     return Savings(
         model="host_critical_path", saved_us_per_step_low=low, saved_us_per_step_high=high,
