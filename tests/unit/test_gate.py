@@ -119,5 +119,12 @@ def test_a_run_captured_on_a_busy_machine_is_flagged_and_a_timing_failure_says_s
 def test_a_run_without_steps_never_passes_the_gate() -> None:
     # A capture whose only step the profiler's stop cut off: nothing measured, so no threshold can hold.
     gate = evaluate(diff_reports(_report(1e9), _report(1e9, steps=0)), 5.0, [])
-    assert gate.failed and gate.explanation.startswith("No comparison: the new run holds no step, so nothing can be compared")
+    assert gate.failed and gate.explanation == (
+        "No comparison: the new run holds no step, so nothing can be compared; capture complete steps on both sides.")
     assert evaluate(diff_reports(_report(1e9, steps=0), _report(1e9, steps=0)), None, []).failed
+    # No threshold is checked against an empty side, and no note about a busy machine or a memory change.
+    busy = {"cpus": 2, "load_average_1m": 8.5, "other_share": 0.89}
+    gate = evaluate(diff_reports(_report(1e9, contention=busy), _report(1.3e9, steps=0)), 5.0, [parse_threshold(f"{PEAK}+10%")])
+    assert gate.checks == ["the new run holds no step, so nothing can be compared"] and "Note:" not in gate.explanation
+    assert "the new run holds no step (every step was cut off): its figures are zeros, not measurements" in (
+        diff_reports(_report(1e9), _report(1e9, steps=0)).warnings)

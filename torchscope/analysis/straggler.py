@@ -30,6 +30,7 @@ PHASE_NAMES: dict[str, LatePhase] = {
     "optimizer": "optimizer",
     "other": "outside_step",
 }
+EXPLAINS_SHARE = 0.25  # a phase named as the cause holds at least this share of the lateness
 DOMINANT_SHARE = 0.5  # the late phase holds at least half of the rank's extra time, else no phase is named
 CULPRIT_SHARE = 0.3  # a culprit explains at least this share of the late phase's excess
 MAX_CULPRITS = 5
@@ -126,6 +127,8 @@ def straggler(
     phase = max(excess, key=lambda p: excess[p]) if excess and max(excess.values()) > 0 else None
     if phase is not None and excess[phase] < DOMINANT_SHARE * sum(max(v, 0.0) for v in excess.values()):
         phase = None  # every phase a little slower: a slower or busier host, not one phase's work
+    if phase is not None and excess[phase] < EXPLAINS_SHARE * typical[index]:
+        phase = None  # 2 us more in the forward is no cause of a 40 ms lateness
     return Straggler(
         rank=ranks[index],
         median_lateness_us=float(typical[index]),

@@ -270,18 +270,23 @@ def _late_rank(ctx: Context) -> Optional[Verdict]:
 
 
 FEW_STEPS = 10  # a lateness over fewer steps, with no phase to show for it, may be noise
+EXPLAINS_SHARE = 0.25  # slower phases explain a lateness when they add up to this share of it
 
 
 def _late_why(late: Straggler, phase: Optional[str], culprits: str) -> str:
-    """Where a late rank's time goes: one phase, every phase a little, or no phase at all."""
+    """Where a late rank's time goes: one phase, every phase a little, or not its phases at all."""
     if phase:
-        return f"Look at {culprits} on rank {late.rank}, and {_PHASE_ADVICE[phase]}."
-    if any(v > 0 for v in late.phase_excess_us_per_step.values()):
+        advice = _PHASE_ADVICE[phase]
+        return f"Look at {culprits} on rank {late.rank}, and {advice}." if culprits else f"{advice[0].upper()}{advice[1:]}."
+    slower = sum(max(v, 0.0) for v in late.phase_excess_us_per_step.values())
+    if slower >= EXPLAINS_SHARE * late.median_lateness_us and sum(late.phase_excess_us_per_step.values()) > 0:
         return ("No single phase explains it: every phase is a little slower on that rank, which points at its host "
                 "(CPU contention from other processes, a slower CPU or GPU, thermal throttling) rather than at its work.")
-    return (f"No phase takes longer on rank {late.rank} than on the median rank, so its work is not what makes it late: "
-            "it reaches the collectives later for reasons outside its steps' phases (a late start, a blocking call "
-            "between steps, a busy host descheduling it at the wrong moments)."
+    net = sum(late.phase_excess_us_per_step.values())
+    together = f"{ms(abs(net))} {'less' if net < 0 else 'more'} a step, against {ms(late.median_lateness_us)} late"
+    return (f"Its phases take no longer than the median rank's in all ({together}), so its work is not what makes "
+            "it late: it reaches the collectives later for reasons outside its "
+            "steps' phases (a late start, a blocking call between steps, a busy host descheduling it at the wrong moments)."
             + (f" With {late.steps} steps that can be noise: profile more steps before acting on it." if late.steps < FEW_STEPS else ""))
 
 

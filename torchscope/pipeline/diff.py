@@ -75,6 +75,8 @@ def diff_reports(
     if base.run.step_source != "profiler_step" or new.run.step_source != "profiler_step":
         warnings.append("a run has no ProfilerStep markers: its 'step' is the whole trace")
     warnings += [w for w in (busy_machine(base, "base"), busy_machine(new, "new")) if w]
+    warnings += [f"the {side} run holds no step (every step was cut off): its figures are zeros, not measurements"
+                 for side, report in (("base", base), ("new", new)) if not report.steps]
     return ReportDiff(
         base=_ref(base, base_path),
         new=_ref(new, new_path),

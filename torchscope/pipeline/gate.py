@@ -46,32 +46,31 @@ def parse_threshold(text: str) -> Threshold:
 
 def evaluate(diff: ReportDiff, slower_pct: float | None, thresholds: list[Threshold]) -> GateResult:
     """Check every threshold; the result lists each check and explains the verdict in one paragraph."""
-    checks: list[tuple[bool, str]] = []
     empty = [side for side, ref in (("base", diff.base), ("new", diff.new)) if ref.steps == 0]
-    if empty:  # nothing measured on that side: no threshold can pass on it
-        checks.append((True, f"the {' and '.join(empty)} run{'s hold' if len(empty) > 1 else ' holds'} no step, so nothing can be compared"))
+    if empty:  # nothing measured on that side: no threshold can be checked, none can pass
+        text = f"the {' and '.join(empty)} run{'s hold' if len(empty) > 1 else ' holds'} no step, so nothing can be compared"
+        return GateResult(failed=True, checks=[text], explanation=f"No comparison: {text}; capture complete steps on both sides.")
+    # Each check with what it checks (None: the step time), so the notes below can tell timing from memory.
+    checks: list[tuple[bool, str, Threshold | None]] = []
     if slower_pct is not None:
-        checks.append(_step_time(diff, slower_pct))
+        checks.append((*_step_time(diff, slower_pct), None))
     for threshold in thresholds:
-        checks.append(_pp(diff, threshold) if threshold.unit == "pp" else _percent(diff, threshold))
-    failed = [text for bad, text in checks if bad]
-    if empty:
-        explanation = "No comparison: " + "; ".join(failed) + "."
-    elif failed:
+        checks.append((*(_pp(diff, threshold) if threshold.unit == "pp" else _percent(diff, threshold)), threshold))
+    failed = [text for bad, text, _ in checks if bad]
+    if failed:
         explanation = "Regression: " + "; ".join(failed) + "."
     elif checks:
-        explanation = "No regression beyond noise and the thresholds: " + "; ".join(text for _, text in checks) + "."
+        explanation = "No regression beyond noise and the thresholds: " + "; ".join(text for _, text, _ in checks) + "."
     else:
         explanation = "No threshold was given: nothing to gate."
     busy = [side for side in ("base", "new") if any(w.startswith(f"the {side} run was captured on a busy machine") for w in diff.warnings)]
-    timing = [text for (bad, text), spec in zip(checks, [None, *thresholds] if slower_pct is not None else thresholds)
-              if bad and not (spec is not None and spec.name.startswith("memory."))]
+    timing = [text for bad, text, spec in checks if bad and not (spec is not None and spec.name.startswith("memory."))]
     if timing and busy:
         explanation += (f" Note: the {' and '.join(busy)} run{'s were' if len(busy) > 1 else ' was'} captured on a busy machine"
                         " (see the warnings): a timing regression may be the load; rerun both on an idle machine before trusting it.")
     if diff.step_time.method.startswith("too few steps"):
         explanation += f" Note: {diff.step_time.method}, so no change can be called beyond noise; profile more steps."
-    return GateResult(failed=bool(failed), checks=[text for _, text in checks], explanation=explanation)
+    return GateResult(failed=bool(failed), checks=[text for _, text, _ in checks], explanation=explanation)
 
 
 def _step_time(diff: ReportDiff, limit: float) -> tuple[bool, str]:
