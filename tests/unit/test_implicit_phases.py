@@ -150,3 +150,12 @@ def test_a_span_without_steps_and_with_operators_outside_them(tmp_path: Path) ->
     b.step(1, 0.0, 100)
     rep = torchscope.analyze(b.write(tmp_path / "t.pt.trace.json"), jobs=1, use_cache=False)
     assert rep.steps == []
+
+
+def test_a_span_without_steps_and_with_collectives(tmp_path: Path) -> None:
+    b = TraceBuilder()
+    b.op("gloo:all_reduce", 0.0, 50)  # before the only step, which the profiler's stop cut off
+    b.step(1, 100.0, 77)
+    b.op("torch/profiler/profiler.py(1135): stop", 120, 30, cat="python_function")
+    rep = torchscope.analyze(b.write(tmp_path / "t.pt.trace.json"), jobs=1, use_cache=False)
+    assert rep.steps == []

@@ -127,8 +127,7 @@ def extract_collectives(span: SpanInput) -> RankCollectives:
     names, name_id = _intern([collective_name(s) for s in events.text(raw_names)])
     groups, group_id = _intern(events.text(events.pg_name[rows]))
     start = events.ts_us[rows]
-    step_index = steps.index_of(start)
-    step = np.where(step_index >= 0, steps.number[np.maximum(step_index, 0)], -1)
+    step = steps.number_at(start)
     out.source, out.names, out.groups = source, names, groups
     out.name_id, out.group_id, out.step = name_id.tolist(), group_id.tolist(), step.tolist()
     out.ordinal = _ordinal(np.stack([step, group_id, name_id])).tolist()

@@ -46,6 +46,13 @@ class StepWindows(msgspec.Struct, frozen=True):
         inside = (step >= 0) & (ts_us < self.end_us[np.maximum(step, 0)])
         return np.where(inside, step, -1)
 
+    def number_at(self, ts_us: np.ndarray) -> np.ndarray:
+        """The step number (ProfilerStep#N) of the window holding each timestamp, else -1."""
+        index = self.index_of(ts_us)
+        if self.number.size == 0:  # no step: every index is -1
+            return index
+        return np.where(index >= 0, self.number[np.maximum(index, 0)], -1)
+
 
 def event_steps(events: EventTable, steps: StepWindows) -> np.ndarray:
     """`steps.index_of` every event's start, computed once per table and step windows (several analyses
