@@ -183,8 +183,7 @@ def _implicit_forward(
         has = (b >= 0) & (start >= steps.start_us)
         last_backward[has] = start[has]
     at = np.maximum(step, 0)
-    chosen = ops[inside & (ts < first_backward[at])]
-    forward = intervals.union(events.ts_us[chosen], events.ts_us[chosen] + events.dur_us[chosen])
+    forward = _set(events, ops[inside & (ts < first_backward[at])])
     between = inside & (ts >= first_backward[at]) & (ts < last_backward[at])
     later = _later_forwards(events, steps, backward, ops[between], first_backward, last_backward)
     return intervals.subtract(_merge(forward, later), _optimizer_without_backward(events, optimizer, backward))
@@ -201,8 +200,7 @@ def _later_forwards(
     loop = main_thread_mask(events)
     calls = np.flatnonzero(name_mask(events, is_module_call, (Kind.PYTHON_FUNCTION,)) & loop)
     if calls.size == 0:
-        chosen = between[loop[between]]
-        return intervals.union(events.ts_us[chosen], events.ts_us[chosen] + events.dur_us[chosen])
+        return _set(events, between[loop[between]])
     start = events.ts_us[calls]
     step = steps.index_of(start)
     at = np.maximum(step, 0)

@@ -15,6 +15,7 @@ import re
 import msgspec
 import numpy as np
 
+from torchscope.analysis import intervals
 from torchscope.analysis.nesting import host_tree, launcher_of_device_events, nearest_ancestor_of
 from torchscope.arrays import read_only
 from torchscope.rundir.manifest import StepSource
@@ -188,8 +189,8 @@ def _steps_with_operators(events: EventTable, host_start: np.ndarray, host_end: 
     when a schedule's next cycle was cut short). It would read as a step of the run."""
     work = events.kind_rows((Kind.CPU_OP, Kind.USER_ANNOTATION, Kind.MEMORY, Kind.RUNTIME, Kind.DRIVER))
     fetches = work[events.name_mask(is_data_loading_name, work)]
-    fetching = (events.ts_us[fetches], events.ts_us[fetches] + events.dur_us[fetches])
-    work = work[~step_marker_mask(events)[work] & ~_within(fetching, events.ts_us[work])]
+    fetching = intervals.union(events.ts_us[fetches], events.ts_us[fetches] + events.dur_us[fetches])
+    work = work[~step_marker_mask(events)[work] & ~intervals.contains(fetching, events.ts_us[work])]
     frames = events.kind_rows(Kind.PYTHON_FUNCTION)
     stops = frames[events.name_mask(_is_profiler_stop, frames)]
     held = {name: _held(events.ts_us[rows], host_start, host_end) for name, rows in (("work", work), ("frames", frames), ("stops", stops))}
@@ -204,17 +205,6 @@ def _held(ts: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
     """Per window [start, end): how many of the timestamps `ts` fall in it (one sort, two searches)."""
     ts = np.sort(ts)
     return np.searchsorted(ts, end, side="left") - np.searchsorted(ts, start, side="left")
-
-
-def _within(ranges: tuple[np.ndarray, np.ndarray], ts: np.ndarray) -> np.ndarray:
-    """Per timestamp: whether one of the ranges (they may nest or overlap) holds it."""
-    starts, ends = ranges
-    if starts.size == 0:
-        return np.zeros(ts.size, dtype=bool)
-    order = np.argsort(starts, kind="stable")
-    reach = np.maximum.accumulate(ends[order])  # the furthest end among the ranges starting at or before each
-    last = np.searchsorted(starts[order], ts, side="right") - 1
-    return (last >= 0) & (ts < reach[np.maximum(last, 0)])
 
 
 def is_data_loading_name(name: str) -> bool:
