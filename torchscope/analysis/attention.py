@@ -31,7 +31,7 @@ import msgspec
 import numpy as np
 
 from torchscope.analysis.dropout import is_dropout, is_rng
-from torchscope.analysis.markers import named_rows
+from torchscope.analysis.markers import named_ops_in_steps, named_rows
 from torchscope.analysis.nesting import has_ancestor_in
 from torchscope.analysis.patterns import input_shapes
 from torchscope.analysis.span import SpanInput
@@ -89,8 +89,8 @@ def attention(span: SpanInput) -> Attention | None:
     if len(steps) == 0:
         return None
     step_of = event_steps(events, steps)
-    softmax = _in_steps(events, step_of, _is_softmax)
-    fused = _outermost(span, _in_steps(events, step_of, _is_sdpa))
+    softmax = named_ops_in_steps(events, step_of, _is_softmax)
+    fused = _outermost(span, named_ops_in_steps(events, step_of, _is_sdpa))
     if softmax.size == 0 and fused.size == 0:
         return None
     n = len(steps)
@@ -103,7 +103,7 @@ def attention(span: SpanInput) -> Attention | None:
     if not scores:
         return found
     calls = softmax[_first_input_in(events, softmax, scores)]
-    dropouts = _outermost(span, _in_steps(events, step_of, is_dropout))
+    dropouts = _outermost(span, named_ops_in_steps(events, step_of, is_dropout))
     dropouts = dropouts[_first_input_in(events, dropouts, scores)]
     drops = _drops(events, dropouts)
     in_mha, with_stacks = _calling_code(span, calls)
@@ -123,8 +123,8 @@ def _score_keys(events: EventTable, step_of: np.ndarray, softmax: np.ndarray) ->
     """The keys of the score tensors: those of softmaxes over their last axis that a matmul produced and
     another takes as its left operand, less any a linear layer or normalisation also takes."""
     softmax = softmax[_over_last_axis(events, softmax)]
-    produced, consumed = _matmul_keys(events, _in_steps(events, step_of, _is_matmul))
-    activations = _first_input_keys(events, _in_steps(events, step_of, _is_activation_op))
+    produced, consumed = _matmul_keys(events, named_ops_in_steps(events, step_of, _is_matmul))
+    activations = _first_input_keys(events, named_ops_in_steps(events, step_of, _is_activation_op))
     return (_first_input_keys(events, softmax) & produced & consumed) - activations
 
 
@@ -154,10 +154,6 @@ def _calling_code(span: SpanInput, calls: np.ndarray) -> tuple[np.ndarray, np.nd
     mha[named_rows(events, _is_mha_frame, (Kind.PYTHON_FUNCTION,))] = True
     return has_ancestor_in(span.tree, mha, calls), with_stacks
 
-
-def _in_steps(events: EventTable, step_of: np.ndarray, predicate: Callable[[str], bool]) -> np.ndarray:
-    rows = named_rows(events, predicate, (Kind.CPU_OP,))
-    return rows[step_of[rows] >= 0]
 
 
 def _outermost(span: SpanInput, rows: np.ndarray) -> np.ndarray:

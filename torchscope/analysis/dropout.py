@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from torchscope.analysis.markers import named_rows
+from torchscope.analysis.markers import named_ops_in_steps, named_rows
 from torchscope.analysis.nesting import has_ancestor_in
 from torchscope.analysis.span import SpanInput
 from torchscope.analysis.steps import event_steps
@@ -41,8 +41,7 @@ def dropout(span: SpanInput) -> Dropout | None:
     events = span.events
     if span.has_device or len(span.steps) == 0:
         return None
-    found = named_rows(events, is_dropout, (Kind.CPU_OP,))
-    found = found[event_steps(events, span.steps)[found] >= 0]
+    found = named_ops_in_steps(events, event_steps(events, span.steps), is_dropout)
     if found.size == 0:
         return None
     mask = np.zeros(len(events), dtype=bool)

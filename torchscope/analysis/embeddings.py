@@ -15,20 +15,18 @@ first input has a dense table's shape, plus the dense backward itself.
 from __future__ import annotations
 
 import math
-from typing import Callable
 
 import msgspec
 import numpy as np
 
 from torchscope.analysis import intervals
-from torchscope.analysis.markers import named_rows
+from torchscope.analysis.markers import named_ops_in_steps
 from torchscope.analysis.nesting import has_ancestor_in
 from torchscope.analysis.patterns import input_shapes
 from torchscope.analysis.span import SpanInput
 from torchscope.analysis.steps import event_steps
 from torchscope.arrays import group_ids
 from torchscope.report.measurements import Embeddings
-from torchscope.trace.kinds import Kind
 from torchscope.trace.tables import EventTable
 
 MIN_TABLE_VALUES = 1 << 20  # a table of a million values or more: what a dense update costs on
@@ -51,7 +49,7 @@ def embeddings(span: SpanInput) -> Embeddings | None:
     if len(steps) == 0:
         return None
     step_of = event_steps(events, steps)
-    lookups = _in_steps(events, step_of, _is_lookup)
+    lookups = named_ops_in_steps(events, step_of, _is_lookup)
     is_lookup = np.zeros(len(events), dtype=bool)
     is_lookup[lookups] = True
     lookups = lookups[~has_ancestor_in(span.tree, is_lookup, lookups)]  # embedding_bag holds _embedding_bag
@@ -73,7 +71,7 @@ def embeddings(span: SpanInput) -> Embeddings | None:
     # one is no dense table). Not one whose shape is a matmul's operand in the steps: a language model's
     # embedding tied to its output layer gets a dense gradient from the logits whatever `sparse` says, and an
     # untied output layer of the same shape cannot be told apart from it.
-    dense = _in_steps(events, step_of, _is_dense_backward)
+    dense = named_ops_in_steps(events, step_of, _is_dense_backward)
     rows = _dense_rows(events, dense)
     dense_shapes = {shape for shape in tables if shape[0] in rows} - _matmul_operands(events, step_of)
     if not dense_shapes:
@@ -121,7 +119,7 @@ def _is_matmul(name: str) -> bool:
 def _matmul_operands(events: EventTable, step_of: np.ndarray) -> set[tuple[int, ...]]:
     """The 2-d shapes (and their transposes) of the matmuls' operands in the steps."""
     found: set[tuple[int, ...]] = set()
-    for dims in set(events.text(events.input_dims[_in_steps(events, step_of, _is_matmul)])):
+    for dims in set(events.text(events.input_dims[named_ops_in_steps(events, step_of, _is_matmul)])):
         for shape in input_shapes(dims) or []:
             if len(shape) == 2:
                 found.update({(shape[0], shape[1]), (shape[1], shape[0])})
@@ -146,10 +144,6 @@ def _table_part(events: EventTable, rows: np.ndarray, shapes: set[tuple[int, ...
             part[i] = 1.0
     return part[slot]
 
-
-def _in_steps(events: EventTable, step_of: np.ndarray, predicate: Callable[[str], bool]) -> np.ndarray:
-    rows = named_rows(events, predicate, (Kind.CPU_OP,))
-    return rows[step_of[rows] >= 0]
 
 
 def _label(shape: tuple[int, ...]) -> str:

@@ -86,6 +86,13 @@ def named_rows(events: EventTable, predicate: Callable[[str], bool], kinds: tupl
     return np.flatnonzero(name_mask(events, predicate, kinds))
 
 
+def named_ops_in_steps(events: EventTable, step_of: np.ndarray, predicate: Callable[[str], bool]) -> np.ndarray:
+    """The rows (ascending) of the CPU ops named by `predicate` that start inside a step (`step_of`: each
+    event's step, `steps.event_steps`)."""
+    rows = named_rows(events, predicate, (Kind.CPU_OP,))
+    return rows[step_of[rows] >= 0]
+
+
 HOST_RANGES = (Kind.CPU_OP, Kind.USER_ANNOTATION)
 
 
