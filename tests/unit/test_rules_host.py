@@ -623,3 +623,44 @@ def test_module_hooks_cost_between_scaled_and_recorded() -> None:
     assert "waits for the device" in finding(report(measurements=Measurements(module_hooks=hooks), device=gpu()), "host_overhead.module_hooks").recommendation
     small = ModuleHooks(calls_per_step=2, hooks_us_per_step=100.0, hooks_us_by_name={"f (a.py:1)": 100.0})
     assert "host_overhead.module_hooks" not in findings(report(measurements=Measurements(module_hooks=small)))
+
+
+def _matmul_loop(large_gflops: float) -> Measurements:
+    """A per-sample loop (500 tiny ops) whose what-if saving is 2-8 ms of a 10 ms step with its matmul
+    units (4 ms, 0.04 GFLOP) kept in full at the low end and not at all at the high end, as the trace
+    says when it holds no large matmul (`large_gflops` 0)."""
+    measurements = _dispatch(500, 1500, 1000)
+    measurements.dispatch.matmul_us_per_step = 4_000.0
+    measurements.dispatch.matmul_gflop_per_step = 0.04
+    measurements.dispatch.matmul_large_gflops = large_gflops
+    measurements.patterns = Patterns(indexing_loop_iterations_per_step=64)
+    measurements.savings = Savings(
+        model="host_critical_path", saved_us_per_step_low={"dispatch": 2_000.0}, saved_us_per_step_high={"dispatch": 8_000.0}
+    )
+    return measurements
+
+
+def test_dispatch_keeps_the_matmuls_flops_at_the_rate_measured_at_capture() -> None:
+    """Without a large matmul in the trace, the units' kept time is their FLOPs at the capture's measured
+    matmul rate (0.04 GFLOP at 40 GFLOP/s: 1 ms of their 4 ms), not all (low) .. none (high) of it."""
+    manifest = {"environment": {"cpu_peak": {"matmul_gflops": 40.0, "threads": 2}}}
+    f = finding(report(measurements=_matmul_loop(0.0), manifest=manifest), "host_overhead.dispatch")
+    assert (f.time_share_low, f.time_share_high) == pytest.approx((0.50, 0.70))  # 2 + 4 - 1 ms, 8 - 1 ms
+    # Without the capture's rate the trace cannot tell: the what-if range stands.
+    f = finding(report(measurements=_matmul_loop(0.0)), "host_overhead.dispatch")
+    assert (f.time_share_low, f.time_share_high) == pytest.approx((0.20, 0.80))
+    # A trace with large matmuls already kept them at their own rate: the capture's does not replace it.
+    f = finding(report(measurements=_matmul_loop(30.0), manifest=manifest), "host_overhead.dispatch")
+    assert (f.time_share_low, f.time_share_high) == pytest.approx((0.20, 0.80))
+
+
+def test_an_indexing_loop_saves_at_most_what_batching_the_forward_and_backward_saves() -> None:
+    """A loop over chunks of large matmuls: 6 ms of forward in the loop (75-98 % of it without the
+    batching model), but batching keeps the matmuls' arithmetic: 1-1.5 ms of the 10 ms step."""
+    patterns = Patterns(indexing_loop_iterations_per_step=20, indexing_loop_us_per_step=6_000)
+    savings = Savings(model="host_critical_path", saved_us_per_step_low={"dispatch": 1_000.0}, saved_us_per_step_high={"dispatch": 1_500.0})
+    f = finding(report(measurements=Measurements(patterns=patterns, savings=savings)), "host_overhead.indexing_loop")
+    assert (f.time_share_low, f.time_share_high) == pytest.approx((0.10, 0.15))
+    assert "run it once on the whole tensor" in f.recommendation
+    f = finding(report(measurements=Measurements(patterns=patterns)), "host_overhead.indexing_loop")
+    assert (f.time_share_low, f.time_share_high) == pytest.approx((0.45, 0.588))

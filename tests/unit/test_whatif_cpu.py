@@ -160,3 +160,41 @@ def test_a_fused_optimizer_on_a_cpu_keeps_the_gathering_python_the_step_counters
     assert savings.saved_us_per_step_high["optimizer_step_fused"] == pytest.approx(0.85 * 2000 + 0.9 * 800 + 0.8 * 1200, rel=1e-3)  # 3380
     # foreach, for comparison: every op .. half kept, arithmetic or not.
     assert savings.saved_us_per_step_high["optimizer_step"] == pytest.approx(2000 + 0.5 * 2000, rel=1e-3)
+
+
+def _chunk_loop_steps(tmp_path: Path) -> Report:
+    """An 8 ms forward per 10 ms step: 10 iterations of 700 us, each a 2 us `aten::select` and a 600 us
+    `aten::linear` of [128, 512] x [1024, 512] (134 MFLOP) around its `aten::t` and `aten::addmm`, which
+    calls `aten::resolve_conj` as on a CPU; then a 400 us matrix-vector `aten::mm` of [1, 512] x [512, 512]
+    (0.5 MFLOP), a leaf."""
+    dims = [[128, 512], [1024, 512], [1024]]
+    b = TraceBuilder()
+    for i in range(STEPS):
+        t0 = i * STEP_US
+        b.step(i, t0, STEP_US)
+        b.annotation(PHASE_LABELS["forward"], t0, 8000)
+        for k in range(10):
+            at = t0 + k * 700
+            b.op("aten::select", at, 2)
+            b.op("aten::linear", at + 10, 600, **{"Input Dims": dims})
+            b.op("aten::t", at + 12, 4)
+            b.op("aten::addmm", at + 20, 585)
+            b.op("aten::resolve_conj", at + 22, 2)
+        b.op("aten::mm", t0 + 7100, 400, **{"Input Dims": [[1, 512], [512, 512]]})
+    return _report(b, tmp_path)
+
+
+def test_batching_keeps_the_matmuls_flops_at_the_rate_of_the_traces_large_matmuls(tmp_path: Path) -> None:
+    report = _chunk_loop_steps(tmp_path)
+    dispatch = report.measurements.dispatch
+    flops = 10 * 2 * 128 * 512 * 1024 + 2 * 512 * 512
+    assert dispatch.matmul_us_per_step == pytest.approx(10 * 600 + 400)
+    assert dispatch.matmul_gflop_per_step == pytest.approx(flops / 1e9)
+    rate = 2 * 128 * 512 * 1024 / 600e-6 / 1e9  # the large linears' own rate: 224 GFLOP/s
+    assert dispatch.matmul_large_gflops == pytest.approx(rate)
+    # Kept: the linears' 6 ms and the matrix-vector product's FLOPs at that rate (2.3 us, not its 400 us);
+    # low also keeps the selects (20 us), the only leaves outside a matmul; resolve_conj is no arithmetic.
+    kept = flops / 1e9 / rate * 1e6
+    savings = report.measurements.savings
+    assert savings.saved_us_per_step_low["dispatch"] == pytest.approx(8000 - 20 - kept, rel=1e-4)
+    assert savings.saved_us_per_step_high["dispatch"] == pytest.approx(8000 - kept, rel=1e-4)

@@ -6,6 +6,8 @@ from __future__ import annotations
 from functools import partial
 from typing import Any, Callable, Optional
 
+import msgspec
+
 from torchscope.analysis import anomaly, attention, compilation, dropout, embeddings, float64, garbage_collection, grad_sync, graph_breaks, host, module_hooks, patterns, recompute, whatif
 from torchscope.analysis.reduce import merge_sections
 from torchscope.analysis.registry import Analysis, Part
@@ -31,7 +33,15 @@ def optimizer(s: SpanInput) -> m.Optimizer:
 
 def dispatch(s: SpanInput) -> m.Dispatch | None:
     # Main-thread dispatch figures mean something on CPU traces only (GPU backward runs on another thread).
-    return None if s.has_device else host.dispatch_overhead(s.events, s.steps, s.tree, s.times, s.compute_set)
+    if s.has_device:
+        return None
+    figures = host.dispatch_overhead(s.events, s.steps, s.tree, s.times, s.compute_set)
+    unit_us, unit_gflop = s.arithmetic.units_within(s.events, s.compute_set)
+    n = max(len(s.steps), 1)
+    return msgspec.structs.replace(
+        figures, matmul_us_per_step=unit_us / n, matmul_gflop_per_step=unit_gflop / n,
+        matmul_large_gflops=s.arithmetic.large_gflops(s.events.dur_us),
+    )  # fmt: skip
 
 
 def outside_steps(s: SpanInput) -> m.OutsideSteps:

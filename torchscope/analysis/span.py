@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from torchscope.analysis import intervals
+from torchscope.analysis.arithmetic import Arithmetic, arithmetic
 from torchscope.analysis.breakdown import StepBreakdown, device_breakdown, phase_partition
 from torchscope.analysis.device import DeviceActivity, analyze_device
 from torchscope.analysis.nesting import HostTree, host_tree
@@ -46,6 +47,11 @@ class SpanInput:
     @cached_property
     def times(self) -> OpTimes:
         return op_times(self.events, self.tree)
+
+    @cached_property
+    def arithmetic(self) -> Arithmetic:
+        """Main-thread matmul units and the leaves outside them: where a CPU step's arithmetic runs."""
+        return arithmetic(self.events, self.tree, self.times)
 
     @cached_property
     def has_device(self) -> bool:

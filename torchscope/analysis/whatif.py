@@ -43,6 +43,7 @@ import msgspec
 import numpy as np
 
 from torchscope.analysis import intervals
+from torchscope.analysis.arithmetic import kept_matmul_us
 from torchscope.analysis.autograd_markers import autograd_marker_set
 from torchscope.analysis.host import TINY_OP_US, sync_mask
 from torchscope.analysis.steps import main_thread_mask
@@ -410,15 +411,6 @@ def _top_ops(span: SpanInput) -> np.ndarray:
     return times.op_mask & main_thread_mask(span.events) & ((tree.parent < 0) | (parent_op < 0))
 
 
-def _leaf_ops(span: SpanInput) -> np.ndarray:
-    """Main-thread operators that call no other operator: where the arithmetic runs."""
-    events, tree, times = span.events, span.tree, span.times
-    ops = times.op_mask & main_thread_mask(events)
-    has_child = np.zeros(len(events), dtype=bool)
-    has_child[tree.parent[ops & (tree.parent >= 0)]] = True
-    return ops & ~has_child
-
-
 def _covered(span: SpanInput, mask: np.ndarray, within: intervals.IntervalSet) -> float:
     """Time of `within` covered by `mask`'s events."""
     start = span.events.ts_us[mask]
@@ -427,7 +419,11 @@ def _covered(span: SpanInput, mask: np.ndarray, within: intervals.IntervalSet) -
 
 def _cpu_savings(span: SpanInput) -> Savings:
     n = len(span.steps)
-    leaves = _leaf_ops(span)  # once: the optimizer's arithmetic and the dispatch cost both read it
+    work = span.arithmetic  # where the arithmetic runs: the optimizer's and forward/backward's
+    leaves, units = np.zeros(len(span.events), dtype=bool), np.zeros(len(span.events), dtype=bool)
+    leaves[work.leaves] = True
+    units[work.units] = True
+    long_leaves = leaves & (span.events.dur_us >= TINY_OP_US)
     low: dict[str, float] = {}
     high: dict[str, float] = {}
     t0 = float(span.steps.start_us[0])
@@ -442,7 +438,7 @@ def _cpu_savings(span: SpanInput) -> Savings:
             (python_low, python_high), (ops_low, ops_high) = KEPT_CPU_OPTIMIZER_PYTHON, KEPT_CPU_OPTIMIZER_OPS
             low[cause] = python * (1.0 - python_low) + ops * (1.0 - ops_low)
             high[cause] = python * (1.0 - python_high) + ops * (1.0 - ops_high)
-            arithmetic = min(_covered(span, leaves & (span.events.dur_us >= TINY_OP_US), absolute) / n, ops)
+            arithmetic = min(_covered(span, long_leaves | units, absolute) / n, ops)
             low["optimizer_step_fused"], high["optimizer_step_fused"] = (
                 python * (1.0 - kept_python) + (ops - arithmetic) * (1.0 - kept_dispatch) + arithmetic * (1.0 - kept_arithmetic)
                 for kept_python, kept_dispatch, kept_arithmetic in zip(KEPT_CPU_FUSED_PYTHON, KEPT_CPU_FUSED_DISPATCH, KEPT_CPU_FUSED_ARITHMETIC)
@@ -452,9 +448,10 @@ def _cpu_savings(span: SpanInput) -> Savings:
     compute = span.compute_set
     compute_us = intervals.total_length(compute)
     if compute_us > 0:
-        long_leaves = leaves & (span.events.dur_us >= TINY_OP_US)
-        low["dispatch"] = max(compute_us - _covered(span, leaves, compute), 0.0) / n
-        high["dispatch"] = max(compute_us - _covered(span, long_leaves, compute), 0.0) / n
+        unit_us, unit_gflop = work.units_within(span.events, compute)
+        kept_low, kept_high = kept_matmul_us(unit_us, unit_gflop, work.large_gflops(span.events.dur_us))
+        low["dispatch"] = max(compute_us - _covered(span, leaves, compute) - kept_low, 0.0) / n
+        high["dispatch"] = max(compute_us - _covered(span, long_leaves, compute) - kept_high, 0.0) / n
     measured = float(span.steps.duration_us.sum()) / n
     return Savings(
         model="host_critical_path", saved_us_per_step_low=low, saved_us_per_step_high=high,

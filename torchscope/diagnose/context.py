@@ -59,6 +59,15 @@ class Context(msgspec.Struct, frozen=True):
         environment = self.report.run.manifest.get("environment")
         return environment if isinstance(environment, dict) else {}
 
+    def cpu_matmul_peak(self) -> tuple[Optional[float], Optional[int]]:
+        """The float32 matmul rate (GFLOP/s) measured at the end of a CPU capture and the threads it ran
+        on (manifest environment `cpu_peak`); None where not measured."""
+        measured = self.environment().get("cpu_peak")
+        measured = measured if isinstance(measured, dict) else {}
+        value = measured.get("matmul_gflops")
+        rate = float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0 else None
+        return rate, as_int(measured.get("threads"))
+
     def main_loader(self) -> dict[str, Any]:
         """The settings of the DataLoader iterated most (the training loader), empty when not recorded."""
         loaders = [entry for entry in self.environment().get("dataloaders") or [] if isinstance(entry, dict)]

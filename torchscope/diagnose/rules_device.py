@@ -812,12 +812,8 @@ def matmul_roofline(ctx: Context, compute_seconds: float) -> dict[str, Optional[
         peak = gpu_peak(ctx.report.device.name)
         peak_gflops = 1e3 * peak.fp32_tflops if peak else None
     else:
-        measured = ctx.environment().get("cpu_peak")
-        measured = measured if isinstance(measured, dict) else {}
-        value = measured.get("matmul_gflops")
-        peak_gflops = float(value) if isinstance(value, (int, float)) and value > 0 else None
         # The rate at the run's own intra-op threads (a run limited to 1 thread is compared with 1 thread).
-        threads = as_int(measured.get("threads"))
+        peak_gflops, threads = ctx.cpu_matmul_peak()
     return {
         "matmul_gflops": achieved,
         "peak_fp32_gflops": peak_gflops,

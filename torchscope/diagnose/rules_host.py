@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from typing import Any, Optional
 
+from torchscope.analysis.arithmetic import kept_matmul_us
 from torchscope.diagnose.context import Context, ms, pct
 from torchscope.diagnose.rule import CRITICAL_SHARE, Severities, Threshold, Verdict, by_share, rule
 from torchscope.diagnose.rules_input import COPY_OPS
@@ -50,6 +51,25 @@ def _dispatch_evidence(ctx: Context) -> dict[str, Any]:
     }
 
 
+def dispatch_saving(ctx: Context) -> Optional[tuple[float, tuple[float, float]]]:
+    """The what-if saving of batching the forward/backward (cause `dispatch`: share, (low, high)); None
+    where the model did not cover it. Where the trace holds no large matmul to read the machine's rate
+    from, its matmul units' kept time is their FLOPs at the rate measured at capture end instead of "all ..
+    none of it" (analysis/arithmetic.py)."""
+    savings = ctx.report.measurements.savings
+    if "dispatch" not in savings.saved_us_per_step_high:
+        return None
+    low_us, high_us = savings.saved_us_per_step_low.get("dispatch", 0.0), savings.saved_us_per_step_high["dispatch"]
+    dispatch = ctx.report.measurements.dispatch
+    peak, _ = ctx.cpu_matmul_peak()
+    if peak and dispatch.matmul_large_gflops <= 0:
+        unknown = kept_matmul_us(dispatch.matmul_us_per_step, dispatch.matmul_gflop_per_step, 0.0)
+        kept = kept_matmul_us(dispatch.matmul_us_per_step, dispatch.matmul_gflop_per_step, peak)
+        low_us, high_us = low_us + unknown[0] - kept[0], high_us + unknown[1] - kept[1]
+    low, high = sorted((ctx.share(low_us), ctx.share(high_us)))
+    return (low + high) / 2.0, (low, high)
+
+
 @rule(
     "host_overhead.dispatch",
     "host_overhead",
@@ -66,7 +86,7 @@ def host_overhead_dispatch(ctx: Context) -> Optional[Verdict]:
     if ctx.report.measurements.patterns.indexing_loop_iterations_per_step > 0:
         # A per-element loop (torch's ForLoopIndexingPattern): batching it removes every op's fixed cost
         # and the Python between ops, not the leaf operators' arithmetic (analysis/whatif.py "dispatch").
-        share, share_range = ctx.cost("dispatch", measured)
+        share, share_range = dispatch_saving(ctx) or (measured, (measured, measured))
     else:
         # No loop to batch: torch.compile traces the Python between ops away (low) and fuses the tiny ops
         # too (high), but each remaining op keeps its call.

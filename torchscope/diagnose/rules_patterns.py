@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Optional
 
 from torchscope.diagnose.context import Context, ms
+from torchscope.diagnose.rules_host import dispatch_saving
 from torchscope.diagnose.rule import Threshold, Verdict, by_share, rule
 from torchscope.report.model import Fix
 
@@ -49,6 +50,11 @@ def host_overhead_indexing_loop(ctx: Context) -> Optional[Verdict]:
         return None
     loop_us = patterns.indexing_loop_us_per_step
     low, high = (ctx.share(loop_us * (1.0 - kept)) for kept in LOOP_KEPT)
+    batched = dispatch_saving(ctx)
+    if batched is not None:
+        # Vectorising the loop saves at most what batching the whole forward/backward saves, which keeps
+        # the arithmetic (a loop over chunks of large matmuls keeps most of its time).
+        low, high = min(low, batched[1][0]), min(high, batched[1][1])
     where = "host time, hidden where the device is busy" if ctx.has_device else "main-thread time"
     evidence = {"indexing_loop_iterations_per_step": iterations, "indexing_loop_us_per_step": loop_us}
     if patterns.recurrent_cells_per_step >= MIN_RECURRENT_STEPS:
@@ -72,7 +78,9 @@ def host_overhead_indexing_loop(ctx: Context) -> Optional[Verdict]:
         share_range=(low, high),
         evidence=evidence,
         recommendation="Replace the loop with one vectorised operation: index with a tensor of indices or a mask "
-        "(t[idx] = values, torch.index_select, torch.gather, torch.where) instead of t[i] in a for loop.",
+        "(t[idx] = values, torch.index_select, torch.gather, torch.where) instead of t[i] in a for loop. Where "
+        "each iteration runs a model or function on t[i], run it once on the whole tensor (fold the looped "
+        "dimension into the batch, e.g. model(t.flatten(0, 1))).",
         fix_targets=("indexing loop",),
     )
 

@@ -106,6 +106,11 @@ class Dispatch(Section):
     tiny_op_us_per_step: PerStep = 0.0
     python_gap_us_per_step: PerStep = 0.0
     median_op_us: Median = 0.0
+    # Matmul units (analysis/arithmetic.py): operators with FLOPs inside no other such operator, their
+    # time and FLOPs in forward/backward, and the rate of the large ones together (0: none that large).
+    matmul_us_per_step: PerStep = 0.0
+    matmul_gflop_per_step: PerStep = 0.0
+    matmul_large_gflops: Median = 0.0
 
 
 class OutsideSteps(Section):

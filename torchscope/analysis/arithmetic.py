@@ -1,0 +1,82 @@
+"""Where a CPU step's arithmetic runs: what vectorising a loop, batching or compiling keeps of it
+(analysis/whatif.py's `dispatch` cause and `measurements.dispatch`'s matmul figures).
+
+* Matmul units: main-thread operators with a FLOPs figure (analysis/flops.py: matmuls, linear layers,
+  convolutions, from the recorded shapes) inside no other such operator. On a CPU `aten::mm` and
+  `aten::addmm` call `aten::resolve_conj` (and addmm `expand` and `copy_` for its bias), so they are no
+  leaves of the call tree although their time is the GEMM's. What batching keeps of a unit is its FLOPs at
+  the machine's matmul rate, never more than its recorded time: a per-sample matrix-vector product runs
+  far below that rate (its recorded time is mostly its fixed cost and a pass over the weights), the
+  batched product near it. The rate is that of the trace's own large units (`LARGE_MATMUL_FLOPS`), which
+  ran on the capture's threads under the profiler as the units did; without one, the matmul rate measured
+  at capture end (manifest `cpu_peak`, applied by the rule); with neither the trace cannot tell, and the
+  kept time spans all of the units' time (low) to none of it (high).
+* Other leaves: main-thread operators that call no other operator and lie in no unit (elementwise ops,
+  reductions, ...): batching keeps their time (low) .. the time of those of at least `TINY_OP_US` (high).
+"""
+
+from __future__ import annotations
+
+import msgspec
+import numpy as np
+
+from torchscope.analysis import intervals
+from torchscope.analysis.flops import event_flops
+from torchscope.analysis.nesting import HostTree
+from torchscope.analysis.operators import OpTimes
+from torchscope.analysis.steps import main_thread_mask
+from torchscope.trace.tables import EventTable
+
+# A unit doing this much work runs near the machine's matmul rate: its fixed cost (tens of us under the
+# profiler) is a tenth or less of it (2**24 FLOPs at 50 GFLOP/s: 340 us).
+LARGE_MATMUL_FLOPS = float(2**24)
+
+
+class Arithmetic(msgspec.Struct, frozen=True):
+    """Main-thread operator rows where the arithmetic runs (ascending event indices)."""
+
+    units: np.ndarray  # matmul units
+    unit_flops: np.ndarray  # FLOPs of each unit
+    leaves: np.ndarray  # leaves outside any unit
+
+    def units_within(self, events: EventTable, within: intervals.IntervalSet) -> tuple[float, float]:
+        """The units' time inside `within` (us) and their FLOPs there (GFLOP; a unit partly inside counts
+        in proportion)."""
+        start, duration = events.ts_us[self.units], events.dur_us[self.units]
+        inside = intervals.overlap_per_window(within, start, start + duration)
+        share = np.divide(inside, duration, out=np.zeros(self.units.size), where=duration > 0)
+        return float(inside.sum()), float((self.unit_flops * share).sum() / 1e9)
+
+    def large_gflops(self, dur_us: np.ndarray) -> float:
+        """The rate of the large units together (GFLOP/s, their FLOPs over their time; 0 without one): what
+        a large matmul achieves in this capture, on its threads and under the profiler."""
+        large = self.units[self.unit_flops >= LARGE_MATMUL_FLOPS]
+        seconds = float(dur_us[large].sum()) / 1e6
+        return float(self.unit_flops[self.unit_flops >= LARGE_MATMUL_FLOPS].sum()) / seconds / 1e9 if seconds > 0 else 0.0
+
+
+def arithmetic(events: EventTable, tree: HostTree, times: OpTimes) -> Arithmetic:
+    """The span's matmul units and the leaves outside them (see the module docstring)."""
+    ops = times.op_mask & main_thread_mask(events)
+    rows = np.flatnonzero(ops)
+    flops = event_flops(events, rows)
+    with_flops = np.isfinite(flops) & (flops > 0)
+    # Each event's nearest enclosing (or own) operator with FLOPs; a unit is one whose parent has none.
+    owner = np.full(len(events), -1, dtype=np.int64)
+    owner[rows[with_flops]] = rows[with_flops]
+    owner = tree.inherit(owner)
+    parent = tree.parent[rows]
+    outermost = with_flops & ((parent < 0) | (owner[np.maximum(parent, 0)] < 0))
+    has_child = np.zeros(len(events), dtype=bool)
+    has_child[tree.parent[ops & (tree.parent >= 0)]] = True
+    leaves = np.flatnonzero(ops & ~has_child & (owner < 0))
+    return Arithmetic(units=rows[outermost], unit_flops=flops[outermost], leaves=leaves)
+
+
+def kept_matmul_us(unit_us: float, unit_gflop: float, rate_gflops: float) -> tuple[float, float]:
+    """What batching keeps of the units' time (low end of the saving, high end): their FLOPs at
+    `rate_gflops`, at most their time; unknown rate (0): all of it .. none."""
+    if rate_gflops <= 0:
+        return unit_us, 0.0
+    kept = min(unit_us, unit_gflop / rate_gflops * 1e6)
+    return kept, kept
