@@ -625,14 +625,17 @@ def test_module_hooks_cost_between_scaled_and_recorded() -> None:
     assert "host_overhead.module_hooks" not in findings(report(measurements=Measurements(module_hooks=small)))
 
 
-def _matmul_loop(large_gflops: float) -> Measurements:
+def _matmul_loop(rated: bool) -> Measurements:
     """A per-sample loop (500 tiny ops) whose what-if saving is 2-8 ms of a 10 ms step with its matmul
     units (4 ms, 0.04 GFLOP) kept in full at the low end and not at all at the high end, as the trace
-    says when it holds no large matmul (`large_gflops` 0)."""
+    says when it holds no large matmul to read a rate from (`rated` False)."""
     measurements = _dispatch(500, 1500, 1000)
     measurements.dispatch.matmul_us_per_step = 4_000.0
     measurements.dispatch.matmul_gflop_per_step = 0.04
-    measurements.dispatch.matmul_large_gflops = large_gflops
+    if rated:
+        measurements.dispatch.matmul_large_us_per_step, measurements.dispatch.matmul_large_gflop_per_step = 3_000.0, 0.09
+    else:
+        measurements.dispatch.matmul_unrated_us_per_step, measurements.dispatch.matmul_unrated_gflop_per_step = 4_000.0, 0.04
     measurements.patterns = Patterns(indexing_loop_iterations_per_step=64)
     measurements.savings = Savings(
         model="host_critical_path", saved_us_per_step_low={"dispatch": 2_000.0}, saved_us_per_step_high={"dispatch": 8_000.0}
@@ -644,23 +647,30 @@ def test_dispatch_keeps_the_matmuls_flops_at_the_rate_measured_at_capture() -> N
     """Without a large matmul in the trace, the units' kept time is their FLOPs at the capture's measured
     matmul rate (0.04 GFLOP at 40 GFLOP/s: 1 ms of their 4 ms), not all (low) .. none (high) of it."""
     manifest = {"environment": {"cpu_peak": {"matmul_gflops": 40.0, "threads": 2}}}
-    f = finding(report(measurements=_matmul_loop(0.0), manifest=manifest), "host_overhead.dispatch")
+    f = finding(report(measurements=_matmul_loop(rated=False), manifest=manifest), "host_overhead.dispatch")
     assert (f.time_share_low, f.time_share_high) == pytest.approx((0.50, 0.70))  # 2 + 4 - 1 ms, 8 - 1 ms
     # Without the capture's rate the trace cannot tell: the what-if range stands.
-    f = finding(report(measurements=_matmul_loop(0.0)), "host_overhead.dispatch")
+    f = finding(report(measurements=_matmul_loop(rated=False)), "host_overhead.dispatch")
     assert (f.time_share_low, f.time_share_high) == pytest.approx((0.20, 0.80))
-    # A trace with large matmuls already kept them at their own rate: the capture's does not replace it.
-    f = finding(report(measurements=_matmul_loop(30.0), manifest=manifest), "host_overhead.dispatch")
+    # A trace with large matmuls already kept its units at their rate (30 GFLOP/s here): the capture's
+    # rate does not replace it.
+    measurements = _matmul_loop(rated=True)
+    assert measurements.dispatch.matmul_large_gflops == pytest.approx(30.0)
+    f = finding(report(measurements=measurements, manifest=manifest), "host_overhead.dispatch")
     assert (f.time_share_low, f.time_share_high) == pytest.approx((0.20, 0.80))
 
 
 def test_an_indexing_loop_saves_at_most_what_batching_the_forward_and_backward_saves() -> None:
     """A loop over chunks of large matmuls: 6 ms of forward in the loop (75-98 % of it without the
     batching model), but batching keeps the matmuls' arithmetic: 1-1.5 ms of the 10 ms step."""
-    patterns = Patterns(indexing_loop_iterations_per_step=20, indexing_loop_us_per_step=6_000)
+    patterns = Patterns(indexing_loop_iterations_per_step=20, indexing_loop_us_per_step=6_000, indexing_loop_compute_us_per_step=6_000)
     savings = Savings(model="host_critical_path", saved_us_per_step_low={"dispatch": 1_000.0}, saved_us_per_step_high={"dispatch": 1_500.0})
     f = finding(report(measurements=Measurements(patterns=patterns, savings=savings)), "host_overhead.indexing_loop")
     assert (f.time_share_low, f.time_share_high) == pytest.approx((0.10, 0.15))
     assert "run it once on the whole tensor" in f.recommendation
     f = finding(report(measurements=Measurements(patterns=patterns)), "host_overhead.indexing_loop")
     assert (f.time_share_low, f.time_share_high) == pytest.approx((0.45, 0.588))
+    # A loop outside forward/backward (data preparation, metrics) is not batching's to cap: 4 of its 6 ms.
+    patterns.indexing_loop_compute_us_per_step = 2_000
+    f = finding(report(measurements=Measurements(patterns=patterns, savings=savings)), "host_overhead.indexing_loop")
+    assert (f.time_share_low, f.time_share_high) == pytest.approx((0.10 + 0.30, 0.15 + 0.392))

@@ -192,6 +192,10 @@ def test_batching_keeps_the_matmuls_flops_at_the_rate_of_the_traces_large_matmul
     assert dispatch.matmul_gflop_per_step == pytest.approx(flops / 1e9)
     rate = 2 * 128 * 512 * 1024 / 600e-6 / 1e9  # the large linears' own rate: 224 GFLOP/s
     assert dispatch.matmul_large_gflops == pytest.approx(rate)
+    assert dispatch.matmul_unrated_us_per_step == 0.0  # a rate from the trace: the capture's is not needed
+    patterns = report.measurements.patterns
+    assert patterns.indexing_loop_iterations_per_step == 10
+    assert patterns.indexing_loop_compute_us_per_step == pytest.approx(patterns.indexing_loop_us_per_step)  # all in forward
     # Kept: the linears' 6 ms and the matrix-vector product's FLOPs at that rate (2.3 us, not its 400 us);
     # low also keeps the selects (20 us), the only leaves outside a matmul; resolve_conj is no arithmetic.
     kept = flops / 1e9 / rate * 1e6

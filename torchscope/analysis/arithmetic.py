@@ -47,12 +47,16 @@ class Arithmetic(msgspec.Struct, frozen=True):
         share = np.divide(inside, duration, out=np.zeros(self.units.size), where=duration > 0)
         return float(inside.sum()), float((self.unit_flops * share).sum() / 1e9)
 
+    def large(self, dur_us: np.ndarray) -> tuple[float, float]:
+        """The large units' time (us) and FLOPs (GFLOP), those with a duration: what a large matmul
+        achieves in this capture, on its threads and under the profiler (their rate: FLOPs over time)."""
+        large = (self.unit_flops >= LARGE_MATMUL_FLOPS) & (dur_us[self.units] > 0)
+        return float(dur_us[self.units[large]].sum()), float(self.unit_flops[large].sum() / 1e9)
+
     def large_gflops(self, dur_us: np.ndarray) -> float:
-        """The rate of the large units together (GFLOP/s, their FLOPs over their time; 0 without one): what
-        a large matmul achieves in this capture, on its threads and under the profiler."""
-        large = self.units[self.unit_flops >= LARGE_MATMUL_FLOPS]
-        seconds = float(dur_us[large].sum()) / 1e6
-        return float(self.unit_flops[self.unit_flops >= LARGE_MATMUL_FLOPS].sum()) / seconds / 1e9 if seconds > 0 else 0.0
+        """The large units' rate (GFLOP/s; 0 without one)."""
+        us, gflop = self.large(dur_us)
+        return gflop / us * 1e6 if us > 0 else 0.0
 
 
 def arithmetic(events: EventTable, tree: HostTree, times: OpTimes) -> Arithmetic:

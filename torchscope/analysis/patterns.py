@@ -20,6 +20,7 @@ from typing import Callable
 import msgspec
 import numpy as np
 
+from torchscope.analysis import intervals
 from torchscope.analysis.span import SpanInput
 from torchscope.analysis.nesting import HostTree
 from torchscope.analysis.steps import event_steps, main_thread_mask
@@ -254,6 +255,10 @@ def patterns(span: SpanInput) -> Patterns:
     half_misaligned = _by_shapes(events, outermost[half], _is_matmul, _half_misaligned)
     loop_starts, loop_us = for_loop_indexing(events, span.tree)
     looped = in_steps[loop_starts]
+    # The iterations' share inside forward/backward: only that part can batching the model save (the rule's cap).
+    begin = events.ts_us[loop_starts[looped]]
+    in_compute = intervals.overlap_per_window(span.compute_set, begin, begin + loop_us[looped])
+    fraction = np.divide(in_compute, loop_us[looped], out=np.zeros(in_compute.size), where=loop_us[looped] > 0)
     copies = extra_device_copies(events, span.tree)
     cells = outermost[events.name_mask(_is_recurrent_cell, outermost)]
     cell_names, cell_slot = group_ids(events.name[cells])
@@ -264,6 +269,7 @@ def patterns(span: SpanInput) -> Patterns:
         half_matmuls_per_step=float(half.sum() / n),
         indexing_loop_iterations_per_step=float(looped.sum() / n),
         indexing_loop_us_per_step=float(loop_us[looped].sum() / n),
+        indexing_loop_compute_us_per_step=float((loop_us[looped] * fraction).sum() / n),
         extra_device_copies_per_step=float(in_steps[copies].sum() / n),
         extra_device_copy_us_per_step=float(events.dur_us[copies[in_steps[copies]]].sum() / n),
         recurrent_cells_per_step=float(cells.size / n),

@@ -62,9 +62,9 @@ def dispatch_saving(ctx: Context) -> Optional[tuple[float, tuple[float, float]]]
     low_us, high_us = savings.saved_us_per_step_low.get("dispatch", 0.0), savings.saved_us_per_step_high["dispatch"]
     dispatch = ctx.report.measurements.dispatch
     peak, _ = ctx.cpu_matmul_peak()
-    if peak and dispatch.matmul_large_gflops <= 0:
-        unknown = kept_matmul_us(dispatch.matmul_us_per_step, dispatch.matmul_gflop_per_step, 0.0)
-        kept = kept_matmul_us(dispatch.matmul_us_per_step, dispatch.matmul_gflop_per_step, peak)
+    if peak and dispatch.matmul_unrated_us_per_step > 0:  # units of spans without a large one
+        unrated_us, unrated_gflop = dispatch.matmul_unrated_us_per_step, dispatch.matmul_unrated_gflop_per_step
+        unknown, kept = kept_matmul_us(unrated_us, unrated_gflop, 0.0), kept_matmul_us(unrated_us, unrated_gflop, peak)
         low_us, high_us = low_us + unknown[0] - kept[0], high_us + unknown[1] - kept[1]
     low, high = sorted((ctx.share(low_us), ctx.share(high_us)))
     return (low + high) / 2.0, (low, high)

@@ -52,9 +52,14 @@ def host_overhead_indexing_loop(ctx: Context) -> Optional[Verdict]:
     low, high = (ctx.share(loop_us * (1.0 - kept)) for kept in LOOP_KEPT)
     batched = dispatch_saving(ctx)
     if batched is not None:
-        # Vectorising the loop saves at most what batching the whole forward/backward saves, which keeps
-        # the arithmetic (a loop over chunks of large matmuls keeps most of its time).
-        low, high = min(low, batched[1][0]), min(high, batched[1][1])
+        # Inside forward/backward, vectorising the loop saves at most what batching the whole forward and
+        # backward saves, which keeps the arithmetic (a loop over chunks of large matmuls keeps most of its
+        # time); the rest of the loop (data preparation, metrics) is not batching's to cap.
+        inside = patterns.indexing_loop_compute_us_per_step
+        low, high = (
+            min(ctx.share(inside * (1.0 - kept)), cap) + ctx.share((loop_us - inside) * (1.0 - kept))
+            for kept, cap in zip(LOOP_KEPT, batched[1])
+        )
     where = "host time, hidden where the device is busy" if ctx.has_device else "main-thread time"
     evidence = {"indexing_loop_iterations_per_step": iterations, "indexing_loop_us_per_step": loop_us}
     if patterns.recurrent_cells_per_step >= MIN_RECURRENT_STEPS:

@@ -107,10 +107,19 @@ class Dispatch(Section):
     python_gap_us_per_step: PerStep = 0.0
     median_op_us: Median = 0.0
     # Matmul units (analysis/arithmetic.py): operators with FLOPs inside no other such operator, their
-    # time and FLOPs in forward/backward, and the rate of the large ones together (0: none that large).
+    # time and FLOPs in forward/backward; of them the large ones (their FLOPs over their time: the rate
+    # the what-if keeps the units at), and the units of spans without a large one (no rate in the trace).
     matmul_us_per_step: PerStep = 0.0
     matmul_gflop_per_step: PerStep = 0.0
-    matmul_large_gflops: Median = 0.0
+    matmul_large_us_per_step: PerStep = 0.0
+    matmul_large_gflop_per_step: PerStep = 0.0
+    matmul_unrated_us_per_step: PerStep = 0.0
+    matmul_unrated_gflop_per_step: PerStep = 0.0
+
+    @property
+    def matmul_large_gflops(self) -> float:
+        """The large units' rate (GFLOP/s; 0 without one)."""
+        return self.matmul_large_gflop_per_step / self.matmul_large_us_per_step * 1e6 if self.matmul_large_us_per_step > 0 else 0.0
 
 
 class OutsideSteps(Section):
@@ -192,6 +201,7 @@ class Patterns(Section):
     half_matmuls_per_step: PerStep = 0.0  # matmuls with FP16/BF16 inputs (autocast or a half model), aligned or not
     indexing_loop_iterations_per_step: PerStep = 0.0  # `for i in ...: t[i] = ...` iterations (>= 10 in a row)
     indexing_loop_us_per_step: PerStep = 0.0  # host time of those iterations
+    indexing_loop_compute_us_per_step: PerStep = 0.0  # of it, inside forward/backward
     extra_device_copies_per_step: PerStep = 0.0  # tensors filled on the CPU, then copied to the device
     extra_device_copy_us_per_step: PerStep = 0.0  # host time of those copies (`aten::to`)
     # Recurrent cells called one time step at a time (`aten::lstm_cell`, `gru_cell`, `rnn_tanh_cell`,
