@@ -674,3 +674,22 @@ def test_an_indexing_loop_saves_at_most_what_batching_the_forward_and_backward_s
     patterns.indexing_loop_compute_us_per_step = 2_000
     f = finding(report(measurements=Measurements(patterns=patterns, savings=savings)), "host_overhead.indexing_loop")
     assert (f.time_share_low, f.time_share_high) == pytest.approx((0.10 + 0.30, 0.15 + 0.392))
+
+
+def test_a_loop_of_model_calls_with_few_tiny_ops_is_costed_as_batching_it() -> None:
+    """A per-sample loop whose model calls make 150 tiny ops a step (under the 200 of a tiny-op run) and,
+    with the Python between them, 25 % of the step: host_overhead.dispatch costs batching it (the
+    what-if's 4-6 ms), and neither the loop's own finding nor host_overhead.python repeats it. Under a
+    tenth of the step the loop's own finding speaks."""
+    measurements = _dispatch(150, 1000, 1500)
+    measurements.patterns = Patterns(indexing_loop_iterations_per_step=16, indexing_loop_us_per_step=30, indexing_loop_compute_us_per_step=30)
+    measurements.savings = Savings(model="host_critical_path", saved_us_per_step_low={"dispatch": 4_000.0}, saved_us_per_step_high={"dispatch": 6_000.0})
+    found = findings(report(measurements=measurements))
+    assert "host_overhead.indexing_loop" not in found and "host_overhead.python" not in found
+    f = found["host_overhead.dispatch"]
+    assert (f.time_share_low, f.time_share_high) == pytest.approx((0.40, 0.60))
+    assert f.evidence["indexing_loop_iterations_per_step"] == 16
+    assert "fold the looped dimension into the batch" in f.recommendation
+    measurements.dispatch = Dispatch(tiny_ops_per_step=150, tiny_op_us_per_step=300, python_gap_us_per_step=500, ops_per_step=800)
+    found = findings(report(measurements=measurements))
+    assert "host_overhead.dispatch" not in found and "host_overhead.indexing_loop" in found

@@ -202,3 +202,27 @@ def test_batching_keeps_the_matmuls_flops_at_the_rate_of_the_traces_large_matmul
     savings = report.measurements.savings
     assert savings.saved_us_per_step_low["dispatch"] == pytest.approx(8000 - 20 - kept, rel=1e-4)
     assert savings.saved_us_per_step_high["dispatch"] == pytest.approx(8000 - kept, rel=1e-4)
+
+
+def test_without_a_large_unit_only_matrix_multiplies_take_the_captures_matmul_rate(tmp_path: Path) -> None:
+    """A per-sample loop of a 16-channel convolution (4.7 MFLOP, under the large-unit size) and a
+    matrix-vector product: both are units, but only the product may be kept at the matmul rate measured
+    at capture end (a small convolution runs far below it); the convolution stays all .. none."""
+    b = TraceBuilder()
+    for i in range(STEPS):
+        t0 = i * STEP_US
+        b.step(i, t0, STEP_US)
+        b.annotation(PHASE_LABELS["forward"], t0, 8000)
+        for k in range(10):
+            at = t0 + k * 700
+            b.op("aten::select", at, 2)
+            b.op("aten::conv2d", at + 10, 185, **{"Input Dims": [[1, 16, 32, 32], [16, 16, 3, 3], [16], [], [], [], []],
+                                                   "Concrete Inputs": ["", "", "", "[1, 1]", "[1, 1]", "[1, 1]", "1"]})
+            b.op("aten::mm", at + 300, 200, **{"Input Dims": [[1, 512], [512, 512]]})
+    report = _report(b, tmp_path)
+    dispatch = report.measurements.dispatch
+    conv, gemv = 2 * 16 * 16 * 3 * 3 * 32 * 32, 2 * 512 * 512
+    assert dispatch.matmul_gflop_per_step == pytest.approx(10 * (conv + gemv) / 1e9)
+    assert (dispatch.matmul_large_us_per_step, dispatch.matmul_large_gflops) == (0.0, 0.0)
+    assert dispatch.matmul_unrated_us_per_step == pytest.approx(10 * 200)
+    assert dispatch.matmul_unrated_gflop_per_step == pytest.approx(10 * gemv / 1e9)

@@ -8,9 +8,11 @@
   the machine's matmul rate, never more than its recorded time: a per-sample matrix-vector product runs
   far below that rate (its recorded time is mostly its fixed cost and a pass over the weights), the
   batched product near it. The rate is that of the trace's own large units (`LARGE_MATMUL_FLOPS`), which
-  ran on the capture's threads under the profiler as the units did; without one, the matmul rate measured
-  at capture end (manifest `cpu_peak`, applied by the rule); with neither the trace cannot tell, and the
-  kept time spans all of the units' time (low) to none of it (high).
+  ran on the capture's threads under the profiler as the units did; without one, for matrix multiplies
+  the matmul rate measured at capture end (manifest `cpu_peak`, applied by the rule); otherwise the trace
+  cannot tell, and the kept time spans all of the units' time (low) to none of it (high). Convolutions get
+  no rate from a matmul: oneDNN's kernels on few channels run far below a GEMM's rate (a per-sample
+  3-16-channel convnet's convolutions ran at 17-25 GFLOP/s where a 512 x 512 matmul ran at 358).
 * Other leaves: main-thread operators that call no other operator and lie in no unit (elementwise ops,
   reductions, ...): batching keeps their time (low) .. the time of those of at least `TINY_OP_US` (high).
 """
@@ -21,7 +23,7 @@ import msgspec
 import numpy as np
 
 from torchscope.analysis import intervals
-from torchscope.analysis.flops import event_flops
+from torchscope.analysis.flops import MATMUL_OPS, event_flops
 from torchscope.analysis.nesting import HostTree
 from torchscope.analysis.operators import OpTimes
 from torchscope.analysis.steps import main_thread_mask
@@ -39,13 +41,18 @@ class Arithmetic(msgspec.Struct, frozen=True):
     unit_flops: np.ndarray  # FLOPs of each unit
     leaves: np.ndarray  # leaves outside any unit
 
-    def units_within(self, events: EventTable, within: intervals.IntervalSet) -> tuple[float, float]:
-        """The units' time inside `within` (us) and their FLOPs there (GFLOP; a unit partly inside counts
-        in proportion)."""
-        start, duration = events.ts_us[self.units], events.dur_us[self.units]
+    def units_within(self, events: EventTable, within: intervals.IntervalSet, which: np.ndarray | None = None) -> tuple[float, float]:
+        """The units' (or those of the mask `which`) time inside `within` (us) and their FLOPs there
+        (GFLOP; a unit partly inside counts in proportion)."""
+        units, flops = (self.units, self.unit_flops) if which is None else (self.units[which], self.unit_flops[which])
+        start, duration = events.ts_us[units], events.dur_us[units]
         inside = intervals.overlap_per_window(within, start, start + duration)
-        share = np.divide(inside, duration, out=np.zeros(self.units.size), where=duration > 0)
-        return float(inside.sum()), float((self.unit_flops * share).sum() / 1e9)
+        share = np.divide(inside, duration, out=np.zeros(units.size), where=duration > 0)
+        return float(inside.sum()), float((flops * share).sum() / 1e9)
+
+    def matmul_family(self, events: EventTable) -> np.ndarray:
+        """Per unit: whether it is a matrix multiply (linear, mm, addmm, bmm, ...), not a convolution."""
+        return events.name_mask(_is_matmul_op, self.units)
 
     def large(self, dur_us: np.ndarray) -> tuple[float, float]:
         """The large units' time (us) and FLOPs (GFLOP), those with a duration: what a large matmul
@@ -75,6 +82,10 @@ def arithmetic(events: EventTable, tree: HostTree, times: OpTimes) -> Arithmetic
     has_child[tree.parent[ops & (tree.parent >= 0)]] = True
     leaves = np.flatnonzero(ops & ~has_child & (owner < 0))
     return Arithmetic(units=rows[outermost], unit_flops=flops[outermost], leaves=leaves)
+
+
+def _is_matmul_op(name: str) -> bool:
+    return name in MATMUL_OPS
 
 
 def kept_matmul_us(unit_us: float, unit_gflop: float, rate_gflops: float) -> tuple[float, float]:

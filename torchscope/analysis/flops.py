@@ -60,6 +60,8 @@ _FORMULAS: dict[str, tuple[int, Callable[[Shapes], Optional[float]]]] = {
 
 # Convolutions: op name -> positions of (stride, padding, dilation, transposed) among the arguments
 # (None: a fixed value), from the ATen schemas (native_functions.yaml).
+MATMUL_OPS = frozenset(_FORMULAS)  # the matrix-multiply family (the rest with FLOPs: convolutions)
+
 _CONV_ARGS: dict[str, tuple[int, int, int, Optional[int]]] = {
     "aten::conv1d": (3, 4, 5, None),
     "aten::conv2d": (3, 4, 5, None),

@@ -36,14 +36,16 @@ def dispatch(s: SpanInput) -> m.Dispatch | None:
     if s.has_device:
         return None
     figures = host.dispatch_overhead(s.events, s.steps, s.tree, s.times, s.compute_set)
-    unit_us, unit_gflop = s.arithmetic.units_within(s.events, s.compute_set)
-    large_us, large_gflop = s.arithmetic.large(s.events.dur_us)
-    unrated = 0.0 if large_us > 0 else 1.0  # no large unit: the rule keeps these at the capture's rate
+    work = s.arithmetic
+    unit_us, unit_gflop = work.units_within(s.events, s.compute_set)
+    large_us, large_gflop = work.large(s.events.dur_us)
+    # No large unit: the rule keeps the matrix multiplies at the capture's measured matmul rate.
+    unrated_us, unrated_gflop = work.units_within(s.events, s.compute_set, work.matmul_family(s.events)) if large_us == 0 else (0.0, 0.0)
     n = max(len(s.steps), 1)
     return msgspec.structs.replace(
         figures, matmul_us_per_step=unit_us / n, matmul_gflop_per_step=unit_gflop / n,
         matmul_large_us_per_step=large_us / n, matmul_large_gflop_per_step=large_gflop / n,
-        matmul_unrated_us_per_step=unrated * unit_us / n, matmul_unrated_gflop_per_step=unrated * unit_gflop / n,
+        matmul_unrated_us_per_step=unrated_us / n, matmul_unrated_gflop_per_step=unrated_gflop / n,
     )  # fmt: skip
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Optional
 
 from torchscope.diagnose.context import Context, ms
-from torchscope.diagnose.rules_host import dispatch_saving
+from torchscope.diagnose.rules_host import batching_applies, dispatch_saving
 from torchscope.diagnose.rule import Threshold, Verdict, by_share, rule
 from torchscope.report.model import Fix
 
@@ -48,9 +48,11 @@ def host_overhead_indexing_loop(ctx: Context) -> Optional[Verdict]:
     iterations = patterns.indexing_loop_iterations_per_step
     if iterations <= INDEXING_LOOP.value:
         return None
+    batched = dispatch_saving(ctx)
+    if batched is not None and batching_applies(ctx):
+        return None  # host_overhead.dispatch costs batching this loop, its forward and its backward
     loop_us = patterns.indexing_loop_us_per_step
     low, high = (ctx.share(loop_us * (1.0 - kept)) for kept in LOOP_KEPT)
-    batched = dispatch_saving(ctx)
     if batched is not None:
         # Inside forward/backward, vectorising the loop saves at most what batching the whole forward and
         # backward saves, which keeps the arithmetic (a loop over chunks of large matmuls keeps most of its
