@@ -75,6 +75,7 @@ def test_a_per_sample_convnet_loop_is_costed_as_batching_it(tmp_path: Path) -> N
     dispatch = report.measurements.dispatch
     assert dispatch.tiny_ops_per_step < 200
     assert report.measurements.patterns.indexing_loop_iterations_per_step >= 10
+    assert dispatch.forward_passes_per_step == 12  # one per sample: the loop calls the model
     assert dispatch.matmul_unrated_us_per_step < dispatch.matmul_us_per_step  # the convolutions get no matmul rate
     ids = {f.id: f for f in report.findings}
     assert "host_overhead.python" not in ids and "host_overhead.indexing_loop" not in ids

@@ -69,7 +69,7 @@ def test_dispatch_with_a_per_element_loop_is_costed_as_batching_it() -> None:
     """With torch's ForLoopIndexingPattern in the steps the fix is batching the loop; without a what-if
     replay in the Report its cost is the measured tiny ops plus Python (2500 us of 10 ms)."""
     measurements = _dispatch(500, 1500, 1000)
-    measurements.patterns = Patterns(indexing_loop_iterations_per_step=64)
+    measurements.patterns = Patterns(indexing_loop_iterations_per_step=64, indexing_loop_compute_us_per_step=500)
     f = finding(report(measurements=measurements), "host_overhead.dispatch")
     assert f.time_share == pytest.approx(0.25)
 
@@ -90,7 +90,7 @@ def test_dispatch_saving_leaves_out_the_profilers_own_cost() -> None:
     phases = {"forward": 0.3, "backward": 0.5, "other": 0.2}
     f = finding(report(measurements=measurements, phases=phases), "host_overhead.dispatch")
     assert (f.time_share_low, f.time_share_high) == pytest.approx((0.10 * 60 / 80, 0.25 * 60 / 80))
-    measurements.patterns = Patterns(indexing_loop_iterations_per_step=64)
+    measurements.patterns = Patterns(indexing_loop_iterations_per_step=64, indexing_loop_compute_us_per_step=500)
     f = finding(report(measurements=measurements, phases=phases), "host_overhead.dispatch")
     assert (f.time_share_low, f.time_share_high) == pytest.approx((0.0, 0.25 * 60 / 80))
     # A loop of recurrent cells: the same finding says to run the sequence through nn.LSTM.
@@ -636,7 +636,7 @@ def _matmul_loop(rated: bool) -> Measurements:
         measurements.dispatch.matmul_large_us_per_step, measurements.dispatch.matmul_large_gflop_per_step = 3_000.0, 0.09
     else:
         measurements.dispatch.matmul_unrated_us_per_step, measurements.dispatch.matmul_unrated_gflop_per_step = 4_000.0, 0.04
-    measurements.patterns = Patterns(indexing_loop_iterations_per_step=64)
+    measurements.patterns = Patterns(indexing_loop_iterations_per_step=64, indexing_loop_compute_us_per_step=500)
     measurements.savings = Savings(
         model="host_critical_path", saved_us_per_step_low={"dispatch": 2_000.0}, saved_us_per_step_high={"dispatch": 8_000.0}
     )
@@ -677,12 +677,14 @@ def test_an_indexing_loop_saves_at_most_what_batching_the_forward_and_backward_s
 
 
 def test_a_loop_of_model_calls_with_few_tiny_ops_is_costed_as_batching_it() -> None:
-    """A per-sample loop whose model calls make 150 tiny ops a step (under the 200 of a tiny-op run) and,
-    with the Python between them, 25 % of the step: host_overhead.dispatch costs batching it (the
-    what-if's 4-6 ms), and neither the loop's own finding nor host_overhead.python repeats it. Under a
-    tenth of the step the loop's own finding speaks."""
+    """`for s in x: model(s)`: 16 forward passes a step whose tiny ops (150, under the 200 of a tiny-op
+    run) and Python between them are 25 % of the step. host_overhead.dispatch costs batching it (the
+    what-if's 4-6 ms), and neither the loop's own finding (its selects run between the calls, outside
+    forward and backward) nor host_overhead.python repeats it. A loop inside one forward pass keeps its own
+    finding beside it; under a tenth of the step the loop's own finding speaks alone."""
     measurements = _dispatch(150, 1000, 1500)
-    measurements.patterns = Patterns(indexing_loop_iterations_per_step=16, indexing_loop_us_per_step=30, indexing_loop_compute_us_per_step=30)
+    measurements.dispatch.forward_passes_per_step = 16
+    measurements.patterns = Patterns(indexing_loop_iterations_per_step=16, indexing_loop_us_per_step=30)
     measurements.savings = Savings(model="host_critical_path", saved_us_per_step_low={"dispatch": 4_000.0}, saved_us_per_step_high={"dispatch": 6_000.0})
     found = findings(report(measurements=measurements))
     assert "host_overhead.indexing_loop" not in found and "host_overhead.python" not in found
@@ -690,6 +692,33 @@ def test_a_loop_of_model_calls_with_few_tiny_ops_is_costed_as_batching_it() -> N
     assert (f.time_share_low, f.time_share_high) == pytest.approx((0.40, 0.60))
     assert f.evidence["indexing_loop_iterations_per_step"] == 16
     assert "fold the looped dimension into the batch" in f.recommendation
+    # One forward pass: a loop outside forward/backward is not the model's, one inside it is.
+    measurements.dispatch.forward_passes_per_step = 1
+    assert "host_overhead.dispatch" not in findings(report(measurements=measurements))
+    measurements.patterns.indexing_loop_compute_us_per_step = 30
+    found = findings(report(measurements=measurements))
+    assert {"host_overhead.dispatch", "host_overhead.indexing_loop"} <= set(found)
     measurements.dispatch = Dispatch(tiny_ops_per_step=150, tiny_op_us_per_step=300, python_gap_us_per_step=500, ops_per_step=800)
     found = findings(report(measurements=measurements))
     assert "host_overhead.dispatch" not in found and "host_overhead.indexing_loop" in found
+
+
+def test_a_loop_outside_forward_and_backward_is_not_the_models_to_batch() -> None:
+    """A per-element loop in data preparation (none of its time in forward/backward): a batched model with
+    few tiny ops gets no host_overhead.dispatch from it (host_overhead.python and the loop's own finding
+    stay), and a model of many tiny ops gets the torch.compile cost and text, not batching's, with the
+    loop's own finding beside it."""
+    savings = Savings(model="host_critical_path", saved_us_per_step_low={"dispatch": 4_000.0}, saved_us_per_step_high={"dispatch": 6_000.0})
+    loop = Patterns(indexing_loop_iterations_per_step=16, indexing_loop_us_per_step=400)
+    measurements = _dispatch(14, 300, 1_200)
+    measurements.patterns, measurements.savings = loop, savings
+    found = findings(report(measurements=measurements))
+    assert "host_overhead.dispatch" not in found
+    assert {"host_overhead.python", "host_overhead.indexing_loop"} <= set(found)
+    measurements = _dispatch(500, 1500, 1000)
+    measurements.patterns, measurements.savings = loop, savings
+    found = findings(report(measurements=measurements))
+    dispatch = found["host_overhead.dispatch"]
+    assert (dispatch.time_share_low, dispatch.time_share_high) == pytest.approx((0.10, 0.25))  # gaps .. gaps + tiny ops
+    assert "fold the looped dimension" not in dispatch.recommendation and "indexing_loop_iterations_per_step" not in dispatch.evidence
+    assert found["host_overhead.indexing_loop"].time_share_high == pytest.approx(0.039, abs=1e-3)  # 400 us less 2 %

@@ -82,6 +82,16 @@ def dispatch_overhead(
     )
 
 
+def forward_passes(events: EventTable, steps: StepWindows) -> int:
+    """Separate forward passes on the main thread inside the steps: the forward ranges (torchscope's
+    labels, PyTorch's own) merged where they nest or touch. One per step, or per micro-batch; one per
+    sample where a Python loop calls the model sample by sample."""
+    rows = np.flatnonzero(phase_masks(events)["forward"] & main_thread_mask(events))
+    rows = rows[event_steps(events, steps)[rows] >= 0]
+    start = events.ts_us[rows]
+    return int(intervals.union(start, start + events.dur_us[rows])[0].size)
+
+
 LONG_KERNEL_US = 20.0  # longer than a launch call takes (5-20 us, HTA)
 CLOCK_SLACK_US = 2.0  # host and device timestamps are aligned to a few microseconds
 

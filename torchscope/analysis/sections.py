@@ -43,7 +43,7 @@ def dispatch(s: SpanInput) -> m.Dispatch | None:
     unrated_us, unrated_gflop = work.units_within(s.events, s.compute_set, work.matmul_family(s.events)) if large_us == 0 else (0.0, 0.0)
     n = max(len(s.steps), 1)
     return msgspec.structs.replace(
-        figures, matmul_us_per_step=unit_us / n, matmul_gflop_per_step=unit_gflop / n,
+        figures, forward_passes_per_step=host.forward_passes(s.events, s.steps) / n, matmul_us_per_step=unit_us / n, matmul_gflop_per_step=unit_gflop / n,
         matmul_large_us_per_step=large_us / n, matmul_large_gflop_per_step=large_gflop / n,
         matmul_unrated_us_per_step=unrated_us / n, matmul_unrated_gflop_per_step=unrated_gflop / n,
     )  # fmt: skip

@@ -24,7 +24,7 @@ TORCH_COMPILE = Fix(
 # TraceLens: a gap whose op self-time covers < 20 % is "CPU untraced" (Python); HTA: launches 5-20 us.
 TINY_OPS = Threshold(
     200,
-    ">= 200 ops under 30 us per step in forward/backward (I), or with a per-element loop in the steps those ops and "
+    ">= 200 ops under 30 us per step in forward/backward (I), or with a per-element loop in the model those ops and "
     "the Python between them >= 10 % of the step; warning from 10 % of the step",
 )
 HOST_OVERHEAD_SHARE = 0.10
@@ -55,17 +55,39 @@ def _dispatch_evidence(ctx: Context) -> dict[str, Any]:
     }
 
 
+MODEL_CALL_LOOP = 10  # forward passes a step that make a loop of model calls (the matcher's loop threshold)
+
+
+def calls_model_per_element(ctx: Context) -> bool:
+    """Whether a per-element loop calls the model element by element (>= 10 forward passes a step)."""
+    patterns, dispatch = ctx.report.measurements.patterns, ctx.report.measurements.dispatch
+    return patterns.indexing_loop_iterations_per_step > 0 and dispatch.forward_passes_per_step >= MODEL_CALL_LOOP
+
+
+def loop_in_model_us(ctx: Context) -> float:
+    """The time of the per-element loop (torch's ForLoopIndexingPattern) that batching the model removes:
+    all of it where the loop calls the model element by element (>= 10 forward passes a step: the loop's
+    `t[i]` runs between the calls), else its part inside forward/backward. A loop in data preparation or
+    metrics is not the model's to batch."""
+    patterns = ctx.report.measurements.patterns
+    return patterns.indexing_loop_us_per_step if calls_model_per_element(ctx) else patterns.indexing_loop_compute_us_per_step
+
+
+def loop_in_forward_backward(ctx: Context) -> bool:
+    """Whether a per-element loop runs in the model (see `loop_in_model_us`)."""
+    return loop_in_model_us(ctx) > 0
+
+
 def batching_applies(ctx: Context) -> bool:
     """Whether `host_overhead.dispatch` speaks for this CPU run: many tiny ops, or a per-element loop in
-    the steps whose model calls make tiny ops and Python between them a tenth of the step or more (a
-    per-sample convnet loop: 186 tiny ops a step, 32 % of it; batching saved 62 %)."""
+    the model (`loop_in_model_us`) whose tiny ops and Python between them are a tenth of the step or more
+    (a per-sample convnet loop: 186 tiny ops a step, 32 % of it; batching saved 50-64 %)."""
     dispatch = ctx.report.measurements.dispatch
     if ctx.has_device:
         return False
     if dispatch.tiny_ops_per_step >= TINY_OPS.value:
         return True
-    looped = ctx.report.measurements.patterns.indexing_loop_iterations_per_step > 0
-    return looped and ctx.share(dispatch.tiny_op_us_per_step + dispatch.python_gap_us_per_step) >= HOST_OVERHEAD_SHARE
+    return loop_in_forward_backward(ctx) and ctx.share(dispatch.tiny_op_us_per_step + dispatch.python_gap_us_per_step) >= HOST_OVERHEAD_SHARE
 
 
 def dispatch_saving(ctx: Context) -> Optional[tuple[float, tuple[float, float]]]:
@@ -100,7 +122,7 @@ def host_overhead_dispatch(ctx: Context) -> Optional[Verdict]:
     if not batching_applies(ctx):
         return None
     measured = ctx.share(dispatch.tiny_op_us_per_step + dispatch.python_gap_us_per_step)
-    if ctx.report.measurements.patterns.indexing_loop_iterations_per_step > 0:
+    if loop_in_forward_backward(ctx):
         # A per-element loop (torch's ForLoopIndexingPattern): batching it removes every op's fixed cost
         # and the Python between ops, not the leaf operators' arithmetic (analysis/whatif.py "dispatch").
         share, share_range = dispatch_saving(ctx) or (measured, (measured, measured))
@@ -114,7 +136,7 @@ def host_overhead_dispatch(ctx: Context) -> Optional[Verdict]:
     # recorded one less all of that cost (low) and the recorded one scaled as forward and backward are (high).
     # An LSTMCell loop recorded 2x slower read 74-94 %; 53-94 % so; nn.LSTM saved 54 %.
     scale = unprofiled_scale(ctx, "forward", "backward")
-    if ctx.report.measurements.patterns.indexing_loop_iterations_per_step > 0:
+    if loop_in_forward_backward(ctx):
         low, high = without_recording(ctx, share_range[0], "forward", "backward"), share_range[1] * scale
         share, share_range = (min(low, high) + high) / 2.0, (min(low, high), high)
     else:  # the Python gaps and tiny ops alone: the profiler's cost is spread over all the phases' events
@@ -134,7 +156,7 @@ def host_overhead_dispatch(ctx: Context) -> Optional[Verdict]:
         f"A Python loop in the steps indexes tensors one element at a time ({iterations:.0f} iterations per step): "
         "where each iteration runs the model or a function on t[i], run it once on the whole tensor (fold the "
         "looped dimension into the batch, e.g. model(t.flatten(0, 1))). "
-        if iterations > 0 and not recurrent
+        if loop_in_forward_backward(ctx) and not recurrent
         else ""
     )
     return Verdict(
@@ -144,7 +166,7 @@ def host_overhead_dispatch(ctx: Context) -> Optional[Verdict]:
         share_range=share_range,
         evidence={
             **_dispatch_evidence(ctx), "compiled_regions_per_step": regions,
-            **({"indexing_loop_iterations_per_step": iterations} if iterations > 0 else {}),
+            **({"indexing_loop_iterations_per_step": iterations} if loop_in_forward_backward(ctx) else {}),
         },  # fmt: skip
         recommendation=(
             "The model runs many small operations from Python (e.g. a per-sample or per-element loop). "

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Optional
 
 from torchscope.diagnose.context import Context, ms
-from torchscope.diagnose.rules_host import batching_applies, dispatch_saving
+from torchscope.diagnose.rules_host import batching_applies, calls_model_per_element, dispatch_saving, loop_in_model_us
 from torchscope.diagnose.rule import Threshold, Verdict, by_share, rule
 from torchscope.report.model import Fix
 
@@ -48,16 +48,16 @@ def host_overhead_indexing_loop(ctx: Context) -> Optional[Verdict]:
     iterations = patterns.indexing_loop_iterations_per_step
     if iterations <= INDEXING_LOOP.value:
         return None
-    batched = dispatch_saving(ctx)
-    if batched is not None and batching_applies(ctx):
-        return None  # host_overhead.dispatch costs batching this loop, its forward and its backward
     loop_us = patterns.indexing_loop_us_per_step
     low, high = (ctx.share(loop_us * (1.0 - kept)) for kept in LOOP_KEPT)
+    batched = dispatch_saving(ctx)
     if batched is not None:
         # Inside forward/backward, vectorising the loop saves at most what batching the whole forward and
         # backward saves, which keeps the arithmetic (a loop over chunks of large matmuls keeps most of its
-        # time); the rest of the loop (data preparation, metrics) is not batching's to cap.
-        inside = patterns.indexing_loop_compute_us_per_step
+        # time). The rest of the loop (data preparation, metrics) is not batching's to cap.
+        if batching_applies(ctx) and calls_model_per_element(ctx):
+            return None  # the loop calls the model element by element: host_overhead.dispatch costs batching it
+        inside = loop_in_model_us(ctx)
         low, high = (
             min(ctx.share(inside * (1.0 - kept)), cap) + ctx.share((loop_us - inside) * (1.0 - kept))
             for kept, cap in zip(LOOP_KEPT, batched[1])
