@@ -3,7 +3,8 @@
 One place for every name pattern the analyses rely on, so each is documented once:
 * data loading: `enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__` (num_workers=0) or
   `..._MultiProcessingDataLoaderIter.__next__`, and `enumerate(DataPipe)#...` (torch.utils.data).
-* optimizer: `Optimizer.step#SGD.step`, `Optimizer.zero_grad#SGD.zero_grad` (torch.optim), and the
+* optimizer: `Optimizer.step#SGD.step`, `Optimizer.zero_grad#SGD.zero_grad` (torch.optim; with stacks also
+  torch.optim's frames that open them, for ranges opened before the recorded window), and the
   `torchscope:optimizer` label; the `torchscope:closure` label marks the closure an `optimizer.step(closure)`
   runs (its time is not the optimizer's).
 * backward: `autograd::engine::evaluate_function: XBackward0` (the autograd engine; bare `XBackward` node
@@ -11,7 +12,9 @@ One place for every name pattern the analyses rely on, so each is documented onc
 * forward: the `torchscope:forward` label, `DistributedDataParallel.forward`, `DataParallel.forward`.
 * communication: collective ops `nccl:*`, `gloo:*`, `c10d::*`, `record_param_comms`, and NCCL/RCCL
   kernels (`ncclKernel_*`, `ncclDevKernel_*`).
-User `record_function` labels named like a phase ("forward", "backward", "optimizer", "data") count too.
+User `record_function` labels named like a phase ("forward", "backward", "optimizer", "data") count too, and
+so do Lightning's PyTorchProfiler action ranges (`[pl][profile]...training_step`, `...backward`,
+`...optimizer_step`, `...optimizer_zero_grad`, `...train_dataloader_next`).
 """
 
 from __future__ import annotations
@@ -36,6 +39,24 @@ COMM_KERNEL_PREFIXES = ("ncclKernel", "ncclDevKernel", "rcclKernel")
 
 def is_optimizer_name(name: str) -> bool:
     return name.startswith(("Optimizer.step#", "Optimizer.zero_grad#")) or name == PHASE_LABELS["optimizer"]
+
+
+# torch.optim's own frames (with stacks): the wrapper that opens the `Optimizer.step#` range around every
+# optimizer's step, and zero_grad. They stand in for the ranges when those opened before the recorded window
+# (the Python tracer records the frames open at its start; a range that opened earlier is not in the
+# trace): Lightning's PyTorchProfiler steps the profiler at the end of training_step, inside the closure
+# that optimizer.step runs, so the first recorded step holds the rest of an optimizer step whose range is
+# missing.
+_OPTIMIZER_FRAME = re.compile(r"(^|/)torch/optim/optimizer\.py\(\d+\): (wrapper|zero_grad)$")
+
+
+def is_optimizer_frame(name: str) -> bool:
+    return _OPTIMIZER_FRAME.search(name) is not None
+
+
+def is_optimizer_step_frame(name: str) -> bool:
+    """The frame of the wrapper around every torch.optim optimizer's step (it opens `Optimizer.step#`)."""
+    return is_optimizer_frame(name) and name.endswith(": wrapper")
 
 
 _BACKWARD_NODE = re.compile(r"Backward\d*$")
@@ -64,8 +85,26 @@ def is_comm_kernel_name(name: str) -> bool:
     return name.startswith(COMM_KERNEL_PREFIXES)
 
 
+# Lightning's PyTorchProfiler records each profiled action as a "[pl][profile]<action>" range
+# (lightning.pytorch.profilers.pytorch): the strategy's training_step (forward and loss; with automatic
+# optimization it runs in optimizer.step's closure) and backward, the LightningModule's optimizer_step (which
+# holds that closure: the phase partition takes the forward and backward nested in it out of the optimizer's
+# time) and optimizer_zero_grad, and the epoch loop's batch fetch.
+LIGHTNING_PREFIX = "[pl][profile]"
+_LIGHTNING_ACTIONS = (
+    (".training_step", "forward"),
+    (".backward", "backward"),
+    (".optimizer_step", "optimizer"),
+    (".optimizer_zero_grad", "optimizer"),
+    (".train_dataloader_next", "data_loading"),
+)
+
+
 def user_phase_of(name: str) -> str | None:
-    """Phase named by a user's own record_function label, e.g. "forward" or "## backward ##"."""
+    """Phase named by a user's own record_function label, e.g. "forward" or "## backward ##", or by a
+    Lightning action's range, e.g. "[pl][profile][Strategy]SingleDeviceStrategy.training_step"."""
+    if name.startswith(LIGHTNING_PREFIX):
+        return next((phase for suffix, phase in _LIGHTNING_ACTIONS if name.endswith(suffix)), None)
     word = name.strip("#:_- ").lower()
     for phase in ("forward", "backward", "optimizer"):
         if word == phase or word in (f"{phase}_pass", f"{phase} pass", f"model.{phase}"):
@@ -123,7 +162,9 @@ def _named_phases(events: EventTable) -> dict[str, np.ndarray]:
 
     return {
         "data_loading": with_user(name_mask(events, is_data_loading_name, HOST_RANGES), "data_loading"),
-        "optimizer": with_user(name_mask(events, is_optimizer_name, HOST_RANGES), "optimizer"),
+        "optimizer": with_user(
+            name_mask(events, is_optimizer_name, HOST_RANGES) | name_mask(events, is_optimizer_frame, (Kind.PYTHON_FUNCTION,)), "optimizer"
+        ),
         "backward": with_user(name_mask(events, is_backward_name, HOST_RANGES), "backward"),
         "forward": with_user(name_mask(events, is_forward_name, HOST_RANGES), "forward"),
         "communication": name_mask(events, is_comm_op_name, HOST_RANGES),
