@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 import torchscope
-from torchscope.analysis.markers import user_phase_of
+from helpers.trace_builder import TraceBuilder
+from torchscope.analysis.markers import torch_optimizer_of_frame, user_phase_of
 
 TRACE = Path(__file__).resolve().parents[1] / "data" / "captures" / "lightning_cpu"
 
@@ -25,7 +26,8 @@ TRACE = Path(__file__).resolve().parents[1] / "data" / "captures" / "lightning_c
         ("[pl][profile][_TrainingEpochLoop].train_dataloader_next", "data_loading"),
         ("[pl][profile][LightningModule]Net.on_before_backward", None),
         ("[pl][profile]run_training_batch", None),
-        ("[pl][profile][Strategy]SingleDeviceStrategy.validation_step", None),
+        ("[pl][profile][Strategy]SingleDeviceStrategy.validation_step", "forward"),  # recorded steps too
+        ("[pl][profile][LightningModule]Net.on_validation_batch_end", None),
     ],
 )
 def test_lightning_action_ranges_name_their_phase(name: str, phase: str | None) -> None:
@@ -49,3 +51,27 @@ def test_a_lightning_trace_reads_its_phases() -> None:
     assert optimizer.step_us_per_step <= steps_us / len(report.steps)
     assert optimizer.step_us_per_step == pytest.approx(phases["optimizer"], rel=0.05)
     assert (optimizer.optimizers, optimizer.implementation) == (["Adam"], "for_loop")
+
+
+def test_torch_optims_step_frames_name_their_class() -> None:
+    assert torch_optimizer_of_frame("torch/optim/lbfgs.py(313): step") == "LBFGS"
+    assert torch_optimizer_of_frame("/usr/lib/python3/site-packages/torch/optim/adamw.py(210): step") == "AdamW"
+    assert torch_optimizer_of_frame("torch/optim/adam.py(347): _single_tensor_adam") is None
+    assert torch_optimizer_of_frame("mylib/optim/adam.py(3): step") is None
+
+
+def test_an_optimizer_step_seen_only_through_its_frames_is_the_optimizers(tmp_path: Path) -> None:
+    """Steps that start inside an optimizer step (the profiler stepped in its closure) whose
+    `Optimizer.step#` range is not in the trace: torch.optim's wrapper frame marks the optimizer's time, and
+    the class comes from the `step` frame it calls."""
+    b = TraceBuilder()
+    b.op("torch/optim/optimizer.py(530): wrapper", -100, 4_100, cat="python_function")
+    b.op("torch/optim/lbfgs.py(313): step", -90, 4_080, cat="python_function")
+    for i in range(3):
+        b.step(i, i * 2_000, 2_000)
+    b.op("aten::add_", 500, 3_000)  # the update, inside the frames only
+    b.op("aten::mm", 4_500, 1_000)
+    report = torchscope.analyze(b.write(tmp_path / "t.pt.trace.json"), jobs=1, use_cache=False)
+    assert report.measurements.optimizer.optimizers == ["LBFGS"]
+    assert report.phases["optimizer"].us == pytest.approx(4_000 / 3, rel=1e-3)  # the frames inside the steps
+    assert report.measurements.optimizer.step_us_per_step == pytest.approx(4_000 / 3, rel=1e-3)

@@ -722,3 +722,18 @@ def test_a_loop_outside_forward_and_backward_is_not_the_models_to_batch() -> Non
     assert (dispatch.time_share_low, dispatch.time_share_high) == pytest.approx((0.10, 0.25))  # gaps .. gaps + tiny ops
     assert "fold the looped dimension" not in dispatch.recommendation and "indexing_loop_iterations_per_step" not in dispatch.evidence
     assert found["host_overhead.indexing_loop"].time_share_high == pytest.approx(0.039, abs=1e-3)  # 400 us less 2 %
+
+
+def test_an_optimizer_without_foreach_or_fused_gets_no_keyword() -> None:
+    """LBFGS (and SparseAdam) have neither implementation: its own arithmetic is no per-parameter loop to
+    replace, so the finding states its time and claims no saving (an LBFGS run under Lightning got
+    'torch.optim.Adam(..., foreach=True)' at 63.8 % critical)."""
+    for names in (["LBFGS"], ["SparseAdam"]):
+        measurements = Measurements(optimizer=Optimizer(optimizers=names, implementation="for_loop", per_param_ops_per_step=300))
+        f = finding(report(measurements=measurements, phases={"optimizer": 0.35}), "optimizer.step")
+        assert (fixes(f), f.time_share, f.severity) == ({}, None, "info")
+        assert f"{names[0]} has no foreach or fused implementation" in f.title and "per-parameter loop" not in f.title
+        assert "foreach=True" not in f.recommendation and f"({names[0]}) has no foreach or fused" in f.recommendation
+    # Under 10 % such an optimizer is not reported for its op count alone.
+    measurements = Measurements(optimizer=Optimizer(optimizers=["LBFGS"], implementation="for_loop", per_param_ops_per_step=300))
+    assert "optimizer.step" not in findings(report(measurements=measurements, phases={"optimizer": 0.05}))

@@ -16,7 +16,10 @@ from torchscope.analysis.anomaly import under_checks
 from torchscope.analysis.garbage_collection import is_gc_event
 from torchscope.analysis.module_hooks import hook_rows
 from torchscope.analysis.frames import is_interpreter_or_torch_code, is_library_code, is_module_call, readable_totals
-from torchscope.analysis.markers import HOST_RANGES, batch_fetch_mask, closure_mask, is_optimizer_step_frame, is_queue_get, name_mask, own_marker_mask, phase_masks
+from torchscope.analysis.markers import (
+    HOST_RANGES, batch_fetch_mask, closure_mask, is_optimizer_step_frame, is_queue_get, is_torch_optim_step_frame, name_mask, own_marker_mask,
+    phase_masks, torch_optimizer_of_frame,
+)  # fmt: skip
 from torchscope.analysis.nesting import HostTree, launcher_of_device_events, nearest_ancestor_of, outermost_ancestor_of
 from torchscope.analysis.operators import OpTimes
 from torchscope.analysis.steps import StepWindows, event_steps, main_thread_mask
@@ -245,6 +248,8 @@ def optimizer_details(events: EventTable, steps: StepWindows, tree: HostTree, ti
     per_param = count(step_ops, lambda s: s in PER_PARAM_OPTIMIZER_OPS)
     fills = count(zero_ops, lambda s: s in ("aten::zero_", "aten::fill_"))
     optimizer_names = sorted({s.split("#", 1)[1].rsplit(".", 1)[0] for s in events.text(distinct(events.name[named_step]))})
+    if not optimizer_names:  # only frames show the step: its class from the torch.optim module whose step runs
+        optimizer_names = sorted(filter(None, map(torch_optimizer_of_frame, events.text(distinct(events.name[name_mask(events, is_torch_optim_step_frame, (Kind.PYTHON_FUNCTION,))])))))
     implementation = "fused" if fused else "foreach" if foreach else ("for_loop" if per_param else "unknown")
     return Optimizer(
         optimizers=optimizer_names,

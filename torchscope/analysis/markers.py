@@ -54,6 +54,25 @@ def is_optimizer_frame(name: str) -> bool:
     return _OPTIMIZER_FRAME.search(name) is not None
 
 
+# torch.optim's modules and the optimizer class whose `step` each defines.
+_TORCH_OPTIM_MODULES = {
+    "adadelta": "Adadelta", "_adafactor": "Adafactor", "adagrad": "Adagrad", "adam": "Adam", "adamax": "Adamax",
+    "adamw": "AdamW", "asgd": "ASGD", "lbfgs": "LBFGS", "nadam": "NAdam", "radam": "RAdam", "rmsprop": "RMSprop",
+    "rprop": "Rprop", "sgd": "SGD", "sparse_adam": "SparseAdam",
+}  # fmt: skip
+_TORCH_OPTIM_STEP = re.compile(r"(?:^|/)torch/optim/(\w+)\.py\(\d+\): step$")
+
+
+def torch_optimizer_of_frame(name: str) -> str | None:
+    """The torch.optim class of a `torch/optim/<module>.py(N): step` frame, e.g. "LBFGS"; else None."""
+    match = _TORCH_OPTIM_STEP.search(name)
+    return _TORCH_OPTIM_MODULES.get(match[1]) if match else None
+
+
+def is_torch_optim_step_frame(name: str) -> bool:
+    return torch_optimizer_of_frame(name) is not None
+
+
 def is_optimizer_step_frame(name: str) -> bool:
     """The frame of the wrapper around every torch.optim optimizer's step (it opens `Optimizer.step#`)."""
     return is_optimizer_frame(name) and name.endswith(": wrapper")
@@ -89,10 +108,15 @@ def is_comm_kernel_name(name: str) -> bool:
 # (lightning.pytorch.profilers.pytorch): the strategy's training_step (forward and loss; with automatic
 # optimization it runs in optimizer.step's closure) and backward, the LightningModule's optimizer_step (which
 # holds that closure: the phase partition takes the forward and backward nested in it out of the optimizer's
-# time) and optimizer_zero_grad, and the epoch loop's batch fetch.
+# time) and optimizer_zero_grad, and the epoch loop's batch fetch. Validation, test and predict steps are
+# recorded steps too (the profiler steps after them as well): their step is the model's forward.
 LIGHTNING_PREFIX = "[pl][profile]"
 _LIGHTNING_ACTIONS = (
     (".training_step", "forward"),
+    # Lightning steps the profiler after these too, so their batches are recorded steps: the model's forward.
+    (".validation_step", "forward"),
+    (".test_step", "forward"),
+    (".predict_step", "forward"),
     (".backward", "backward"),
     (".optimizer_step", "optimizer"),
     (".optimizer_zero_grad", "optimizer"),

@@ -349,10 +349,11 @@ def optimizer_step(ctx: Context) -> Optional[Verdict]:
     # without that overhead where the capture measured it.
     scale = unprofiled_scale(ctx, "optimizer")
     host_share = recorded_share * scale
-    loop = optimizer.implementation == "for_loop"
+    # LBFGS's and SparseAdam's own arithmetic is no per-parameter loop that foreach would replace.
+    loop = optimizer.implementation == "for_loop" and not _no_multi_tensor(optimizer.optimizers)
     if host_share < OPTIMIZER.value and not (loop and optimizer.per_param_ops_per_step >= PER_PARAM_OPS):
         return None
-    targets = _optimizer_fix(optimizer.implementation, ctx.has_device, cpu_fused_supported(ctx.report))
+    targets = _optimizer_fix(optimizer.implementation, ctx.has_device, cpu_fused_supported(ctx.report), optimizer.optimizers)
     # The cost is the first fix's: on a CPU fused and foreach keep different parts of the step.
     cpu_fused = targets[:1] == ("fused",) and not ctx.has_device
     cause = "optimizer_step_fused" if cpu_fused else "optimizer_step"
@@ -363,7 +364,13 @@ def optimizer_step(ctx: Context) -> Optional[Verdict]:
     return Verdict(
         title=f"Optimizer step takes {ms(host_share * stated_step_us(ctx))} of host time per step"
         + (f" with a per-parameter loop ({optimizer.per_param_ops_per_step:.0f} small ops per step)" if loop else "")
-        + ("" if targets else f" ({pct(host_share)} of the step) with the {optimizer.implementation} implementation"),
+        + (
+            ""
+            if targets
+            else f" ({pct(host_share)} of the step); {', '.join(optimizer.optimizers)} has no foreach or fused implementation"
+            if _no_multi_tensor(optimizer.optimizers)
+            else f" ({pct(host_share)} of the step) with the {optimizer.implementation} implementation"
+        ),
         share=share,
         share_range=share_range,
         evidence={
@@ -390,11 +397,12 @@ def cpu_fused_supported(report: Report) -> Optional[bool]:
     return (int(match[1]), int(match[2])) >= CPU_FUSED_SINCE and bool(names) and set(names) <= CPU_FUSED_OPTIMIZERS
 
 
-def _optimizer_fix(implementation: str, has_device: bool, cpu_fused: Optional[bool]) -> tuple[str, ...]:
+def _optimizer_fix(implementation: str, has_device: bool, cpu_fused: Optional[bool], names: list[str]) -> tuple[str, ...]:
     """In order of preference. GPU: fused. CPU: a for-loop gets fused (then foreach) where this torch has
     the optimizer's CPU kernel (it removes 75-85 % of the step's optimizer time against foreach's 30-60 %,
-    docs/rules.md), else foreach; foreach gets fused unless known unsupported. Already fused: nothing."""
-    if implementation == "fused":
+    docs/rules.md), else foreach; foreach gets fused unless known unsupported. Already fused, or torch.optim
+    classes with neither implementation (LBFGS, SparseAdam): nothing."""
+    if implementation == "fused" or _no_multi_tensor(names):
         return ()
     if has_device:
         return ("fused",)
@@ -409,6 +417,15 @@ TORCH_OPTIMIZERS = frozenset(
     {"Adadelta", "Adafactor", "Adagrad", "Adam", "Adamax", "AdamW", "ASGD", "LBFGS", "NAdam", "RAdam", "RMSprop",
      "Rprop", "SGD", "SparseAdam"}
 )  # fmt: skip
+
+
+# torch.optim classes without a foreach or fused implementation: their `step` is its own algorithm.
+SINGLE_TENSOR_OPTIMIZERS = frozenset({"LBFGS", "SparseAdam"})
+
+
+def _no_multi_tensor(names: list[str]) -> bool:
+    """Every optimizer seen is a torch.optim class without foreach or fused (a wrapper's inner one may have them)."""
+    return bool(names) and all(name in SINGLE_TENSOR_OPTIMIZERS for name in names)
 
 
 def _with_keyword(name: str, keyword: str) -> str:
@@ -440,8 +457,11 @@ def _optimizer_text(names: list[str], implementation: str, targets: tuple[str, .
             + ("one op per parameter per update term." if implementation == "for_loop" else "one multi-tensor op per update term.")
         )
     already = {"fused": "already runs fused", "foreach": "already runs foreach (this PyTorch has no fused CPU kernel for it)"}
+    state = already.get(implementation, "itself")
+    if _no_multi_tensor(names):
+        state = f"({', '.join(names)}) has no foreach or fused implementation"
     return (
-        f"The optimizer {already.get(implementation, 'itself')} and is a large share of the step: a cheaper "
+        f"The optimizer {state} and is a large share of the step: a cheaper "
         "optimizer (SGD with momentum, or a factored one such as Adafactor for large embeddings), fewer parameter "
         "groups, or, across ranks, ZeroRedundancyOptimizer / FSDP to shard its work."
     )
