@@ -383,6 +383,8 @@ def test_outside_steps_hints_read_the_words_of_the_call(culprit: str, hint: list
         ("load_data (prep.py:9)", True),
         ("load_checkpoint (train.py:40)", False),  # a checkpoint, not a batch
         ("evaluate_batch (train.py:90)", False),
+        ("on_batch_end (logger_connector.py:211)", False),  # Lightning's callback hook: it runs at a batch
+        ("on_train_batch_start (callback.py:7)", False),
         ("sleep", False),
     ],
 )

@@ -216,6 +216,10 @@ def readable(name: str) -> str:
         owner, method = match["owner"], match["name"]
         if owner in _TENSOR_OWNERS:
             return f"Tensor.{method}"
+        if owner.startswith("pybind11_builtins."):
+            # A method bound through pybind11 (c10d's `Work.wait`, ...): its owner is pybind's internal record
+            # type (`pybind11_detail_function_record_v1_system_libstdcpp_...`), which names nothing.
+            return f"{method} (C++ binding)"
         return _OWNER_PREFIX.get(owner, f"{owner}.") + method
     if match := _BUILTIN_FUNCTION.match(name):
         return match["name"]
