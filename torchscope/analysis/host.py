@@ -17,7 +17,7 @@ from torchscope.analysis.garbage_collection import is_gc_event
 from torchscope.analysis.module_hooks import hook_rows
 from torchscope.analysis.frames import is_interpreter_or_torch_code, is_library_code, is_module_call, readable_totals
 from torchscope.analysis.markers import (
-    HOST_RANGES, batch_fetch_mask, closure_mask, is_optimizer_step_frame, is_queue_get, is_torch_optim_step_frame, name_mask, own_marker_mask,
+    HOST_RANGES, batch_fetch_mask, closure_mask, frame_mask, is_optimizer_step_frame, is_queue_get, is_torch_optim_step_frame, name_mask, own_marker_mask,
     phase_masks, torch_optimizer_of_frame,
 )  # fmt: skip
 from torchscope.analysis.nesting import HostTree, launcher_of_device_events, nearest_ancestor_of, outermost_ancestor_of
@@ -227,7 +227,7 @@ def optimizer_details(events: EventTable, steps: StepWindows, tree: HostTree, ti
     in_steps = event_steps(events, steps) >= 0
     named_step = name_mask(events, _is_optimizer_step, HOST_RANGES)
     # With stacks, the step wrapper's frame stands in for a range opened before the recorded window.
-    step_range = named_step | name_mask(events, is_optimizer_step_frame, (Kind.PYTHON_FUNCTION,))
+    step_range = named_step | frame_mask(events, is_optimizer_step_frame)
     zero_range = name_mask(events, _is_zero_grad, HOST_RANGES)
     ops = times.op_mask & ~step_range & ~zero_range
     # By time (on the range's thread), not by tree: Python frames recorded with stacks can straddle a
@@ -249,7 +249,7 @@ def optimizer_details(events: EventTable, steps: StepWindows, tree: HostTree, ti
     fills = count(zero_ops, lambda s: s in ("aten::zero_", "aten::fill_"))
     optimizer_names = sorted({s.split("#", 1)[1].rsplit(".", 1)[0] for s in events.text(distinct(events.name[named_step]))})
     if not optimizer_names:  # only frames show the step: its class from the torch.optim module whose step runs
-        optimizer_names = sorted(filter(None, map(torch_optimizer_of_frame, events.text(distinct(events.name[name_mask(events, is_torch_optim_step_frame, (Kind.PYTHON_FUNCTION,))])))))
+        optimizer_names = sorted(filter(None, map(torch_optimizer_of_frame, events.text(distinct(events.name[frame_mask(events, is_torch_optim_step_frame)])))))
     implementation = "fused" if fused else "foreach" if foreach else ("for_loop" if per_param else "unknown")
     return Optimizer(
         optimizers=optimizer_names,

@@ -143,6 +143,16 @@ def name_mask(events: EventTable, predicate: Callable[[str], bool], kinds: tuple
     return events.name_mask(predicate) & events.kind_mask(kinds)
 
 
+def frame_mask(events: EventTable, predicate: Callable[[str], bool]) -> np.ndarray:
+    """Python frames whose name satisfies `predicate`: looked up among the frames' own names only (a trace
+    recorded without stacks has none, and pays nothing)."""
+    mask = np.zeros(len(events), dtype=bool)
+    frames = events.kind_rows(Kind.PYTHON_FUNCTION)
+    if frames.size:
+        mask[frames] = events.name_mask(predicate, frames)
+    return mask
+
+
 def named_rows(events: EventTable, predicate: Callable[[str], bool], kinds: tuple[Kind, ...]) -> np.ndarray:
     """The rows (ascending) of `name_mask`: a whole-table mask, cheaper than a mask over a subset of rows,
     which finds that subset's distinct names each time."""
@@ -187,7 +197,7 @@ def _named_phases(events: EventTable) -> dict[str, np.ndarray]:
     return {
         "data_loading": with_user(name_mask(events, is_data_loading_name, HOST_RANGES), "data_loading"),
         "optimizer": with_user(
-            name_mask(events, is_optimizer_name, HOST_RANGES) | name_mask(events, is_optimizer_frame, (Kind.PYTHON_FUNCTION,)), "optimizer"
+            name_mask(events, is_optimizer_name, HOST_RANGES) | frame_mask(events, is_optimizer_frame), "optimizer"
         ),
         "backward": with_user(name_mask(events, is_backward_name, HOST_RANGES), "backward"),
         "forward": with_user(name_mask(events, is_forward_name, HOST_RANGES), "forward"),
