@@ -10,8 +10,8 @@ One place for every name pattern the analyses rely on, so each is documented onc
 * backward: `autograd::engine::evaluate_function: XBackward0` (the autograd engine; bare `XBackward` node
   names in PyTorch <= 1.9), the `torchscope:backward` label.
 * forward: the `torchscope:forward` label, `DistributedDataParallel.forward`, `DataParallel.forward`.
-* communication: collective ops `nccl:*`, `gloo:*`, `c10d::*`, `record_param_comms`, and NCCL/RCCL
-  kernels (`ncclKernel_*`, `ncclDevKernel_*`).
+* communication: collective ops `nccl:*`, `gloo:*`, `c10d::*`, `record_param_comms`, NCCL/RCCL kernels
+  (`ncclKernel_*`, `ncclDevKernel_*`), and with stacks the `Work.wait()` calls torch.distributed makes.
 User `record_function` labels named like a phase ("forward", "backward", "optimizer", "data") count too, and
 so do Lightning's PyTorchProfiler action ranges (`[pl][profile]...training_step`, `...backward`,
 `...optimizer_step`, `...optimizer_zero_grad`, `...train_dataloader_next`).
@@ -176,7 +176,38 @@ def phase_masks(events: EventTable) -> dict[str, np.ndarray]:
 
 def _phase_masks(events: EventTable) -> dict[str, np.ndarray]:
     named = _named_phase_masks(events)
-    return named | {"data_loading": named["data_loading"] | batch_fetch_mask(events)}
+    return named | {
+        "data_loading": named["data_loading"] | batch_fetch_mask(events),
+        "communication": named["communication"] | collective_wait_mask(events),
+    }
+
+
+# How torch's Python tracer names a call of a method bound in C++ named `wait` (c10d's `Work.wait`); the
+# owner's name varies with the pybind11 version ("PyCapsule", "pybind11_builtins.pybind11_detail_...").
+_BUILTIN_WAIT = re.compile(r"^<built-in method wait of ")
+_DISTRIBUTED_FRAME = re.compile(r"(^|/)torch/distributed/")
+
+
+def _is_builtin_wait(name: str) -> bool:
+    return _BUILTIN_WAIT.match(name) is not None
+
+
+def _is_distributed_frame(name: str) -> bool:
+    return _DISTRIBUTED_FRAME.search(name) is not None
+
+
+def collective_wait_mask(events: EventTable) -> np.ndarray:
+    """Waits for a collective's work called from torch.distributed (with stacks): gloo runs a collective on
+    its own threads while the caller waits in `Work.wait()`, outside the `c10d::` op's range. Lightning's
+    per-step SIGTERM broadcast under DDP waited there 0.4-1.6 ms a step, read as work outside the phases."""
+    mask = np.zeros(len(events), dtype=bool)
+    rows = np.flatnonzero(frame_mask(events, _is_builtin_wait))
+    if rows.size == 0:
+        return mask
+    caller = calling_frame(host_tree(events), events.kind, rows)
+    rows, caller = rows[caller >= 0], caller[caller >= 0]
+    mask[rows[events.name_mask(_is_distributed_frame, caller)]] = True
+    return mask
 
 
 def _named_phase_masks(events: EventTable) -> dict[str, np.ndarray]:
