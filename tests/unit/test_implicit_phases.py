@@ -159,3 +159,20 @@ def test_a_span_without_steps_and_with_collectives(tmp_path: Path) -> None:
     b.op("torch/profiler/profiler.py(1135): stop", 120, 30, cat="python_function")
     rep = torchscope.analyze(b.write(tmp_path / "t.pt.trace.json"), jobs=1, use_cache=False)
     assert rep.steps == []
+
+
+def test_with_stacks_the_python_inside_the_first_forward_is_forward() -> None:
+    """A Hugging Face Trainer's step: `compute_loss` calls the model, whose ops leave Python between them
+    (60 of its 100 us here); that Python is the forward's, not work outside the phases."""
+    b = TraceBuilder()
+    for i in range(3):
+        t0 = i * 1_000.0
+        b.step(i + 1, t0, 1_000)
+        b.op("transformers/trainer.py(2130): compute_loss", t0 + 50, 150, cat="python_function")
+        b.op("nn.Module: BertForSequenceClassification_0", t0 + 60, 130, cat="python_function")
+        b.op("aten::linear", t0 + 80, 20)
+        b.op("aten::gelu", t0 + 150, 20)
+        b.op("autograd::engine::evaluate_function: AddmmBackward0", t0 + 300, 100)
+    shares = phase_shares(b)
+    assert shares["forward"] == pytest.approx(0.24)  # from the model call's start (60) to the backward (300)
+    assert shares["backward"] == pytest.approx(0.1)

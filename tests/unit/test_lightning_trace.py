@@ -11,7 +11,7 @@ import pytest
 
 import torchscope
 from helpers.trace_builder import TraceBuilder
-from torchscope.analysis.markers import torch_optimizer_of_frame, user_phase_of
+from torchscope.analysis.markers import is_optimizer_frame, is_optimizer_step_frame, torch_optimizer_of_frame, user_phase_of
 
 TRACE = Path(__file__).resolve().parents[1] / "data" / "captures" / "lightning_cpu"
 
@@ -51,6 +51,13 @@ def test_a_lightning_trace_reads_its_phases() -> None:
     assert optimizer.step_us_per_step <= steps_us / len(report.steps)
     assert optimizer.step_us_per_step == pytest.approx(phases["optimizer"], rel=0.05)
     assert (optimizer.optimizers, optimizer.implementation) == (["Adam"], "for_loop")
+
+
+def test_zero_grad_frames_are_the_optimizers() -> None:
+    assert is_optimizer_frame("torch/optim/optimizer.py(1024): zero_grad")
+    assert is_optimizer_frame("torch/nn/modules/module.py(2948): zero_grad")  # model.zero_grad(): the same work
+    assert not is_optimizer_frame("torch/nn/modules/module.py(1501): _call_impl")
+    assert not is_optimizer_step_frame("torch/nn/modules/module.py(2948): zero_grad")
 
 
 def test_torch_optims_step_frames_name_their_class() -> None:

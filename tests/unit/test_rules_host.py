@@ -319,9 +319,11 @@ def test_outside_steps_below_five_percent_or_beyond_the_other_phase() -> None:
 def test_gradient_clipping_is_not_told_to_move_out_of_the_step() -> None:
     # Hugging Face's Trainer clips every step, outside the forward/backward/optimizer phases.
     measurements, phases = _outside(0.3, {"_clip_grad_norm (trainer.py:2781)": 1300.0, "floating_point_ops (trainer.py:4224)": 400.0})
-    text = finding(report(measurements=measurements, phases=phases), "outside_steps.work").recommendation
+    f = finding(report(measurements=measurements, phases=phases), "outside_steps.work")
+    text = f.recommendation
     assert "Gradient clipping (_clip_grad_norm (trainer.py:2781)) belongs to every step" in text and "foreach=True" in text
     assert text.startswith("Move this work out of the per-step path: run it every N steps")  # the other culprit
+    assert f.time_share == pytest.approx(0.04)  # what moving the other culprit saves: 400 us; the clipping stays
     measurements, phases = _outside(0.3, {"clip_grad_norm_ (clip_grad.py:30)": 2000.0})
     text = finding(report(measurements=measurements, phases=phases), "outside_steps.work").recommendation
     assert text.startswith("Gradient clipping") and "Move this work" not in text

@@ -194,9 +194,11 @@ def _later_forwards(
     first_backward: np.ndarray, last_backward: np.ndarray,
 ) -> intervals.IntervalSet:
     """The forwards between a step's first and last backward start (`between`: the ops there). With stacks
-    recorded, the model's calls there (`nn.Module:` frames of the loop's thread), each up to the next backward
-    start (the loss between): what else the loop runs between two backward passes (metrics, clipping, an
-    update by hand) stays outside the phases. Without stacks, the loop thread's ops."""
+    recorded, the model's calls (`nn.Module:` frames of the loop's thread) from the step's start to its last
+    backward, each up to the next backward start (the loss between): the first forward's Python between its
+    ops is the forward's too (a Hugging Face Trainer's `compute_loss` was named as work outside the phases),
+    and what else the loop runs between two backward passes (metrics, clipping, an update by hand) stays
+    outside the phases. Without stacks, the loop thread's ops."""
     loop = main_thread_mask(events)
     calls = np.flatnonzero(name_mask(events, is_module_call, (Kind.PYTHON_FUNCTION,)) & loop)
     if calls.size == 0:
@@ -204,7 +206,7 @@ def _later_forwards(
     start = events.ts_us[calls]
     step = steps.index_of(start)
     at = np.maximum(step, 0)
-    calls = calls[(step >= 0) & (start >= first_backward[at]) & (start < last_backward[at])]
+    calls = calls[(step >= 0) & (start < last_backward[at])]
     return _forward_through_loss({"forward": _set(events, calls), "backward": backward}, steps)
 
 
