@@ -176,3 +176,22 @@ def test_with_stacks_the_python_inside_the_first_forward_is_forward() -> None:
     shares = phase_shares(b)
     assert shares["forward"] == pytest.approx(0.24)  # from the model call's start (60) to the backward (300)
     assert shares["backward"] == pytest.approx(0.1)
+
+
+def test_with_stacks_an_earlier_model_call_keeps_only_its_ops_as_forward() -> None:
+    """A rollout or teacher call, then a reward in Python, then the training forward: only the call that
+    leads into the backward is the training forward with its Python; the earlier call's Python and the
+    reward stay outside the phases, where they are named."""
+    b = TraceBuilder()
+    for i in range(3):
+        t0 = i * 1_000.0
+        b.step(i + 1, t0, 1_000)
+        b.op("nn.Module: Policy_0", t0 + 10, 100, cat="python_function")  # the rollout, under no_grad
+        b.op("aten::linear", t0 + 20, 30)
+        b.op("reward.py(12): python_reward", t0 + 150, 300, cat="python_function")
+        b.op("nn.Module: Policy_0", t0 + 500, 100, cat="python_function")  # the training forward
+        b.op("aten::linear", t0 + 520, 30)
+        b.op("autograd::engine::evaluate_function: AddmmBackward0", t0 + 700, 100)
+    shares = phase_shares(b)
+    assert shares["forward"] == pytest.approx(0.03 + 0.2)  # the rollout's op; the training call to the backward
+    assert shares["other"] == pytest.approx(1 - 0.23 - 0.1)

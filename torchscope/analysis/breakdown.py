@@ -194,11 +194,13 @@ def _later_forwards(
     first_backward: np.ndarray, last_backward: np.ndarray,
 ) -> intervals.IntervalSet:
     """The forwards between a step's first and last backward start (`between`: the ops there). With stacks
-    recorded, the model's calls (`nn.Module:` frames of the loop's thread) from the step's start to its last
-    backward, each up to the next backward start (the loss between): the first forward's Python between its
-    ops is the forward's too (a Hugging Face Trainer's `compute_loss` was named as work outside the phases),
-    and what else the loop runs between two backward passes (metrics, clipping, an update by hand) stays
-    outside the phases. Without stacks, the loop thread's ops."""
+    recorded, the model's calls (`nn.Module:` frames of the loop's thread) there, and before the first
+    backward the call that leads into it (no other call starts between its end and that backward), each up
+    to the next backward start (the loss between): the training forward's Python between its ops is the
+    forward's too (a Hugging Face Trainer's `compute_loss` was named as work outside the phases). An earlier
+    call before the first backward (a teacher, a rollout, validation) keeps only its ops as forward, and
+    what else the loop runs (a reward in Python, metrics, clipping, an update by hand) stays outside the
+    phases. Without stacks, the loop thread's ops."""
     loop = main_thread_mask(events)
     calls = np.flatnonzero(name_mask(events, is_module_call, (Kind.PYTHON_FUNCTION,)) & loop)
     if calls.size == 0:
@@ -206,8 +208,13 @@ def _later_forwards(
     start = events.ts_us[calls]
     step = steps.index_of(start)
     at = np.maximum(step, 0)
-    calls = calls[(step >= 0) & (start < last_backward[at])]
-    return _forward_through_loss({"forward": _set(events, calls), "backward": backward}, steps)
+    keep = (step >= 0) & (start < last_backward[at])
+    before_first = keep & (start < first_backward[at])
+    # Another call starting after this one ends and before the first backward: this one is no training forward.
+    starts = np.sort(start)
+    end = start + events.dur_us[calls]
+    followed = np.searchsorted(starts, end, side="right") < np.searchsorted(starts, first_backward[at], side="left")
+    return _forward_through_loss({"forward": _set(events, calls[keep & ~(before_first & followed)]), "backward": backward}, steps)
 
 
 def _optimizer_without_backward(events: EventTable, optimizer: np.ndarray, backward: intervals.IntervalSet) -> intervals.IntervalSet:

@@ -719,8 +719,9 @@ def outside_steps_work(ctx: Context) -> Optional[Verdict]:
     # less gradient clipping, which every step needs (a Hugging Face Trainer's: 1.1 of its 3.1 ms).
     clipping_us = sum(us for name, us in culprits.items() if _is_grad_clipping(name))
     movable_share = ctx.share(max(explained_us - clipping_us, 0.0))
-    share, (low, high) = ctx.cost("outside_steps", explained)
-    share, share_range = min(share, movable_share), (min(low, movable_share), min(high, movable_share))
+    modelled, (low, high) = ctx.cost("outside_steps", explained)
+    share: Optional[float] = min(modelled, movable_share)
+    share_range: Optional[tuple[float, float]] = (min(low, movable_share), min(high, movable_share))
     # Named (evidence) from a hundredth of the explained time, the first always: a 4 us `_get_tracing_state`
     # beside a 15 ms generator is noise.
     top = {name: us for i, (name, us) in enumerate(list(culprits.items())[:5]) if i == 0 or us >= LISTED_SHARE * explained_us}
@@ -730,6 +731,11 @@ def outside_steps_work(ctx: Context) -> Optional[Verdict]:
     tokenizing = [name for name in weighty if name not in clipping and _is_tokenization(name)]
     sources = [name for name in weighty if name not in clipping + tokenizing and _is_batch_source(name)]
     movable = [name for name in weighty if name not in clipping + tokenizing + sources]
+    foreach_clipping = bool(clipping) and clipping[0] in ctx.report.measurements.outside_steps.foreach_norm_culprits
+    if movable_share < OUTSIDE.value and not (movable or tokenizing or sources):  # gradient clipping and noise
+        if not clipping or foreach_clipping:
+            return None  # nothing to move, nothing to switch
+        share, share_range = None, None  # a switch to foreach norms: its saving is not modelled
     hints = _culprit_hints(movable)
     model_us = ctx.report.measurements.outside_steps.model_calls_us_per_step
     if model_us >= HINT_SHARE * explained_us and _NO_GRAD_MODEL_HINT not in hints:  # a model call under the culprits
@@ -743,7 +749,7 @@ def outside_steps_work(ctx: Context) -> Optional[Verdict]:
     if sources:
         advice.append(_BATCH_SOURCE_TEXT.format(name=sources[0]))
     if clipping:
-        if clipping[0] in ctx.report.measurements.outside_steps.foreach_norm_culprits:
+        if foreach_clipping:
             advice.append(_CLIP_FOREACH_TEXT.format(name=clipping[0], cpu="" if ctx.has_device else _CLIP_CPU))
         else:
             advice.append(_CLIP_TEXT.format(name=clipping[0]))
