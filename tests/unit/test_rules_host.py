@@ -391,6 +391,7 @@ def test_outside_steps_hints_read_the_words_of_the_call(culprit: str, hint: list
         ("evaluate_batch (train.py:90)", False),
         ("on_batch_end (logger_connector.py:211)", False),  # Lightning's callback hook: it runs at a batch
         ("on_train_batch_start (callback.py:7)", False),
+        ("_on_before_batch_transfer (module.py:355)", False),
         ("sleep", False),
     ],
 )

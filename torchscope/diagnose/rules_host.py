@@ -650,9 +650,9 @@ _BATCH_SOURCE_TEXT = (
 
 def _is_event_hook(name: str) -> bool:
     """A framework callback named for the event it handles (Lightning's `on_batch_end`,
-    `on_train_batch_start`, Hugging Face's `on_step_end`): it runs at a batch, it does not make one."""
+    `_on_before_batch_transfer`, Hugging Face's `on_step_end`): it runs at a batch, it does not make one."""
     match = _READABLE_FRAME.match(name.lower())
-    return (match["func"] if match else name.lower()).rsplit(".", 1)[-1].startswith("on_")
+    return (match["func"] if match else name.lower()).rsplit(".", 1)[-1].lstrip("_").startswith("on_")
 
 
 def _is_batch_source(name: str) -> bool:

@@ -159,15 +159,15 @@ def _advise_computing(machine: Machine, data_us: float, step_us: float) -> Advic
     if predicted > (1 - MIN_GAIN) * step_us:
         return Advice(None, None, None, f"a worker would take its core from compute{fetch}: the best choice on "
                       f"{cores} core(s) ({workers} worker(s), {threads} intra-op thread(s)) predicts a step of "
-                      f"{predicted / 1000:.0f} ms against {step_us / 1000:.0f} ms now")
+                      f"{ms(predicted)} against {ms(step_us)} now")
     workers = min(2 * workers, cores - (1 if machine.device else threads), MAX_SUGGESTED_WORKERS)  # margin
     if threads == machine.threads:
         beside = "the main process" if machine.device else f"compute's {threads} intra-op thread(s)"
         return Advice(workers, None, predicted, f"{cores - (1 if machine.device else threads)} core(s) are free beside {beside}{fetch}")
     return Advice(workers, threads, predicted,
                   f"all {cores} cores run compute's intra-op threads: giving {machine.threads - threads} of them "
-                  f"to workers pays because loading ({data_us / 1000:.0f} ms) is longer than compute "
-                  f"({max(step_us - data_us, 1.0) / 1000:.0f} ms){fetch}")
+                  f"to workers pays because loading ({ms(data_us)}) is longer than compute "
+                  f"({ms(max(step_us - data_us, 1.0))}){fetch}")
 
 
 def _fetch_words(machine: Machine, data_us: float) -> str:
@@ -176,7 +176,7 @@ def _fetch_words(machine: Machine, data_us: float) -> str:
         return ""
     return (f"; a fetch keeps {machine.fetch_threads:.1f} threads busy in the training process (CPU/wall), and a "
             f"worker runs one intra-op thread, so a batch could take a worker up to "
-            f"{data_us * machine.fetch_threads / 1000:.0f} ms")
+            f"{ms(data_us * machine.fetch_threads)}")
 
 
 @rule(
