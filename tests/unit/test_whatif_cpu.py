@@ -5,6 +5,7 @@ checkpoint moved to every N steps keeps 1/N, and DataLoader workers save what th
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Callable
 
 import pytest
 
@@ -168,20 +169,34 @@ def _chunk_loop_steps(tmp_path: Path) -> Report:
     calls `aten::resolve_conj` as on a CPU; then a 400 us matrix-vector `aten::mm` of [1, 512] x [512, 512]
     (0.5 MFLOP), a leaf."""
     dims = [[128, 512], [1024, 512], [1024]]
+
+    def iteration(b: TraceBuilder, at: float) -> None:
+        b.op("aten::linear", at + 10, 600, **{"Input Dims": dims})
+        b.op("aten::t", at + 12, 4)
+        b.op("aten::addmm", at + 20, 585)
+        b.op("aten::resolve_conj", at + 22, 2)
+
+    def after(b: TraceBuilder, t0: float) -> None:
+        b.op("aten::mm", t0 + 7100, 400, **{"Input Dims": [[1, 512], [512, 512]]})
+
+    return _report(_indexing_loop_steps(iteration, after), tmp_path)
+
+
+def _indexing_loop_steps(iteration: Callable[[TraceBuilder, float], None], after: Callable[[TraceBuilder, float], None] | None = None) -> TraceBuilder:
+    """STEPS steps, each an 8 ms forward (torchscope's label) from the step's start holding a loop of 10
+    iterations 700 us apart, each a 2 us `aten::select` and then `iteration(b, its start)`; `after(b, step
+    start)` adds the step's other ops."""
     b = TraceBuilder()
     for i in range(STEPS):
         t0 = i * STEP_US
         b.step(i, t0, STEP_US)
         b.annotation(PHASE_LABELS["forward"], t0, 8000)
         for k in range(10):
-            at = t0 + k * 700
-            b.op("aten::select", at, 2)
-            b.op("aten::linear", at + 10, 600, **{"Input Dims": dims})
-            b.op("aten::t", at + 12, 4)
-            b.op("aten::addmm", at + 20, 585)
-            b.op("aten::resolve_conj", at + 22, 2)
-        b.op("aten::mm", t0 + 7100, 400, **{"Input Dims": [[1, 512], [512, 512]]})
-    return _report(b, tmp_path)
+            b.op("aten::select", t0 + k * 700, 2)
+            iteration(b, t0 + k * 700)
+        if after is not None:
+            after(b, t0)
+    return b
 
 
 def test_batching_keeps_the_matmuls_flops_at_the_rate_of_the_traces_large_matmuls(tmp_path: Path) -> None:
@@ -208,18 +223,13 @@ def test_without_a_large_unit_only_matrix_multiplies_take_the_captures_matmul_ra
     """A per-sample loop of a 16-channel convolution (4.7 MFLOP, under the large-unit size) and a
     matrix-vector product: both are units, but only the product may be kept at the matmul rate measured
     at capture end (a small convolution runs far below it); the convolution stays all .. none."""
-    b = TraceBuilder()
-    for i in range(STEPS):
-        t0 = i * STEP_US
-        b.step(i, t0, STEP_US)
-        b.annotation(PHASE_LABELS["forward"], t0, 8000)
-        for k in range(10):
-            at = t0 + k * 700
-            b.op("aten::select", at, 2)
-            b.op("aten::conv2d", at + 10, 185, **{"Input Dims": [[1, 16, 32, 32], [16, 16, 3, 3], [16], [], [], [], []],
-                                                   "Concrete Inputs": ["", "", "", "[1, 1]", "[1, 1]", "[1, 1]", "1"]})
-            b.op("aten::mm", at + 300, 200, **{"Input Dims": [[1, 512], [512, 512]]})
-    report = _report(b, tmp_path)
+
+    def iteration(b: TraceBuilder, at: float) -> None:
+        b.op("aten::conv2d", at + 10, 185, **{"Input Dims": [[1, 16, 32, 32], [16, 16, 3, 3], [16], [], [], [], []],
+                                               "Concrete Inputs": ["", "", "", "[1, 1]", "[1, 1]", "[1, 1]", "1"]})
+        b.op("aten::mm", at + 300, 200, **{"Input Dims": [[1, 512], [512, 512]]})
+
+    report = _report(_indexing_loop_steps(iteration), tmp_path)
     dispatch = report.measurements.dispatch
     conv, gemv = 2 * 16 * 16 * 3 * 3 * 32 * 32, 2 * 512 * 512
     assert dispatch.matmul_gflop_per_step == pytest.approx(10 * (conv + gemv) / 1e9)
