@@ -106,10 +106,10 @@ class Dispatch(Section):
     tiny_op_us_per_step: PerStep = 0.0
     python_gap_us_per_step: PerStep = 0.0
     median_op_us: Median = 0.0
+    forward_passes_per_step: PerStep = 0.0  # separate stretches of forward time: the model's calls, one per sample in a per-sample loop
     # Matmul units (analysis/arithmetic.py): operators with FLOPs inside no other such operator, their
     # time and FLOPs in forward/backward; of them the large ones (their FLOPs over their time: the rate
     # the what-if keeps the units at), and the units of spans without a large one (no rate in the trace).
-    forward_passes_per_step: PerStep = 0.0  # separate stretches of forward time: the model's calls, one per sample in a per-sample loop
     matmul_us_per_step: PerStep = 0.0
     matmul_gflop_per_step: PerStep = 0.0
     matmul_large_us_per_step: PerStep = 0.0
