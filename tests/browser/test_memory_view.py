@@ -151,3 +151,28 @@ def test_no_reserved_line_without_total_reserved(page: Page, tmp_path: Path) -> 
     chart = tab.locator("#view-memory svg.ts-memory-chart[data-device='cuda:0']")
     assert chart.locator("path.allocated").count() == 1 and chart.locator("path.reserved").count() == 0
     assert page.errors == []
+
+
+def test_memory_view_says_when_the_trace_misses_frees(page: Page, tmp_path: Path) -> None:
+    """The committed FSDP2 capture (tests/data/captures/fsdp2_gloo_cpu): its growth is stated with why it is
+    no leak evidence; the terminal's growth cell marks it too."""
+    from rich.console import Console
+
+    from torchscope.pipeline.analyze import analyze_run
+    from torchscope.render.html import render_html
+    from torchscope.render.memory_terminal import memory_table
+
+    capture = Path(__file__).resolve().parents[1] / "data" / "captures" / "fsdp2_gloo_cpu"
+    run = analyze_run(capture, jobs=1, use_cache=False)
+    fit = run.report.memory.growth["cpu"]
+    html = tmp_path / "fsdp.html"
+    html.write_text(render_html(run.report, run.sidecars), encoding="utf-8")
+    tab = page.page
+    tab.goto(html.as_uri() + "#memory")
+    tab.wait_for_selector("#view-memory.active")
+    note = tab.locator("#view-memory p.ts-unrecorded-frees").inner_text()
+    assert note.startswith(f"The trace misses frees here: {fit.unrecorded_frees} block(s) were allocated again")
+    assert "no evidence of a leak" in note and page.errors == []
+    console = Console(width=200, record=True)
+    console.print(memory_table(run.report.memory))
+    assert "frees missing" in console.export_text()

@@ -23,6 +23,7 @@ class TraceBuilder:
     header: dict[str, Any] = field(default_factory=lambda: {"schemaVersion": 1})
     _correlation: int = 1
     _external: int = 1
+    _addr: int = 0
 
     def gpu(self, name: str = "NVIDIA A100-SXM4-80GB", major: int = 8, minor: int = 0, memory: int = 80 * 2**30) -> "TraceBuilder":
         self.header["deviceProperties"] = [
@@ -76,9 +77,12 @@ class TraceBuilder:
         self.events.append({"ph": "X", "cat": "cuda_runtime", "name": name, "pid": HOST_PID, "tid": HOST_TID, "ts": ts, "dur": dur, "args": {"correlation": self._next_correlation()}})
 
     def memory(self, ts: float, allocated: int, reserved: int, device_type: int = 1, device_id: int = 0, delta: int = 0) -> None:
+        """A `[memory]` event with the given totals, at an address of its own (nothing pairs: blocks are
+        tests/unit/test_memory_analysis.py's `Allocator`)."""
+        self._addr += 1
         self.events.append(
             {"ph": "i", "s": "t", "name": "[memory]", "pid": HOST_PID, "tid": HOST_TID, "ts": ts,
-             "args": {"Addr": 1, "Bytes": delta, "Total Allocated": allocated, "Total Reserved": reserved,
+             "args": {"Addr": self._addr, "Bytes": delta, "Total Allocated": allocated, "Total Reserved": reserved,
                       "Device Type": device_type, "Device Id": device_id}}
         )
 

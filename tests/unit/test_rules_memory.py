@@ -56,6 +56,41 @@ def test_leak_on_cpu_has_no_steps_until_full() -> None:
     assert leak.evidence["device"] == "cpu" and leak.evidence["steps_until_full"] is None
 
 
+def test_a_site_without_a_name_is_not_named() -> None:
+    """A trace without stacks gives its blocks no call site: "(unknown)" stays in the evidence only."""
+    leaky = _leaky()
+    leaky["measurements"].memory.leak_sites_bytes_per_step = {"(unknown)": 4 * MIB}
+    leak = finding(report(**leaky), "memory.leak")
+    assert leak.title == "Memory on cuda:0 grows by 4.0 MiB every step" and "(unknown)" not in leak.recommendation
+    assert leak.evidence["surviving_bytes_per_step_by_call_site"] == {"(unknown)": 4 * MIB}
+
+
+def test_growth_on_totals_that_miss_frees_is_no_leak_but_says_why() -> None:
+    """Where the device's totals count recorded events only and the trace lacks frees there, the rising
+    line reads as trace_quality.unrecorded_frees (no verdict), never as memory.leak."""
+    leaky = _leaky()
+    section = leaky["measurements"].memory
+    section.growth_misses_frees = ["cuda:0"]
+    section.unrecorded_frees_per_step = {"cuda:0": 0.25}
+    section.unrecorded_bytes_per_step = {"cuda:0": 3 * MIB}
+    found = findings(report(**leaky))
+    assert "memory.leak" not in found
+    quality = finding(report(**leaky), "trace_quality.unrecorded_frees")
+    assert quality.severity == "info" and quality.time_share is None and quality.category == "trace_quality"
+    assert quality.title.startswith("Memory on cuda:0 seems to grow by 4.0 MiB every step, but the trace misses frees")
+    assert quality.evidence["unrecorded_frees_per_step"] == 0.25
+    assert quality.evidence["never_freed_bytes_per_step_of_those_sizes"] == 3 * MIB
+    assert "train (train.py:10) > torch.ones" in quality.recommendation and "3.0 MiB per step" in quality.recommendation
+    # A line that is no leak by the thresholds is no finding either way.
+    leaky = _leaky(r2=0.5)
+    leaky["measurements"].memory.growth_misses_frees = ["cuda:0"]
+    assert not {"memory.leak", "trace_quality.unrecorded_frees"} & set(findings(report(**leaky)))
+    # Lost frees on another device leave this one's leak alone.
+    leaky = _leaky()
+    leaky["measurements"].memory.growth_misses_frees = ["cpu"]
+    assert "memory.leak" in findings(report(**leaky)) and "trace_quality.unrecorded_frees" not in findings(report(**leaky))
+
+
 def test_churn_is_a_hint_above_32_mib_and_a_quarter_of_the_peak() -> None:
     def churn(per_step: float, peak: float) -> Measurements:
         return Measurements(memory=Memory(churn_bytes_per_step={"cpu": per_step}, peak_allocated_bytes={"cpu": peak}))

@@ -28,9 +28,10 @@ from torchscope.analysis import intervals
 from torchscope.analysis.autograd_markers import autograd_marker_set
 from torchscope.analysis.source_lines import source_roots
 from torchscope.analysis.memory_blocks import (
-    DeviceMemory, MemoryEvents, device_memory, enclosing_host_event, memory_events, owners, pair_blocks, user_call_site,
+    DeviceMemory, MemoryEvents, counts_recorded_events_only, device_memory, enclosing_host_event, memory_events,
+    of_unrecorded_sizes, owners, pair_blocks, user_call_site, without_unrecorded_frees,
 )
-from torchscope.analysis.memory_steps import by_site, growth, step_traffic, surviving_sites
+from torchscope.analysis.memory_steps import by_site, growth, step_traffic, surviving, surviving_sites
 from torchscope.analysis.reduce import merge_sections
 from torchscope.analysis.registry import Analysis, Part
 from torchscope.analysis.span import SpanInput
@@ -118,6 +119,8 @@ def _one_device(
     """Fill `summary` and `figures` with one device's timeline, peak, steps and growth (`at`: the
     device's positions in the attribution arrays)."""
     blocks = pair_blocks(memory)
+    misses_frees = bool(blocks.unrecorded.any()) and counts_recorded_events_only(memory)
+    memory = without_unrecorded_frees(memory, blocks)
     sites = who.site_codes[at][blocks.alloc]
     summary.has_addresses = summary.has_addresses or memory.has_addresses()
     summary.unpaired_allocations += int((blocks.free < 0).sum()) if memory.has_addresses() else 0
@@ -147,8 +150,18 @@ def _one_device(
     # so each trace's first recorded step nets those blocks as growth; the line starts at the second
     # step. (CUDA's caching allocator reports device-wide totals and every free.)
     fit = growth(traffic, first=1 if label.split(":")[0] == DEVICE_TYPE_NAMES[0] else 0)
-    fit.surviving_by_call_site = surviving_sites(memory, blocks, steps, sites, who.site_names)
+    # Blocks of a size whose free the trace lacked elsewhere may be gone unseen too: not a leak's sites.
+    kept, doubtful = surviving(memory, blocks, steps), of_unrecorded_sizes(memory, blocks)
+    fit.surviving_by_call_site = surviving_sites(memory, blocks, kept & ~doubtful, steps, sites, who.site_names)
+    fit.unrecorded_frees = int(blocks.unrecorded.sum())
+    fit.unrecorded_bytes_per_step = float(memory.nbytes[blocks.alloc[kept & doubtful]].sum()) / max(n - 1, 1)
+    fit.misses_frees = misses_frees
     summary.growth[label] = fit
+    if fit.unrecorded_frees:
+        figures.unrecorded_frees_per_step[label] = fit.unrecorded_frees / n
+        figures.unrecorded_bytes_per_step[label] = fit.unrecorded_bytes_per_step
+    if misses_frees:
+        figures.growth_misses_frees.append(label)
     if fit.boundaries >= 3:
         figures.growth_bytes_per_step[label] = fit.bytes_per_step
         figures.growth_r2[label] = fit.r2

@@ -7,6 +7,13 @@ is reused once freed, so sorting by (address, time) puts each allocation right b
 block is an allocation whose next event at the same address is a free. A free with no allocation before
 it released a block allocated before the capture; an allocation with no free outlives the trace.
 
+An allocation whose next event at its address is another allocation was freed without the trace seeing
+it: the profiler records a free only on a thread it follows, so a tensor whose last reference drops on
+another thread leaves no free (an FSDP2 run on gloo lost a few of its collectives' 1 MiB buffers so each
+step). Such a block is counted freed at that next allocation
+(`Blocks.unrecorded`), and c10's CPU allocator, whose `Total Allocated` counts only the events it
+reported, never took it off its total (`without_unrecorded_frees`).
+
 Instants are not part of the host call tree (they have no duration), so the op enclosing one is found by
 a sorted search per thread (the last host event starting at or before it) and a walk up the tree until
 an ancestor covers it, all events of one tree level at a time.
@@ -96,11 +103,14 @@ def device_memory(memory: MemoryEvents, at: np.ndarray) -> DeviceMemory:
 
 class Blocks(msgspec.Struct, frozen=True):
     """Blocks allocated inside the trace: position (in `DeviceMemory` order) of each allocation and of
-    its free (-1: never freed in the trace); `orphan_frees` counts frees of blocks allocated before it."""
+    its free (-1: never freed in the trace); `orphan_frees` counts frees of blocks allocated before it;
+    `unrecorded`, per block, whether the trace lacks its free (its `free` is then the next allocation at
+    its address, by which it was gone)."""
 
     alloc: np.ndarray
     free: np.ndarray
     orphan_frees: int
+    unrecorded: np.ndarray
 
     def alive_at(self, position: int) -> np.ndarray:
         """Which blocks are allocated at or before `position` and not yet freed after it."""
@@ -113,21 +123,47 @@ def pair_blocks(memory: DeviceMemory) -> Blocks:
     n = memory.nbytes.size
     position = np.arange(n)
     if not memory.has_addresses():  # nothing can be paired: no block is known
-        return Blocks(position[:0], position[:0], 0)
+        return Blocks(position[:0], position[:0], 0, np.zeros(0, dtype=bool))
     order = np.argsort(memory.addr, kind="stable")  # by (address, position): ties keep time order
     addr, sign = memory.addr[order], np.sign(memory.nbytes[order])
     same_next = np.zeros(n, dtype=bool)
     same_next[:-1] = addr[1:] == addr[:-1]
     is_alloc = sign > 0
     paired = is_alloc & same_next & np.r_[sign[1:] < 0, False]
+    unrecorded = is_alloc & same_next & np.r_[is_alloc[1:], False]  # allocated again while still held
     freed_by = np.full(n, -1)
-    freed_by[paired] = order[np.flatnonzero(paired) + 1]
+    freed_by[paired | unrecorded] = order[np.flatnonzero(paired | unrecorded) + 1]
     preceded = np.r_[False, paired[:-1]]  # a free right after its own allocation
     orphan = int(((sign < 0) & ~preceded).sum())
     alloc_sorted = np.flatnonzero(is_alloc)
     alloc, free = order[alloc_sorted], freed_by[alloc_sorted]
     back = np.argsort(alloc, kind="stable")
-    return Blocks(alloc[back], free[back], orphan)
+    return Blocks(alloc[back], free[back], orphan, unrecorded[alloc_sorted][back])
+
+
+def counts_recorded_events_only(memory: DeviceMemory) -> bool:
+    """Whether the allocated total moves only by the recorded events (each event's total is the one
+    before plus its own bytes), as c10's CPU allocator counts; CUDA's caching allocator reports its own
+    count, which also drops for frees the trace misses, so its totals jump there."""
+    return bool(np.array_equal(memory.allocated_before[1:], memory.allocated[:-1]))
+
+
+def without_unrecorded_frees(memory: DeviceMemory, blocks: Blocks) -> DeviceMemory:
+    """`memory` with the allocated total less each block whose free the trace lacks, from the allocation
+    that shows it gone on; only where the total counts recorded events only (elsewhere it already dropped)."""
+    if not blocks.unrecorded.any() or not counts_recorded_events_only(memory):
+        return memory
+    gone = np.zeros(memory.nbytes.size, dtype=memory.allocated.dtype)
+    np.add.at(gone, blocks.free[blocks.unrecorded], memory.nbytes[blocks.alloc[blocks.unrecorded]])
+    return msgspec.structs.replace(memory, allocated=memory.allocated - np.cumsum(gone))
+
+
+def of_unrecorded_sizes(memory: DeviceMemory, blocks: Blocks) -> np.ndarray:
+    """Per block: never freed in the trace and of a size whose free the trace lacked for another block.
+    Where one free of the same buffer went unrecorded (an all-gather's or reduce-scatter's, each step
+    the same size), the others may have gone the same way unseen: such a block is no evidence of a leak."""
+    sizes = memory.nbytes[blocks.alloc]
+    return (blocks.free < 0) & np.isin(sizes, sizes[blocks.unrecorded])
 
 
 def enclosing_host_event(events: EventTable, tree: HostTree, rows: np.ndarray) -> np.ndarray:

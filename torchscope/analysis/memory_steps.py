@@ -24,6 +24,7 @@ from torchscope.arrays import median
 from torchscope.report.model import MemoryGrowth, MemoryStepRow
 
 CONFIDENCE_Z = 1.645  # two-sided 90 %
+UNKNOWN_SITE = "(unknown)"  # the name of the blocks with no call site (a trace without stacks)
 
 
 class StepTraffic(msgspec.Struct, frozen=True):
@@ -114,23 +115,28 @@ def growth(traffic: StepTraffic, first: int = 0) -> MemoryGrowth:
     )
 
 
-def surviving_sites(memory: DeviceMemory, blocks: Blocks, steps: StepWindows, site_codes: np.ndarray, names: list[str]) -> dict[str, int]:
-    """Bytes per step, by call site, of blocks allocated in a step before the last and still alive at
-    the end of the last step (what a leak keeps), largest first."""
-    n = len(steps)
-    if n < 2 or blocks.alloc.size == 0:
-        return {}
+def surviving(memory: DeviceMemory, blocks: Blocks, steps: StepWindows) -> np.ndarray:
+    """Per block: allocated in a step before the last and still alive at the end of the last step (what
+    a leak keeps); none with fewer than two steps."""
+    if len(steps) < 2:
+        return np.zeros(blocks.alloc.size, dtype=bool)
     last_start = np.searchsorted(memory.ts_us, steps.start_us[-1], side="left")
     end = np.searchsorted(memory.ts_us, steps.end_us[-1], side="left")
     first = np.searchsorted(memory.ts_us, steps.start_us[0], side="left")
-    kept = (blocks.alloc >= first) & (blocks.alloc < last_start) & ((blocks.free < 0) | (blocks.free >= end))
-    return by_site(site_codes[kept], memory.nbytes[blocks.alloc[kept]], names, 1.0 / (n - 1))
+    return (blocks.alloc >= first) & (blocks.alloc < last_start) & ((blocks.free < 0) | (blocks.free >= end))
+
+
+def surviving_sites(memory: DeviceMemory, blocks: Blocks, kept: np.ndarray, steps: StepWindows, site_codes: np.ndarray, names: list[str]) -> dict[str, int]:
+    """Bytes per step, by call site, of the blocks `kept` (of `surviving`), largest first."""
+    if len(steps) < 2 or not kept.any():
+        return {}
+    return by_site(site_codes[kept], memory.nbytes[blocks.alloc[kept]], names, 1.0 / (len(steps) - 1))
 
 
 def by_site(codes: np.ndarray, sizes: np.ndarray, names: list[str], scale: float = 1.0, top: int = 8) -> dict[str, int]:
-    """Bytes per name code (times `scale`), largest `top` first; code 0 (unknown) as "(unknown)"."""
+    """Bytes per name code (times `scale`), largest `top` first; code 0 (unknown) as UNKNOWN_SITE."""
     if codes.size == 0:
         return {}
     totals = np.bincount(codes, weights=sizes.astype(np.float64), minlength=len(names))
     order = np.argsort(-totals, kind="stable")[:top]
-    return {(names[c] or "(unknown)"): int(round(totals[c] * scale)) for c in order.tolist() if totals[c] > 0}
+    return {(names[c] or UNKNOWN_SITE): int(round(totals[c] * scale)) for c in order.tolist() if totals[c] > 0}

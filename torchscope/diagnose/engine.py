@@ -63,6 +63,7 @@ RULES: tuple[Rule, ...] = (
     rules_patterns.host_overhead_extra_device_copy,
     rules_device.memory_near_capacity,
     rules_memory.memory_leak,
+    rules_memory.unrecorded_frees,
     rules_memory.memory_churn,
     rules_memory.memory_fragmentation,
     rules_distributed.communication_share,

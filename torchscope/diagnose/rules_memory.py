@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Optional
 
+from torchscope.analysis.memory_steps import UNKNOWN_SITE
 from torchscope.diagnose.context import Context, ms
 from torchscope.diagnose.rule import WARNING, Severities, Threshold, Verdict, rule
 from torchscope.report.model import Fix
@@ -63,19 +64,15 @@ def mib(nbytes: float) -> str:
 def memory_leak(ctx: Context) -> Optional[Verdict]:
     """Allocated memory that grows step after step: blocks allocated in each step outlive it."""
     memory = ctx.report.measurements.memory
-    rising = {
-        device: slope
-        for device, slope in memory.growth_bytes_per_step.items()
-        if slope >= LEAK.value and memory.growth_r2.get(device, 0.0) >= LEAK_MIN_R2
-        and memory.growth_steps.get(device, 0.0) >= LEAK_MIN_STEPS and _interval_above_zero(ctx, device)
-    }  # fmt: skip
+    # Where the totals miss frees the trace lacks, the line is no evidence (trace_quality.unrecorded_frees).
+    rising = {device: slope for device, slope in _rising(ctx).items() if device not in memory.growth_misses_frees}
     if not rising:
         return None
     device, slope = max(rising.items(), key=lambda kv: kv[1])
-    # The sites that keep a part of the growth worth naming (a 4-byte scalar beside 8 MiB of activations is not).
-    sites = {site: size for site, size in list(memory.leak_sites_bytes_per_step.items())[:3] if size >= LEAK_SITE_SHARE * slope}
+    sites = _leak_sites(ctx, slope)
+    named = [site for site in sites if site != UNKNOWN_SITE]  # a trace without stacks or call stacks names none
     until_full = _steps_until_full(ctx, device, slope)
-    where = f", mostly from {next(iter(sites))}" if sites else ""
+    where = f", mostly from {named[0]}" if named else ""
     return Verdict(
         title=f"Memory on {device} grows by {mib(slope)} every step{where}",
         share=None,
@@ -90,9 +87,86 @@ def memory_leak(ctx: Context) -> Optional[Verdict]:
         recommendation=(
             "Something keeps a reference to tensors made in each step (a list of losses or outputs, a cache, "
             "hooks that store activations)"
-            + (f": {', '.join(sites)}" if sites else "")
+            + (f": {', '.join(named)}" if named else "")
             + ". Keep `loss.item()` or `t.detach().cpu()` instead of the tensor, and drop per-step references."
             + (f" At this rate {device} is full in about {until_full} steps." if until_full is not None else "")
+        ),
+    )
+
+
+def _leak_sites(ctx: Context, slope: float) -> dict[str, float]:
+    """The call sites that keep a part of the growth worth naming (a 4-byte scalar beside 8 MiB of
+    activations is not), largest first."""
+    sites = ctx.report.measurements.memory.leak_sites_bytes_per_step
+    return {site: size for site, size in list(sites.items())[:3] if size >= LEAK_SITE_SHARE * slope}
+
+
+def _rising(ctx: Context) -> dict[str, float]:
+    """The devices whose allocated total rises as LEAK says, with their slopes."""
+    memory = ctx.report.measurements.memory
+    return {
+        device: slope
+        for device, slope in memory.growth_bytes_per_step.items()
+        if slope >= LEAK.value and memory.growth_r2.get(device, 0.0) >= LEAK_MIN_R2
+        and memory.growth_steps.get(device, 0.0) >= LEAK_MIN_STEPS and _interval_above_zero(ctx, device)
+    }  # fmt: skip
+
+
+UNRECORDED_FREES = Threshold(
+    1,
+    "a block allocated again at an address the trace still held (its free went unrecorded), on a device whose "
+    "allocated total counts only recorded events (c10's CPU allocator) and rises as memory.leak says (I)",
+)
+
+
+@rule(
+    "trace_quality.unrecorded_frees",
+    "trace_quality",
+    UNRECORDED_FREES,
+    fixes=(
+        Fix(
+            kind="code_change",
+            target="memory check without the profiler",
+            value="psutil.Process().memory_info().rss (CPU) or torch.cuda.memory_allocated() every N steps",
+            summary="a leak keeps rising over a few hundred steps; blocks freed on other threads do not",
+        ),
+    ),
+)
+def unrecorded_frees(ctx: Context) -> Optional[Verdict]:
+    """The allocated total rises, but the trace lacks frees on that device: no verdict on a leak."""
+    memory = ctx.report.measurements.memory
+    rising = {device: slope for device, slope in _rising(ctx).items() if device in memory.growth_misses_frees}
+    if not rising:
+        return None
+    device, slope = max(rising.items(), key=lambda kv: kv[1])
+    lost = memory.unrecorded_frees_per_step.get(device, 0.0)
+    doubtful = memory.unrecorded_bytes_per_step.get(device, 0.0)
+    sites = _leak_sites(ctx, slope)
+    named = [site for site in sites if site != UNKNOWN_SITE]
+    return Verdict(
+        title=(
+            f"Memory on {device} seems to grow by {mib(slope)} every step, but the trace misses frees there "
+            "(blocks allocated again at an address it still held): no verdict on a leak"
+        ),
+        share=None,
+        evidence={
+            "device": device,
+            "growth_bytes_per_step": slope,
+            "growth_r2": memory.growth_r2.get(device, 0.0),
+            "steps_measured": memory.growth_steps.get(device, 0.0),
+            "unrecorded_frees_per_step": lost,
+            "never_freed_bytes_per_step_of_those_sizes": doubtful,
+            "surviving_bytes_per_step_by_call_site": sites,
+        },
+        recommendation=(
+            "The profiler records a free only on a thread it follows; tensors whose last reference drops on "
+            "another thread (a collective backend's, as FSDP's buffers on gloo) leave none, and this "
+            f"allocator's total never goes down for them. Of the growth, {mib(doubtful)} per step are blocks of "
+            "the sizes whose frees went missing"
+            + (f"; the other blocks that outlive their step come from {', '.join(named)}" if named else "")
+            + ". To tell a leak, log the memory without the profiler every N steps over a few hundred steps "
+            "(psutil.Process().memory_info().rss on the CPU, torch.cuda.memory_allocated() on a GPU): a leak "
+            "keeps rising."
         ),
     )
 

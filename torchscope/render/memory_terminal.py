@@ -9,7 +9,7 @@ from rich.table import Table
 from rich.text import Text
 
 from torchscope.render.units import size
-from torchscope.report.model import MemorySummary
+from torchscope.report.model import MemoryGrowth, MemorySummary
 from torchscope.text import printable
 
 ALIVE_ROWS = 3
@@ -35,10 +35,15 @@ def memory_table(memory: MemorySummary) -> Group | None:
             where = ", ".join(p for p in (step, peak.phase, peak.operator) if p)
         table.add_row(
             Text(printable(device)), size(peak_bytes), size(reserved) if reserved else "-",
-            f"{size(fit.bytes_per_step)} (R² {fit.r2:.2f})" if fit and fit.boundaries >= 3 else "-",
+            _growth(fit) if fit and fit.boundaries >= 3 else "-",
             size(churn[device]) if device in churn else "-", Text(printable(where)),
         )  # fmt: skip
     return Group(table, *filter(None, (_alive(device, memory) for device in memory.peak_allocated_bytes)))
+
+
+def _growth(fit: MemoryGrowth) -> str:
+    """The slope and its fit; marked where the totals miss frees the trace lacks (no leak evidence)."""
+    return f"{size(fit.bytes_per_step)} (R² {fit.r2:.2f}{'; frees missing' if fit.misses_frees else ''})"
 
 
 def _alive(device: str, memory: MemorySummary) -> Table | None:

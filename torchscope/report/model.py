@@ -176,6 +176,11 @@ class MemoryGrowth(msgspec.Struct, kw_only=True):
     r2: float = 0.0
     boundaries: int = 0
     surviving_by_call_site: dict[str, int] = {}  # bytes per step allocated in a step and alive at its end
+    # Frees the trace lacks (memory_blocks.py): blocks allocated again at an address still held, and the
+    # bytes per step of never-freed blocks of their sizes (left out of surviving_by_call_site).
+    unrecorded_frees: int = 0
+    unrecorded_bytes_per_step: float = 0.0
+    misses_frees: bool = False  # the line's totals count recorded events only and miss those frees
 
 
 class MemorySummary(msgspec.Struct, kw_only=True):

@@ -60,6 +60,7 @@ window.tsMemoryView = function (root, R, h) {
     if (peak && Object.keys(peak.alive_by_call_site || {}).length) parts.push(bytesTable("Alive at the peak, by call site", peak.alive_by_call_site, "call site"));
     if (peak && Object.keys(peak.alive_by_operator || {}).length) parts.push(bytesTable("Alive at the peak, by operator", peak.alive_by_operator, "operator"));
     if (peak && peak.unattributed_bytes) parts.push(el("p", { class: "muted", text: `${fmtBytes(peak.unattributed_bytes)} of the peak was allocated before the capture (or the trace has no block addresses).` }));
+    if (fit && fit.unrecorded_frees) parts.push(el("p", { class: "muted ts-unrecorded-frees", text: `The trace misses frees here: ${fit.unrecorded_frees} block(s) were allocated again at an address it still held (freed on a thread the profiler does not follow). ${fmtBytes(fit.unrecorded_bytes_per_step)} per step never freed in it are of those sizes and left out of the table below${fit.misses_frees ? "; this allocator's total counts only recorded frees, so the growth above is no evidence of a leak" : ""}.` }));
     if (fit && Object.keys(fit.surviving_by_call_site || {}).length) parts.push(bytesTable("Kept each step (allocated in a step, alive at the end of the last), per step", fit.surviving_by_call_site, "call site"));
     if (rows.length) parts.push(stepTable(rows));
     return card(`Memory: ${dev}`, ...parts);
