@@ -81,6 +81,23 @@ def test_every_micro_step_synchronising_is_counted_and_timed(tmp_path: Path) -> 
     assert sync.collective_exposed_us_per_step == pytest.approx(MICRO * (EXPOSED_US + 5))
 
 
+@pytest.mark.parametrize(
+    ("range_name", "wrapper"),
+    [("DistributedDataParallel.forward", "DistributedDataParallel"), ("FullyShardedDataParallel.forward", "FullyShardedDataParallel"),
+     ("FSDP::root_pre_forward", "fully_shard"), ("forward_pass", "")],
+)
+def test_the_wrapper_is_read_without_accumulation_too(tmp_path: Path, range_name: str, wrapper: str) -> None:
+    """`measurements.data_parallel`: one forward per step still names the wrapper (the communication rule's
+    fixes depend on it); a trace without one leaves the section out."""
+    b = TraceBuilder().gpu().rank(0, 2)
+    for step in range(3):
+        b.step(step, step * STEP_US, STEP_US)
+        b.annotation(range_name, step * STEP_US + 10, 2_000)
+    rep = torchscope.analyze(b.write(tmp_path / "rank0.pt.trace.json"), jobs=1, use_cache=False)
+    assert rep.measurements.data_parallel.wrapper == wrapper
+    assert rep.measurements.grad_sync.micro_steps_per_step == 0  # no accumulation: that section stays out
+
+
 def test_no_sync_on_the_first_micro_steps_leaves_one_sync_and_nothing_redundant(tmp_path: Path) -> None:
     sync = _sync(tmp_path, _accumulation_trace(syncing={3}))
     # The logging all-reduces, outside the backward, are no gradient sync.

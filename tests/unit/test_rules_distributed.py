@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
 from test_rules_support import STEPS, finding, findings, fixes, gpu, report
+
+from torchscope.report.measurements import DataParallel, Measurements
 from torchscope.report.model import RankSummary
 
 
@@ -24,8 +27,27 @@ def test_communication_share_on_gpu() -> None:
     rep = report(device=gpu(), breakdown={"communication": 0.2}, ranks=[_rank(0, 2000), _rank(1, 2000)])
     f = finding(rep, "communication.share")
     assert (f.category, f.severity, f.time_share) == ("communication", "warning", 0.2)
-    assert f.evidence == {"communication_us_per_step": 2000.0, "ranks": 2}
+    assert f.evidence == {"communication_us_per_step": 2000.0, "ranks": 2, "wrapper": ""}
     assert fixes(f) == {"DistributedDataParallel.no_sync": ("code_change", "with model.no_sync(): loss.backward()")}
+    assert "bucket_cap_mb" in f.recommendation
+
+
+@pytest.mark.parametrize(
+    ("wrapper", "targets", "words"),
+    [
+        ("DistributedDataParallel", ["DistributedDataParallel.no_sync"], "bucket_cap_mb"),
+        ("fully_shard", ["FSDPModule.set_modules_to_forward_prefetch", "fully_shard.reshard_after_forward"], "set_requires_gradient_sync(False)"),
+        ("FullyShardedDataParallel", ["FullyShardedDataParallel.forward_prefetch", "FullyShardedDataParallel.sharding_strategy"], "BACKWARD_PRE"),
+    ],
+)
+def test_communication_fixes_follow_the_data_parallel_wrapper(wrapper: str, targets: list[str], words: str) -> None:
+    """DDP's buckets and comm hooks do nothing for FSDP, whose all-gathers are prefetched and resharded."""
+    measurements = Measurements(data_parallel=DataParallel(wrapper=wrapper))
+    rep = report(device=gpu(), breakdown={"communication": 0.2}, ranks=[_rank(0, 2000), _rank(1, 2000)], measurements=measurements)
+    f = finding(rep, "communication.share")
+    assert [fix.target for fix in f.fixes] == targets and f.evidence["wrapper"] == wrapper
+    assert words in f.recommendation
+    assert ("DDP" in f.recommendation) == (wrapper == "DistributedDataParallel")
 
 
 def test_communication_on_cpu_reads_the_phase_and_is_info_below_ten_percent() -> None:

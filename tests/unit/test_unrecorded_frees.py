@@ -133,3 +133,7 @@ def test_a_real_fsdp2_capture_on_gloo_is_no_leak() -> None:
     assert fit.unrecorded_frees >= 1 and fit.misses_frees
     assert fit.unrecorded_bytes_per_step >= 0.9 * fit.bytes_per_step  # the lost buffers' size explains the growth
     assert sum(fit.surviving_by_call_site.values()) < 64 * 1024
+    # FSDP2's forward ranges name the wrapper: the communication advice is FSDP's, not DDP's buckets.
+    assert report.measurements.data_parallel.wrapper == "fully_shard"
+    comm = next(f for f in report.findings if f.id == "communication.share")
+    assert [fix.target for fix in comm.fixes] == ["FSDPModule.set_modules_to_forward_prefetch", "fully_shard.reshard_after_forward"]

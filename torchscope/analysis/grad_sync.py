@@ -21,6 +21,9 @@ FSDP) all-reduce (reduce-scatter) the gradients in every backward pass unless th
   in order with their dispatcher ops when both lists are as long (else every all-reduce and reduce-scatter
   of the step counts as gradient sync); wall time, and the part not overlapped by compute.
 
+The wrapper those forward ranges name is its own section too (`measurements.data_parallel`, with or
+without accumulation): the communication rule's fixes depend on it.
+
 DeepSpeed's ZeRO reduces gradients in every micro-step by design (`no_sync()` does not apply): traces
 whose recorded stacks show DeepSpeed are left out. Pipeline stages each wrapped in their own DDP, with one
 optimizer step at the end, would read as accumulation.
@@ -37,7 +40,7 @@ from torchscope.analysis.nesting import nearest_ancestor_of
 from torchscope.analysis.span import SpanInput
 from torchscope.analysis.steps import StepWindows
 from torchscope.arrays import group_ids
-from torchscope.report.measurements import GradientSync
+from torchscope.report.measurements import DataParallel, GradientSync
 from torchscope.rundir.labels import PHASE_LABELS
 from torchscope.trace.kinds import Kind
 from torchscope.trace.tables import EventTable
@@ -74,6 +77,12 @@ def _is_host_collective(name: str) -> bool:
 
 def _is_optimizer_step(name: str) -> bool:
     return name.startswith("Optimizer.step#") or name == PHASE_LABELS["optimizer"]
+
+
+def data_parallel(span: SpanInput) -> DataParallel | None:
+    """The data-parallel wrapper whose forward ranges the trace records (None: none)."""
+    _, wrapper = _forward_ranges(span.events)
+    return DataParallel(wrapper=wrapper) if wrapper else None
 
 
 def gradient_sync(span: SpanInput) -> GradientSync | None:

@@ -110,6 +110,7 @@ SECTIONS: tuple[Analysis[Any], ...] = (
     _section("recompute", recompute.recompute),
     _section("module_hooks", module_hooks.module_hooks),
     _section("grad_sync", grad_sync.gradient_sync),
+    _section("data_parallel", grad_sync.data_parallel),
     _section("float64", float64.float64_ops),
     _section("graph_breaks", graph_breaks.graph_breaks),
     _section("dropout", dropout.dropout),

@@ -15,7 +15,7 @@ from torchscope.report.model import Fix
 COMMUNICATION = Threshold(0.10, "warning above 10 % of the step (TB)")
 
 
-COMM_FIXES = (
+DDP_FIXES = (
     Fix(
         kind="code_change",
         target="DistributedDataParallel.no_sync",
@@ -35,6 +35,42 @@ COMM_FIXES = (
         summary="compress gradients before the all-reduce (half the bytes on the wire)",
     ),
 )
+# FSDP2 (`fully_shard`): all-gathers before each unit's forward and again before its backward (the
+# parameters are resharded after forward), reduce-scatters after its backward.
+FSDP2_FIXES = (
+    Fix(
+        kind="code_change",
+        target="FSDPModule.set_modules_to_forward_prefetch",
+        value="blocks[i].set_modules_to_forward_prefetch([blocks[i + 1], blocks[i + 2]])",
+        summary="issue the next units' all-gathers earlier so they overlap this unit's compute (also set_modules_to_backward_prefetch)",
+    ),
+    Fix(
+        kind="code_change",
+        target="fully_shard.reshard_after_forward",
+        value="fully_shard(model, reshard_after_forward=False)",
+        summary="keep a unit's parameters gathered from forward to backward: no second all-gather, at the cost of their memory",
+    ),
+)
+# FSDP1 (`FullyShardedDataParallel`): the same collectives, configured through the constructor.
+FSDP1_FIXES = (
+    Fix(
+        kind="code_change",
+        target="FullyShardedDataParallel.forward_prefetch",
+        value="FullyShardedDataParallel(model, forward_prefetch=True, backward_prefetch=BackwardPrefetch.BACKWARD_PRE)",
+        summary="issue the next all-gather before the current unit's compute, in forward and in backward",
+    ),
+    Fix(
+        kind="code_change",
+        target="FullyShardedDataParallel.sharding_strategy",
+        value="ShardingStrategy.SHARD_GRAD_OP",
+        summary="keep parameters gathered from forward to backward: no second all-gather, at the cost of their memory",
+    ),
+)
+COMM_FIXES = DDP_FIXES + FSDP2_FIXES + FSDP1_FIXES
+_WRAPPER_FIXES = {
+    "fully_shard": tuple(f.target for f in FSDP2_FIXES),
+    "FullyShardedDataParallel": tuple(f.target for f in FSDP1_FIXES),
+}
 
 
 @rule(
@@ -55,25 +91,47 @@ def communication_share(ctx: Context) -> Optional[Verdict]:
     share *= 1.0 - _redundant_part(ctx)
     if share <= 0:
         return None
+    wrapper = ctx.report.measurements.data_parallel.wrapper
     return Verdict(
         title=f"Collective communication takes {pct(share)} of the step ({ms(share * ctx.mean_step_us)}) "
         "without overlapping compute" + _apart(ctx, share * ctx.mean_step_us),
         share=share,
-        evidence={"communication_us_per_step": share * ctx.mean_step_us, "ranks": len(ctx.report.ranks)},
-        recommendation=_COMM_ADVICE,
-        fix_targets=("DistributedDataParallel.no_sync",),
+        evidence={"communication_us_per_step": share * ctx.mean_step_us, "ranks": len(ctx.report.ranks), "wrapper": wrapper},
+        recommendation=_advice(wrapper),
+        fix_targets=_WRAPPER_FIXES.get(wrapper, ("DistributedDataParallel.no_sync",)),
     )
 
 
-_COMM_ADVICE = (
+_INTERCONNECT = "check the interconnect (NCCL over NVLink/InfiniBand, not TCP)."
+_COMM_ADVICE = {
+    "fully_shard": "Overlap or reduce FSDP's communication: prefetch the next units' all-gathers further ahead "
+    "(set_modules_to_forward_prefetch / set_modules_to_backward_prefetch on each unit), keep the last units "
+    "(or the root) unsharded between forward and backward with reshard_after_forward=False so backward does "
+    "not all-gather them again (their parameters' memory stays in use), shard fewer, larger units (fewer, "
+    "larger collectives), a larger batch per rank; with gradient accumulation, "
+    "set_requires_gradient_sync(False) on the first N-1 micro-steps; " + _INTERCONNECT,
+    "FullyShardedDataParallel": "Overlap or reduce FSDP's communication: forward_prefetch=True and "
+    "backward_prefetch=BackwardPrefetch.BACKWARD_PRE issue the next all-gather before the current unit's "
+    "compute, sharding_strategy=ShardingStrategy.SHARD_GRAD_OP keeps parameters gathered from forward to "
+    "backward (more memory; HYBRID_SHARD keeps full sharding inside a node only), larger auto-wrap units "
+    "mean fewer, larger collectives, a larger batch per rank; with gradient accumulation, no_sync() on the "
+    "first N-1 micro-steps; " + _INTERCONNECT,
+}
+_DDP_ADVICE = (
     "Overlap or reduce communication: with DDP keep gradient bucketing on (tune bucket_cap_mb), use "
     "gradient accumulation with model.no_sync() on the first N-1 micro-steps, a larger batch per rank, "
-    "or a gradient-compression comm hook; check the interconnect (NCCL over NVLink/InfiniBand, not TCP)."
+    "or a gradient-compression comm hook; " + _INTERCONNECT
 )
+
+
+def _advice(wrapper: str) -> str:
+    """What overlaps or reduces the collectives of this data-parallel wrapper (DDP's advice otherwise)."""
+    return _COMM_ADVICE.get(wrapper, _DDP_ADVICE)
 
 
 def _exposed_transfer(ctx: Context) -> Optional[Verdict]:
     distributed = ctx.report.distributed
+    wrapper = ctx.report.measurements.data_parallel.wrapper
     exposed_us = distributed.exposed_transfer_us_per_step * (1.0 - _redundant_part(ctx))
     share = ctx.share(exposed_us)
     if share <= 0:
@@ -90,8 +148,10 @@ def _exposed_transfer(ctx: Context) -> Optional[Verdict]:
             "matched_collectives": distributed.matched,
             "match_method": distributed.match_method,
             "ranks": distributed.world_size,
+            "wrapper": wrapper,
         },
-        recommendation=_COMM_ADVICE,
+        recommendation=_advice(wrapper),
+        fix_targets=_WRAPPER_FIXES.get(wrapper, tuple(f.target for f in DDP_FIXES)),
     )
 
 

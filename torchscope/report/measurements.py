@@ -372,6 +372,13 @@ class GradientSync(Section):
     collective_exposed_us_per_step: PerStep = 0.0  # every all-reduce and reduce-scatter, not overlapped by compute
 
 
+class DataParallel(Section):
+    """The data-parallel wrapper a rank's forward ranges name (analysis/grad_sync.py), which decides what a
+    communication fix looks like: DDP's buckets and comm hooks, FSDP's prefetching and resharding."""
+
+    wrapper: Choice = ""  # "DistributedDataParallel", "FullyShardedDataParallel" (FSDP1), "fully_shard" (FSDP2)
+
+
 class Float64(Section):
     """Operators computing in float64 (analysis/float64.py): those with a double tensor input, from the
     input types recorded with shapes, and their own time per step (host self time on a CPU, their kernels'
@@ -475,6 +482,7 @@ class Measurements(msgspec.Struct, kw_only=True):
     attention: Attention = msgspec.field(default_factory=Attention)
     module_hooks: ModuleHooks = msgspec.field(default_factory=ModuleHooks)
     grad_sync: GradientSync = msgspec.field(default_factory=GradientSync)
+    data_parallel: DataParallel = msgspec.field(default_factory=DataParallel)
     float64: Float64 = msgspec.field(default_factory=Float64)
     phase_clock: PhaseClock = msgspec.field(default_factory=PhaseClock)
     graph_breaks: GraphBreaks = msgspec.field(default_factory=GraphBreaks)
