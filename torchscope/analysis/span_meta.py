@@ -6,11 +6,13 @@ from __future__ import annotations
 from typing import Any, Literal, Optional
 
 import msgspec
+import numpy as np
 
 from torchscope.analysis.registry import Analysis, Part
 from torchscope.analysis.span import SpanInput
 from torchscope.rundir.manifest import StepSource
 from torchscope.trace.kinds import Kind
+from torchscope.trace.tables import EventTable
 
 DeviceKind = Literal["cpu", "cuda", "rocm"]
 
@@ -25,13 +27,23 @@ class SpanMeta(msgspec.Struct, kw_only=True):
     device_kind: DeviceKind
     step_source: StepSource
     warnings: list[str]
+    # The process that wrote the trace (its host ops' pid and the header's host_name, when written), and
+    # whether its steps train (a backward or an optimizer step in them): two files of one process are one
+    # rank, and a rank's spans that only run forward beside spans that train are evaluation.
+    host: Optional[str] = None
+    pid: Optional[str] = None
+    trains: bool = True
 
 
 def extract_meta(span: SpanInput) -> SpanMeta:
     events = span.events
     info = span.header.get("distributedInfo")
     rank = info.get("rank") if isinstance(info, dict) else None
+    host = span.header.get("host_name")
     return SpanMeta(
+        host=host if isinstance(host, str) and host else None,
+        pid=_host_pid(events),
+        trains=_trains(span),
         file=span.file,
         first_ts_us=float(events.ts_us.min()) if len(events) else 0.0,
         header_rank=int(rank) if isinstance(rank, int) and not isinstance(rank, bool) else None,
@@ -42,6 +54,21 @@ def extract_meta(span: SpanInput) -> SpanMeta:
         step_source=span.steps.source,
         warnings=list(span.trace.warnings),
     )
+
+
+def _host_pid(events: EventTable) -> Optional[str]:
+    """The pid of most host ops (device events carry the device's id there), as written."""
+    ops = events.pid[events.kind_rows(Kind.CPU_OP)]
+    if ops.size == 0:
+        return None
+    return str(events.strings[int(np.argmax(np.bincount(ops)))])
+
+
+def _trains(span: SpanInput) -> bool:
+    """Whether the steps hold backward or optimizer time (evaluation steps hold neither)."""
+    phases = span.phase_breakdown
+    columns = [i for i, name in enumerate(phases.categories) if name in ("backward", "optimizer")]
+    return len(span.steps) == 0 or bool(phases.per_step_us[:, columns].sum() > 0)
 
 
 def _device_kind(span: SpanInput) -> DeviceKind:

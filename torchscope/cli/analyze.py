@@ -62,14 +62,15 @@ def execute(args: argparse.Namespace) -> int:
         write_report(args.output, text)
     else:
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
-    _warn_if_partial(report.warnings)
+    _warn(report.warnings, report.run.partial)
     return 0
 
 
-def _warn_if_partial(warnings: list[str]) -> None:
-    """One line on stderr when the input was damaged, so the user sees it whatever the format."""
+def _warn(warnings: list[str], partial: bool) -> None:
+    """One line on stderr when the report has warnings (the input was damaged, or a part of it was left
+    out on purpose), so the user sees it whatever the format."""
     if not warnings:
         return
     more = f" (and {len(warnings) - 1} more in the report)" if len(warnings) > 1 else ""
     line = one_line(f"{warnings[0]}{more}")  # one line, control characters escaped, even with odd file names
-    print(f"torchscope: warning: partial report: {line}", file=sys.stderr)
+    print(f"torchscope: warning: {'partial report: ' if partial else ''}{line}", file=sys.stderr)

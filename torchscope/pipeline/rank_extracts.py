@@ -34,6 +34,7 @@ class RankExtracts(msgspec.Struct):
     rank: int
     worker: str
     spans: list[SpanExtracts]  # in capture order
+    rank_known: bool = True  # from a trace header or the worker's name, not the order of the workers
 
 
 def extract_rank(
@@ -48,7 +49,8 @@ def extract_rank(
     `on_bytes` follows the parsing, see `parse_trace`). `analyses` starts with the span metadata."""
     spans = [_span_extracts(ref.path, analyses, use_cache, parse_jobs, on_bytes) for ref in refs]
     spans.sort(key=lambda span: span.meta.first_ts_us)  # capture order (sort is stable for ties)
-    return RankExtracts(rank=_rank_of(spans, refs, rank_fallback), worker=refs[0].worker, spans=spans)
+    rank = _rank_of(spans, refs)
+    return RankExtracts(rank=rank_fallback if rank is None else rank, worker=refs[0].worker, spans=spans, rank_known=rank is not None)
 
 
 def _span_extracts(
@@ -90,12 +92,12 @@ def _trace_key(path: Path) -> str | None:
         return None
 
 
-def _rank_of(spans: list[SpanExtracts], refs: Sequence[TraceFileRef], fallback: int) -> int:
-    """The trace header's distributedInfo.rank, else a rank in the worker's name, else the order."""
+def _rank_of(spans: list[SpanExtracts], refs: Sequence[TraceFileRef]) -> int | None:
+    """The trace header's distributedInfo.rank, else a rank in the worker's name (None: neither)."""
     for span in spans:
         if span.meta.header_rank is not None:
             return span.meta.header_rank
     for ref in refs:
         if ref.rank_hint is not None:
             return ref.rank_hint
-    return fallback
+    return None

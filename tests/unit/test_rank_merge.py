@@ -1,0 +1,89 @@
+"""Which trace files are one rank (pipeline/rank_merge.py): one process writing files under several worker
+names (Lightning's PyTorchProfiler names each after its action) is one rank, not two; the same header rank
+is one rank; other processes stay ranks of their own. A rank's spans without backward or optimizer steps
+beside training spans are evaluation, left out with a warning."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torchscope
+from helpers.trace_builder import HOST_PID, TraceBuilder
+
+STEP_US = 1_000.0
+
+
+def _trace(path: Path, first_step: int, steps: int, t0: float, train: bool = True, pid: int = HOST_PID,
+           host: str | None = "node0", rank: int | None = None) -> None:
+    """`steps` steps from `t0`: a forward op each, and in training steps a backward op and an optimizer step."""
+    b = TraceBuilder()
+    if host is not None:
+        b.header["host_name"] = host
+    if rank is not None:
+        b.rank(rank, 2)
+    for i in range(steps):
+        start = t0 + i * STEP_US
+        b.step(first_step + i, start, STEP_US - 10)
+        b.op("aten::linear", start + 10, 300)
+        if train:
+            b.op("autograd::engine::evaluate_function: AddmmBackward0", start + 400, 300)
+            b.annotation("Optimizer.step#Adam.step", start + 750, 200)
+    events: list[dict[str, Any]] = b.events
+    for event in events:
+        if event.get("pid") == HOST_PID:
+            event["pid"] = pid
+    b.write(path)
+
+
+def test_one_process_under_two_worker_names_is_one_rank(tmp_path: Path) -> None:
+    run = tmp_path / "prof"
+    _trace(run / "fit-[Strategy]SingleDeviceStrategy.training_step.1700000000000.pt.trace.json", 5, 4, 0.0)
+    _trace(run / "fit-[Strategy]SingleDeviceStrategy.backward.1700000009000.pt.trace.json", 13, 3, 9_000.0)
+    report = torchscope.analyze(run, jobs=1, use_cache=False)
+    assert report.run.ranks == [0] and len(report.ranks) == 1 and len(report.steps) == 7
+    assert report.ranks[0].worker == "fit-[Strategy]SingleDeviceStrategy.training_step"
+    assert "straggler.rank" not in [f.id for f in report.findings] and not report.distributed.present
+
+
+def test_other_processes_stay_ranks_of_their_own(tmp_path: Path) -> None:
+    run = tmp_path / "prof"
+    _trace(run / "a.1700000000000.pt.trace.json", 5, 3, 0.0, pid=101)
+    _trace(run / "b.1700000000000.pt.trace.json", 5, 3, 0.0, pid=102)
+    _trace(run / "c.1700000000000.pt.trace.json", 5, 3, 0.0, pid=101, host="node1")  # same pid, other host
+    report = torchscope.analyze(run, jobs=1, use_cache=False)
+    assert report.run.ranks == [0, 1, 2] and [r.worker for r in report.ranks] == ["a", "b", "c"]
+
+
+def test_the_same_header_rank_under_two_names_is_one_rank(tmp_path: Path) -> None:
+    run = tmp_path / "prof"
+    _trace(run / "train.1700000000000.pt.trace.json", 5, 3, 0.0, pid=101, rank=1)
+    _trace(run / "later.1700000009000.pt.trace.json", 8, 3, 9_000.0, pid=101, rank=1)
+    _trace(run / "other.1700000000000.pt.trace.json", 5, 3, 0.0, pid=202, rank=0)
+    report = torchscope.analyze(run, jobs=1, use_cache=False)
+    assert report.run.ranks == [0, 1] and [(r.rank, r.worker) for r in report.ranks] == [(0, "other"), (1, "train")]
+
+
+def test_evaluation_spans_beside_training_are_left_out_with_a_warning(tmp_path: Path) -> None:
+    run = tmp_path / "prof"
+    _trace(run / "fit-training_step.1700000000000.pt.trace.json", 5, 4, 0.0)
+    _trace(run / "fit-validation_step.1700000009000.pt.trace.json", 9, 3, 9_000.0, train=False)
+    report = torchscope.analyze(run, jobs=1, use_cache=False)
+    assert [s.step for s in report.steps] == [5, 6, 7, 8]
+    assert report.warnings == [
+        "fit-validation_step.1700000009000.pt.trace.json: 3 step(s) without a backward pass or an optimizer step, "
+        "beside training steps of the same rank (evaluation): left out"
+    ]
+    assert not report.run.partial
+    # A run that only evaluates keeps its steps.
+    only = torchscope.analyze(run / "fit-validation_step.1700000009000.pt.trace.json", jobs=1, use_cache=False)
+    assert [s.step for s in only.steps] == [9, 10, 11] and only.warnings == []
+
+
+def test_a_real_lightning_capture_is_one_rank() -> None:
+    """tests/data/captures/lightning_two_files/README.md: two cycles of one process, named after different
+    actions; before, two ranks and a straggler finding between them."""
+    capture = Path(__file__).resolve().parents[1] / "data" / "captures" / "lightning_two_files"
+    report = torchscope.analyze(capture, jobs=1, use_cache=False)
+    assert report.run.ranks == [0] and len(report.run.trace_files) == 2 and len(report.steps) == 4
+    assert "straggler.rank" not in [f.id for f in report.findings] and not report.distributed.present
