@@ -34,9 +34,11 @@ def test_fsdp2_buffers_freed_on_gloo_threads_are_no_leak(tmp_path: Path) -> None
     assert done.returncode == 0, done.stderr
     report = torchscope.analyze(tmp_path / "runs", jobs=1, use_cache=False)
     assert report.run.ranks == [0, 1] and len(report.steps) == 16
-    assert "memory.leak" not in [f.id for f in report.findings]
-    fit = report.memory.growth["cpu"]
-    # Either rank's trace showed a block allocated again at an address it still held.
-    assert report.measurements.memory.growth_misses_frees == ["cpu"] and fit.boundaries >= 3
-    if fit.bytes_per_step >= 1024 * 1024:
-        assert "trace_quality.unrecorded_frees" in [f.id for f in report.findings]
+    ids = [f.id for f in report.findings]
+    assert "memory.leak" not in ids
+    # The recorded total rises by the collectives' buffers the trace never saw freed: said, with no verdict
+    # (unless the recorded line itself is too flat or crooked for the leak thresholds this time).
+    memory = report.measurements.memory
+    assert memory.doubtful_bytes_per_step["cpu"] > 0
+    rising = memory.growth_bytes_per_step["cpu"] >= 1024 * 1024 and memory.growth_r2["cpu"] >= 0.9
+    assert "trace_quality.unrecorded_frees" in ids or not rising

@@ -232,8 +232,8 @@ def _caching_allocator(tmp_path: Path, events: int) -> tuple[Report, list[tuple[
         b.memory(ts, allocated=allocated, reserved=reserved, delta=delta)
         written.append((ts, 1, allocated, reserved))
         if n % 10 == 0:
-            b.memory(ts + 1, allocated=n * 1024, reserved=0, device_type=0, device_id=-1, delta=1024)
-            written.append((ts + 1, 0, n * 1024, 0))
+            b.memory(ts + 1, allocated=(n // 10 + 1) * 1024, reserved=0, device_type=0, device_id=-1, delta=1024)
+            written.append((ts + 1, 0, (n // 10 + 1) * 1024, 0))
     report = torchscope.analyze(b.write(tmp_path / "trace.json"), jobs=1, use_cache=False)
     return report, written
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from test_rules_support import finding, findings, gpu, report
 from torchscope.diagnose.engine import diagnose
 from torchscope.report.measurements import Measurements, Memory
@@ -65,30 +66,43 @@ def test_a_site_without_a_name_is_not_named() -> None:
     assert leak.evidence["surviving_bytes_per_step_by_call_site"] == {"(unknown)": 4 * MIB}
 
 
-def test_growth_on_totals_that_miss_frees_is_no_leak_but_says_why() -> None:
-    """Where the device's totals count recorded events only and the trace lacks frees there, the rising
-    line reads as trace_quality.unrecorded_frees (no verdict), never as memory.leak."""
+def test_growth_of_blocks_perhaps_freed_unseen_is_no_leak_but_says_why() -> None:
+    """The leak rule judges the line without the blocks perhaps freed unseen; where only the recorded line
+    rises, trace_quality.unrecorded_frees says so (no verdict), never memory.leak."""
     leaky = _leaky()
     section = leaky["measurements"].memory
-    section.growth_misses_frees = ["cuda:0"]
+    section.leak_growth_bytes_per_step, section.leak_growth_r2 = {"cuda:0": 0.1 * MIB}, {"cuda:0": 0.2}
     section.unrecorded_frees_per_step = {"cuda:0": 0.25}
-    section.unrecorded_bytes_per_step = {"cuda:0": 3 * MIB}
+    section.doubtful_bytes_per_step = {"cuda:0": 3.9 * MIB}
     found = findings(report(**leaky))
     assert "memory.leak" not in found
     quality = finding(report(**leaky), "trace_quality.unrecorded_frees")
     assert quality.severity == "info" and quality.time_share is None and quality.category == "trace_quality"
     assert quality.title.startswith("Memory on cuda:0 seems to grow by 4.0 MiB every step, but the trace misses frees")
-    assert quality.evidence["unrecorded_frees_per_step"] == 0.25
-    assert quality.evidence["never_freed_bytes_per_step_of_those_sizes"] == 3 * MIB
-    assert "train (train.py:10) > torch.ones" in quality.recommendation and "3.0 MiB per step" in quality.recommendation
+    assert quality.evidence["unrecorded_frees_per_step"] == 0.25 and quality.evidence["doubtful_bytes_per_step"] == pytest.approx(3.9 * MIB, abs=1)
+    assert "train (train.py:10) > torch.ones" in quality.recommendation and "3.9 MiB per step" in quality.recommendation
+    # Without a lost free, the doubt is the collectives' buffers.
+    section.unrecorded_frees_per_step = {}
+    assert "collectives' buffers" in finding(report(**leaky), "trace_quality.unrecorded_frees").title
     # A line that is no leak by the thresholds is no finding either way.
     leaky = _leaky(r2=0.5)
-    leaky["measurements"].memory.growth_misses_frees = ["cuda:0"]
     assert not {"memory.leak", "trace_quality.unrecorded_frees"} & set(findings(report(**leaky)))
-    # Lost frees on another device leave this one's leak alone.
+    # The line without them still rising is a leak, stated at its own slope.
     leaky = _leaky()
-    leaky["measurements"].memory.growth_misses_frees = ["cpu"]
-    assert "memory.leak" in findings(report(**leaky)) and "trace_quality.unrecorded_frees" not in findings(report(**leaky))
+    section = leaky["measurements"].memory
+    section.leak_growth_bytes_per_step, section.leak_growth_r2 = {"cuda:0": 2 * MIB}, {"cuda:0": 0.99}
+    section.doubtful_bytes_per_step = {"cuda:0": 2 * MIB}
+    leak = finding(report(**leaky), "memory.leak")
+    assert leak.title.startswith("Memory on cuda:0 grows by 2.0 MiB every step")
+    assert leak.evidence["recorded_growth_bytes_per_step"] == 4 * MIB and "trace_quality.unrecorded_frees" not in findings(report(**leaky))
+
+
+def test_the_top_site_is_named_only_if_it_has_a_name() -> None:
+    """"(unknown)" holding most of the growth: the title names no site rather than a minor one."""
+    leaky = _leaky()
+    leaky["measurements"].memory.leak_sites_bytes_per_step = {"(unknown)": 3.9 * MIB, "train (train.py:10) > torch.ones": 0.1 * MIB}
+    leak = finding(report(**leaky), "memory.leak")
+    assert leak.title == "Memory on cuda:0 grows by 4.0 MiB every step" and "train.py:10" in leak.recommendation
 
 
 def test_churn_is_a_hint_above_32_mib_and_a_quarter_of_the_peak() -> None:

@@ -28,10 +28,11 @@ from torchscope.analysis import intervals
 from torchscope.analysis.autograd_markers import autograd_marker_set
 from torchscope.analysis.source_lines import source_roots
 from torchscope.analysis.memory_blocks import (
-    DeviceMemory, MemoryEvents, counts_recorded_events_only, device_memory, enclosing_host_event, memory_events,
-    of_unrecorded_sizes, owners, pair_blocks, user_call_site, without_unrecorded_frees,
+    DeviceMemory, MemoryEvents, allocator_events, counts_recorded_events_only, device_memory, enclosing_host_event,
+    is_collective_buffer_range, memory_events, owners, pair_blocks, possibly_freed_unseen, under_ranges, user_call_site,
+    without_blocks, without_unrecorded_frees,
 )
-from torchscope.analysis.memory_steps import by_site, growth, step_traffic, surviving, surviving_sites
+from torchscope.analysis.memory_steps import by_site, growth, line, step_bounds, step_traffic, surviving, surviving_sites
 from torchscope.analysis.reduce import merge_sections
 from torchscope.analysis.registry import Analysis, Part
 from torchscope.analysis.span import SpanInput
@@ -106,7 +107,9 @@ def extract_memory(span: SpanInput) -> MemoryExtract:
     summary = MemorySummary(present=True)
     key = memory.device_type.astype(np.int64) * 4096 + (memory.device_id + 1)  # device_id -1 = host
     for k in distinct(key).tolist():
-        at = np.flatnonzero(key == k)
+        at = allocator_events(memory, np.flatnonzero(key == k))
+        if at.size == 0:
+            continue
         label = device_label(int(k // 4096), int(k % 4096) - 1)
         _one_device(span, label, device_memory(memory, at), who, at, origin, summary, figures)
     return MemoryExtract(summary=summary, figures=figures)
@@ -119,8 +122,8 @@ def _one_device(
     """Fill `summary` and `figures` with one device's timeline, peak, steps and growth (`at`: the
     device's positions in the attribution arrays)."""
     blocks = pair_blocks(memory)
-    misses_frees = bool(blocks.unrecorded.any()) and counts_recorded_events_only(memory)
-    memory = without_unrecorded_frees(memory, blocks)
+    counts_recorded_only = counts_recorded_events_only(memory)
+    memory, unseen_frees = without_unrecorded_frees(memory, blocks)
     sites = who.site_codes[at][blocks.alloc]
     summary.has_addresses = summary.has_addresses or memory.has_addresses()
     summary.unpaired_allocations += int((blocks.free < 0).sum()) if memory.has_addresses() else 0
@@ -137,7 +140,7 @@ def _one_device(
     steps = span.steps
     if len(steps) == 0:
         return
-    traffic = step_traffic(memory, blocks, steps, sites, _in_autograd(span, memory.ts_us))
+    traffic = step_traffic(memory, blocks, steps, sites, _in_autograd(span, memory.ts_us), unseen_frees)
     summary.per_step.extend(traffic.rows(label, steps.number))
     n = len(steps)
     if memory.has_addresses():  # temporaries need pairs: an allocated total alone says nothing of them
@@ -149,25 +152,45 @@ def _one_device(
     # starts at 0 and frees of older blocks (the previous step's gradients and activations) go unreported,
     # so each trace's first recorded step nets those blocks as growth; the line starts at the second
     # step. (CUDA's caching allocator reports device-wide totals and every free.)
-    fit = growth(traffic, first=1 if label.split(":")[0] == DEVICE_TYPE_NAMES[0] else 0)
-    # Blocks of a size whose free the trace lacked elsewhere may be gone unseen too: not a leak's sites.
-    kept, doubtful = surviving(memory, blocks, steps), of_unrecorded_sizes(memory, blocks)
+    first = 1 if label.split(":")[0] == DEVICE_TYPE_NAMES[0] else 0
+    fit = growth(traffic, first)
+    # Never-freed blocks perhaps freed where the profiler does not record it are not a leak's sites; where
+    # the total counts only the recorded events they are off the line the leak rule judges, too.
+    kept = surviving(memory, blocks, steps)
+    doubtful = possibly_freed_unseen(memory, blocks, _under_collectives(span, who, at, blocks))
     fit.surviving_by_call_site = surviving_sites(memory, blocks, kept & ~doubtful, steps, sites, who.site_names)
     fit.unrecorded_frees = int(blocks.unrecorded.sum())
-    fit.unrecorded_bytes_per_step = float(memory.nbytes[blocks.alloc[kept & doubtful]].sum()) / max(n - 1, 1)
-    fit.misses_frees = misses_frees
+    fit.doubtful_bytes_per_step = float(memory.nbytes[blocks.alloc[kept & doubtful]].sum()) / max(n - 1, 1)
+    judged = fit
+    if counts_recorded_only and doubtful.any():
+        lo, hi = step_bounds(memory, steps)
+        before = without_blocks(memory, blocks, doubtful)
+        judged = line(np.r_[before[lo][first:], before[hi][-1:]])
+    fit.leak_bytes_per_step, fit.leak_low_bytes_per_step, fit.leak_r2 = judged.bytes_per_step, judged.low_bytes_per_step, judged.r2
     summary.growth[label] = fit
     if fit.unrecorded_frees:
         figures.unrecorded_frees_per_step[label] = fit.unrecorded_frees / n
-        figures.unrecorded_bytes_per_step[label] = fit.unrecorded_bytes_per_step
-    if misses_frees:
-        figures.growth_misses_frees.append(label)
+    if fit.doubtful_bytes_per_step:
+        figures.doubtful_bytes_per_step[label] = fit.doubtful_bytes_per_step
     if fit.boundaries >= 3:
         figures.growth_bytes_per_step[label] = fit.bytes_per_step
         figures.growth_r2[label] = fit.r2
         figures.growth_steps[label] = float(fit.boundaries - 1)
+        figures.leak_growth_bytes_per_step[label] = fit.leak_bytes_per_step
+        figures.leak_growth_r2[label] = fit.leak_r2
         for site, size in fit.surviving_by_call_site.items():
             figures.leak_sites_bytes_per_step[site] = figures.leak_sites_bytes_per_step.get(site, 0.0) + size
+
+
+def _under_collectives(span: SpanInput, who: _Attribution, at: np.ndarray, blocks: Any) -> np.ndarray:
+    """Per block: allocated inside a collective's range (memory_blocks.is_collective_buffer_range); only the
+    never-freed blocks are looked up (the others need no answer)."""
+    found = np.zeros(blocks.alloc.size, dtype=bool)
+    never = np.flatnonzero(blocks.free < 0)
+    if never.size:
+        enclosing = who.enclosing[at][blocks.alloc[never]]
+        found[never] = under_ranges(span.events, span.tree, enclosing, is_collective_buffer_range)
+    return found
 
 
 def _peak(

@@ -12,7 +12,8 @@ it: the profiler records a free only on a thread it follows, so a tensor whose l
 another thread leaves no free (an FSDP2 run on gloo lost a few of its collectives' 1 MiB buffers so each
 step). Such a block is counted freed at that next allocation
 (`Blocks.unrecorded`), and c10's CPU allocator, whose `Total Allocated` counts only the events it
-reported, never took it off its total (`without_unrecorded_frees`).
+reported, never took it off its total (`without_unrecorded_frees`). Blocks never freed in the trace but
+perhaps freed unseen (`possibly_freed_unseen`) are no evidence of a leak either.
 
 Instants are not part of the host call tree (they have no duration), so the op enclosing one is found by
 a sorted search per thread (the last host event starting at or before it) and a walk up the tree until
@@ -22,11 +23,13 @@ an ancestor covers it, all events of one tree level at a time.
 from __future__ import annotations
 
 import re
+from typing import Callable
 
 import msgspec
 import numpy as np
 
 from torchscope.analysis.frames import is_library_code, is_module_call, is_user_frame, readable
+from torchscope.analysis.markers import is_comm_op_name
 from torchscope.analysis.nesting import HostTree
 from torchscope.analysis.nesting import tree_order
 from torchscope.analysis.source_lines import frame_at_call
@@ -148,22 +151,71 @@ def counts_recorded_events_only(memory: DeviceMemory) -> bool:
     return bool(np.array_equal(memory.allocated_before[1:], memory.allocated[:-1]))
 
 
-def without_unrecorded_frees(memory: DeviceMemory, blocks: Blocks) -> DeviceMemory:
+def without_unrecorded_frees(memory: DeviceMemory, blocks: Blocks) -> tuple[DeviceMemory, np.ndarray]:
     """`memory` with the allocated total less each block whose free the trace lacks, from the allocation
-    that shows it gone on; only where the total counts recorded events only (elsewhere it already dropped)."""
-    if not blocks.unrecorded.any() or not counts_recorded_events_only(memory):
-        return memory
+    that shows it gone on, and those frees' bytes per event position (zeros where none); only where the
+    total counts recorded events only (elsewhere it already dropped, and nothing changes)."""
     gone = np.zeros(memory.nbytes.size, dtype=memory.allocated.dtype)
+    if not blocks.unrecorded.any() or not counts_recorded_events_only(memory):
+        return memory, gone
     np.add.at(gone, blocks.free[blocks.unrecorded], memory.nbytes[blocks.alloc[blocks.unrecorded]])
-    return msgspec.structs.replace(memory, allocated=memory.allocated - np.cumsum(gone))
+    return msgspec.structs.replace(memory, allocated=memory.allocated - np.cumsum(gone)), gone
 
 
-def of_unrecorded_sizes(memory: DeviceMemory, blocks: Blocks) -> np.ndarray:
-    """Per block: never freed in the trace and of a size whose free the trace lacked for another block.
-    Where one free of the same buffer went unrecorded (an all-gather's or reduce-scatter's, each step
-    the same size), the others may have gone the same way unseen: such a block is no evidence of a leak."""
+def possibly_freed_unseen(memory: DeviceMemory, blocks: Blocks, collective: np.ndarray) -> np.ndarray:
+    """Per block: never freed in the trace, yet maybe freed where the profiler does not record it: of a
+    size whose free the trace lacked for another block (the same buffer, each step), or allocated inside
+    a collective (`collective`: per block), whose backend may drop the last reference on its own thread
+    (gloo's reduce-scatter clones its input; an FSDP2 run lost some of both kinds' frees each step)."""
     sizes = memory.nbytes[blocks.alloc]
-    return (blocks.free < 0) & np.isin(sizes, sizes[blocks.unrecorded])
+    return (blocks.free < 0) & (np.isin(sizes, sizes[blocks.unrecorded]) | collective)
+
+
+def without_blocks(memory: DeviceMemory, blocks: Blocks, taken: np.ndarray) -> np.ndarray:
+    """The allocated total before each event and after the last (as `allocated_before`, one longer) less
+    the blocks `taken` (per block), from their allocation on: as if they had never been allocated."""
+    off = np.zeros(memory.nbytes.size, dtype=np.float64)
+    off[blocks.alloc[taken]] = memory.nbytes[blocks.alloc[taken]]
+    total = np.cumsum(off)
+    return np.r_[memory.allocated_before - (total - off), memory.allocated[-1:] - total[-1:]]
+
+
+def allocator_events(memory: MemoryEvents, at: np.ndarray) -> np.ndarray:
+    """The positions of `at` (one device's events) that the device's allocator counts: the CPU device also
+    carries shared-memory blocks (tensors received from DataLoader workers), reported with `Total
+    Allocated` 0, which would read as the total dropping to 0 and back. Left out: every event at the
+    address of an allocation reported with total 0 (none of a counting allocator's is), then the frees
+    reported with total 0 that do not take the total before them to 0 (those of such blocks allocated
+    before the trace)."""
+    other = (memory.total_allocated[at] == 0) & (memory.nbytes[at] > 0)
+    if other.any():
+        at = at[~np.isin(memory.addr[at], memory.addr[at][other])]
+    total, nbytes = memory.total_allocated[at], memory.nbytes[at]
+    before = np.r_[-1, total[:-1]]
+    stray = (total == 0) & (nbytes < 0) & (before != -nbytes)
+    return at[~stray] if stray.any() else at
+
+
+def is_collective_buffer_range(name: str) -> bool:
+    """A range whose allocations a collective's backend may release on its own thread: the collective ops
+    (`c10d::`, `nccl:`, `gloo:`), and FSDP2's all-gather and reduce-scatter ranges and ops (torch's
+    `_fsdp_param_group.py` records `FSDP::all_gather (i)`, `FSDP::post_backward_reduce (i)`; `fsdp::` ops)."""
+    return is_comm_op_name(name) or name.startswith(("FSDP::all_gather", "FSDP::post_backward_reduce", "fsdp::"))
+
+
+def under_ranges(events: EventTable, tree: HostTree, rows: np.ndarray, predicate: Callable[[str], bool]) -> np.ndarray:
+    """Per row (a host event, or -1): whether it or one of its ancestors is named by `predicate`; one
+    step up the tree at a time for the rows still walking."""
+    found = np.zeros(rows.size, dtype=bool)
+    named = events.name_mask(predicate)
+    walking = np.flatnonzero(rows >= 0)
+    current = rows[walking]
+    while walking.size:
+        found[walking] |= named[current]
+        current = tree.parent[current]
+        keep = (current >= 0) & ~found[walking]
+        walking, current = walking[keep], current[keep]
+    return found
 
 
 def enclosing_host_event(events: EventTable, tree: HostTree, rows: np.ndarray) -> np.ndarray:

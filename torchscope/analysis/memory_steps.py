@@ -53,17 +53,27 @@ class StepTraffic(msgspec.Struct, frozen=True):
         ]  # fmt: skip
 
 
+def step_bounds(memory: DeviceMemory, steps: StepWindows) -> tuple[np.ndarray, np.ndarray]:
+    """Per step, the positions of its first event and of the first event after it."""
+    return np.searchsorted(memory.ts_us, steps.start_us, side="left"), np.searchsorted(memory.ts_us, steps.end_us, side="left")
+
+
 def step_traffic(
-    memory: DeviceMemory, blocks: Blocks, steps: StepWindows, site_codes: np.ndarray, autograd: np.ndarray
+    memory: DeviceMemory, blocks: Blocks, steps: StepWindows, site_codes: np.ndarray, autograd: np.ndarray,
+    unseen_frees: np.ndarray | None = None,
 ) -> StepTraffic:
     """Allocator traffic per step (`site_codes`: the call-site code of each block in `blocks`;
-    `autograd`: per memory event, whether it happens in the forward or backward phase)."""
+    `autograd`: per memory event, whether it happens in the forward or backward phase; `unseen_frees`:
+    per event position, bytes of frees the trace lacks that the totals were corrected for, counted as
+    frees there so that each step's rows still balance)."""
     n = len(steps)
-    lo = np.searchsorted(memory.ts_us, steps.start_us, side="left")
-    hi = np.searchsorted(memory.ts_us, steps.end_us, side="left")
+    lo, hi = step_bounds(memory, steps)
     before = np.r_[memory.allocated_before, memory.allocated[-1:]]  # allocated total before position i
     positive = np.maximum(memory.nbytes, 0)
     negative = np.maximum(-memory.nbytes, 0)
+    # A free the trace lacked happened before the allocation at `unseen_frees`' position, and the totals
+    # drop from that position on: it belongs with the event before it (the step that ends there, if any).
+    unseen = np.zeros(memory.nbytes.size) if unseen_frees is None else np.r_[unseen_frees[1:], 0]
 
     def per_step(values: np.ndarray) -> np.ndarray:
         total = np.r_[0, np.cumsum(values)]
@@ -76,7 +86,7 @@ def step_traffic(
     churn = temporary & ~autograd[blocks.alloc] & ~autograd[np.maximum(blocks.free, 0)]
     return StepTraffic(
         at_start=before[lo], at_end=before[hi], alloc_bytes=per_step(positive), alloc_count=per_step(memory.nbytes > 0),
-        free_bytes=per_step(negative), free_count=per_step(memory.nbytes < 0),
+        free_bytes=per_step(negative + unseen), free_count=per_step((memory.nbytes < 0).astype(np.int64) + (unseen > 0)),
         temporary_bytes=np.bincount(alloc_step[temporary], weights=sizes[temporary], minlength=n)[:n],
         churn_bytes=np.bincount(alloc_step[churn], weights=sizes[churn], minlength=n)[:n],
         churn_codes=site_codes[churn], churn_block_bytes=sizes[churn],
@@ -93,7 +103,12 @@ def _step_of_position(position: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> n
 def growth(traffic: StepTraffic, first: int = 0) -> MemoryGrowth:
     """The allocated total at the step boundaries (each step's start from step `first` on, and the last
     one's end) as a line."""
-    values = np.r_[traffic.at_start[first:], traffic.at_end[-1:]].astype(np.float64)
+    return line(np.r_[traffic.at_start[first:], traffic.at_end[-1:]])
+
+
+def line(values: np.ndarray) -> MemoryGrowth:
+    """Values at successive step boundaries as a line (see the module docstring)."""
+    values = np.asarray(values, dtype=np.float64)
     n = values.size
     if n < 3:
         return MemoryGrowth(boundaries=int(n))

@@ -42,8 +42,10 @@ def memory_table(memory: MemorySummary) -> Group | None:
 
 
 def _growth(fit: MemoryGrowth) -> str:
-    """The slope and its fit; marked where the totals miss frees the trace lacks (no leak evidence)."""
-    return f"{size(fit.bytes_per_step)} (R² {fit.r2:.2f}{'; frees missing' if fit.misses_frees else ''})"
+    """The slope and its fit, and the line the leak rule judges where blocks perhaps freed unseen were taken
+    off it (the allocator counts only recorded events)."""
+    doubted = fit.doubtful_bytes_per_step > 0 and abs(fit.leak_bytes_per_step - fit.bytes_per_step) >= 0.01 * abs(fit.bytes_per_step)
+    return f"{size(fit.bytes_per_step)} (R² {fit.r2:.2f})" + (f"; {size(fit.leak_bytes_per_step)} without blocks maybe freed unseen" if doubted else "")
 
 
 def _alive(device: str, memory: MemorySummary) -> Table | None:

@@ -221,11 +221,12 @@ class Memory(Section):
     growth_steps: PerStepByName = {}  # step boundaries the slope was fitted on
     leak_sites_bytes_per_step: PerStepByName = {}  # call site -> bytes per step that outlive their step
     # Where the trace lacks frees (memory_blocks.py): blocks per step shown freed by a later allocation at
-    # their address, never-freed bytes per step of their sizes, and the devices whose growth line rests on
-    # totals that miss them (c10's CPU allocator counts only the events it recorded).
+    # their address, and never-freed bytes per step perhaps freed unseen; the line the leak rule judges
+    # (MemoryGrowth.leak_*: without those blocks where the allocator counts only recorded events).
     unrecorded_frees_per_step: PerStepByName = {}
-    unrecorded_bytes_per_step: PerStepByName = {}
-    growth_misses_frees: Names = []
+    doubtful_bytes_per_step: PerStepByName = {}
+    leak_growth_bytes_per_step: PerStepByName = {}
+    leak_growth_r2: PerStepByName = {}
     churn_bytes_per_step: PerStepByName = {}  # allocated and freed inside the step, outside forward/backward
     churn_allocations_per_step: PerStepByName = {}
     churn_sites_bytes_per_step: PerStepByName = {}

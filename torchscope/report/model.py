@@ -177,10 +177,15 @@ class MemoryGrowth(msgspec.Struct, kw_only=True):
     boundaries: int = 0
     surviving_by_call_site: dict[str, int] = {}  # bytes per step allocated in a step and alive at its end
     # Frees the trace lacks (memory_blocks.py): blocks allocated again at an address still held, and the
-    # bytes per step of never-freed blocks of their sizes (left out of surviving_by_call_site).
+    # bytes per step of never-freed blocks perhaps freed unseen (of such a size, or a collective's buffer),
+    # left out of surviving_by_call_site.
     unrecorded_frees: int = 0
-    unrecorded_bytes_per_step: float = 0.0
-    misses_frees: bool = False  # the line's totals count recorded events only and miss those frees
+    doubtful_bytes_per_step: float = 0.0
+    # The line the leak rule judges: the same as above, unless the allocator's total counts only the events
+    # it reported (c10's CPU allocator) and doubtful blocks were taken off it.
+    leak_bytes_per_step: float = 0.0
+    leak_low_bytes_per_step: float = 0.0
+    leak_r2: float = 0.0
 
 
 class MemorySummary(msgspec.Struct, kw_only=True):

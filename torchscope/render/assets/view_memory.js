@@ -60,7 +60,11 @@ window.tsMemoryView = function (root, R, h) {
     if (peak && Object.keys(peak.alive_by_call_site || {}).length) parts.push(bytesTable("Alive at the peak, by call site", peak.alive_by_call_site, "call site"));
     if (peak && Object.keys(peak.alive_by_operator || {}).length) parts.push(bytesTable("Alive at the peak, by operator", peak.alive_by_operator, "operator"));
     if (peak && peak.unattributed_bytes) parts.push(el("p", { class: "muted", text: `${fmtBytes(peak.unattributed_bytes)} of the peak was allocated before the capture (or the trace has no block addresses).` }));
-    if (fit && fit.unrecorded_frees) parts.push(el("p", { class: "muted ts-unrecorded-frees", text: `The trace misses frees here: ${fit.unrecorded_frees} block(s) were allocated again at an address it still held (freed on a thread the profiler does not follow). ${fmtBytes(fit.unrecorded_bytes_per_step)} per step never freed in it are of those sizes and left out of the table below${fit.misses_frees ? "; this allocator's total counts only recorded frees, so the growth above is no evidence of a leak" : ""}.` }));
+    const doubted = fit && fit.doubtful_bytes_per_step > 0;
+    if (fit && (fit.unrecorded_frees || doubted)) parts.push(el("p", { class: "muted ts-unrecorded-frees", text: [
+      fit.unrecorded_frees ? `The trace misses frees here: ${fit.unrecorded_frees} block(s) were allocated again at an address it still held (freed on a thread the profiler does not follow); where the allocator counts only what the trace recorded (the CPU), they are taken off the allocated total from then on.` : "",
+      doubted ? `${fmtBytes(fit.doubtful_bytes_per_step)} per step of blocks never freed in the trace may have gone the same way (of a size whose free went missing, or a collective's buffer): they are left out of the table below${fit.boundaries >= 3 && fit.leak_bytes_per_step !== fit.bytes_per_step ? `, and without them the allocated total grows ${fmtBytes(fit.leak_bytes_per_step)} per step (the line a leak is judged on)` : ""}.` : "",
+    ].filter((x) => x).join(" ") }));
     if (fit && Object.keys(fit.surviving_by_call_site || {}).length) parts.push(bytesTable("Kept each step (allocated in a step, alive at the end of the last), per step", fit.surviving_by_call_site, "call site"));
     if (rows.length) parts.push(stepTable(rows));
     return card(`Memory: ${dev}`, ...parts);
