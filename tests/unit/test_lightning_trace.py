@@ -78,6 +78,7 @@ def test_an_optimizer_step_seen_only_through_its_frames_is_the_optimizers(tmp_pa
         b.step(i, i * 2_000, 2_000)
     b.op("aten::add_", 500, 3_000)  # the update, inside the frames only
     b.op("aten::mm", 4_500, 1_000)
+    b.op("autograd::engine::evaluate_function: MmBackward0", 5_600, 300)  # a training step, not evaluation
     report = torchscope.analyze(b.write(tmp_path / "t.pt.trace.json"), jobs=1, use_cache=False)
     assert report.measurements.optimizer.optimizers == ["LBFGS"]
     assert report.phases["optimizer"].us == pytest.approx(4_000 / 3, rel=1e-3)  # the frames inside the steps

@@ -8,6 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 import torchscope
 from helpers.trace_builder import HOST_PID, TraceBuilder
 
@@ -85,5 +87,28 @@ def test_a_real_lightning_capture_is_one_rank() -> None:
     actions; before, two ranks and a straggler finding between them."""
     capture = Path(__file__).resolve().parents[1] / "data" / "captures" / "lightning_two_files"
     report = torchscope.analyze(capture, jobs=1, use_cache=False)
-    assert report.run.ranks == [0] and len(report.run.trace_files) == 2 and len(report.steps) == 4
+    assert report.run.ranks == [0] and len(report.run.trace_files) == 2
+    # Of the four steps, one holds a validation batch only (analysis/step_kinds.py); the window of the first
+    # validation batch holds the training batch's backward and optimizer step before it (Lightning steps
+    # the profiler when training_step returns, inside the optimizer's closure), so it trains.
+    assert len(report.steps) == 3 and len(report.warnings) == 1 and "(evaluation): left out of the step figures" in report.warnings[0]
     assert "straggler.rank" not in [f.id for f in report.findings] and not report.distributed.present
+
+
+def test_evaluation_steps_inside_a_training_span_are_left_out(tmp_path: Path) -> None:
+    """analysis/step_kinds.py: a loop that calls prof.step() in its evaluation loop too. The evaluation
+    steps (forward only) are left out of the step figures and counted in a warning; the training steps'
+    figures are as without them."""
+    b = TraceBuilder()
+    for i in range(6):
+        start = i * STEP_US
+        b.step(i + 5, start, STEP_US - 10)
+        b.op("aten::linear", start + 10, 300)
+        if i % 3 != 2:  # steps 7 and 10 evaluate
+            b.op("autograd::engine::evaluate_function: AddmmBackward0", start + 400, 300)
+            b.annotation("Optimizer.step#Adam.step", start + 750, 200)
+    report = torchscope.analyze(b.write(tmp_path / "t.pt.trace.json"), jobs=1, use_cache=False)
+    assert [s.step for s in report.steps] == [5, 6, 8, 9]
+    assert report.warnings == ["t.pt.trace.json: 2 step(s) without a backward pass or an optimizer step (2.0 ms in all), "
+                               "beside training steps (evaluation): left out of the step figures"]
+    assert report.phases["optimizer"].us == pytest.approx(200)

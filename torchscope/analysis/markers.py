@@ -217,9 +217,13 @@ def collective_wait_mask(events: EventTable) -> np.ndarray:
     return mask
 
 
-def _named_phase_masks(events: EventTable) -> dict[str, np.ndarray]:
-    """The phases' ranges by name: PyTorch's, torchscope's labels and the user's own (once per table)."""
+def named_phase_masks(events: EventTable) -> dict[str, np.ndarray]:
+    """The phases' ranges by name: PyTorch's, torchscope's labels and the user's own (once per table;
+    shared: read-only by convention)."""
     return events.memo("named_phase_masks", lambda: _named_phases(events))
+
+
+_named_phase_masks = named_phase_masks
 
 
 def _named_phases(events: EventTable) -> dict[str, np.ndarray]:

@@ -15,6 +15,7 @@ from torchscope.analysis.breakdown import StepBreakdown, device_breakdown, phase
 from torchscope.analysis.device import DeviceActivity, analyze_device
 from torchscope.analysis.nesting import HostTree, host_tree
 from torchscope.analysis.operators import OpTimes, op_times
+from torchscope.analysis.step_kinds import training_steps
 from torchscope.analysis.steps import StepWindows, find_steps
 from torchscope.trace.kinds import DEVICE_KINDS
 from torchscope.trace.tables import EventTable, TraceFile
@@ -38,7 +39,8 @@ class SpanInput:
 
     @cached_property
     def steps(self) -> StepWindows:
-        return find_steps(self.events)
+        """The training steps (evaluation steps beside them are left out: analysis/step_kinds.py)."""
+        return training_steps(self.events, find_steps(self.events))
 
     @cached_property
     def tree(self) -> HostTree:

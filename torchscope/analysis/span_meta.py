@@ -33,6 +33,8 @@ class SpanMeta(msgspec.Struct, kw_only=True):
     host: Optional[str] = None
     pid: Optional[str] = None
     trains: bool = True
+    evaluation_steps: int = 0  # steps left out as evaluation beside training ones (analysis/step_kinds.py)
+    evaluation_us: float = 0.0
 
 
 def extract_meta(span: SpanInput) -> SpanMeta:
@@ -44,6 +46,8 @@ def extract_meta(span: SpanInput) -> SpanMeta:
         host=host if isinstance(host, str) and host else None,
         pid=_host_pid(events),
         trains=_trains(span),
+        evaluation_steps=span.steps.evaluation_steps,
+        evaluation_us=span.steps.evaluation_us,
         file=span.file,
         first_ts_us=float(events.ts_us.min()) if len(events) else 0.0,
         header_rank=int(rank) if isinstance(rank, int) and not isinstance(rank, bool) else None,

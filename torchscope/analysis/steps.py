@@ -31,6 +31,8 @@ class StepWindows(msgspec.Struct, frozen=True):
     start_us: np.ndarray
     end_us: np.ndarray
     source: StepSource
+    evaluation_steps: int = 0  # steps left out as evaluation (analysis/step_kinds.py), and their time
+    evaluation_us: float = 0.0
 
     def __len__(self) -> int:
         return int(self.number.size)

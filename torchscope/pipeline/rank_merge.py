@@ -11,7 +11,8 @@ between a training loop and its own validation loop.
 A rank's spans whose steps hold no backward and no optimizer step, beside spans of the same rank whose
 steps do, are evaluation (Lightning records validation batches as profiler steps too): they are left out,
 with a warning, so that their steps do not mix into the training steps' figures. A run that only
-evaluates keeps all its spans.
+evaluates keeps all its spans. Inside a span, evaluation steps beside training steps are left out of the
+step windows already (analysis/step_kinds.py); here they only get their warning.
 """
 
 from __future__ import annotations
@@ -56,15 +57,20 @@ def _identity(rank: RankExtracts) -> tuple[object, ...]:
 
 
 def training_spans(rank: RankExtracts) -> tuple[RankExtracts, list[str]]:
-    """The rank with only its training spans where it has both kinds, and a warning per span left out."""
+    """The rank with only its training spans where it has both kinds, and a warning per span left out and
+    per span whose evaluation steps were left out (analysis/step_kinds.py)."""
     trains = [span.meta.trains for span in rank.spans]
-    if all(trains) or not any(trains):
-        return rank, []
-    kept = [span for span, train in zip(rank.spans, trains) if train]
-    warnings = [
-        f"{path_text(Path(span.meta.file).name)}: {span.meta.steps} step(s) without a backward pass or an optimizer "
-        "step, beside training steps of the same rank (evaluation): left out"
-        for span, train in zip(rank.spans, trains)
-        if not train
-    ]
-    return msgspec.structs.replace(rank, spans=kept), warnings
+    both = not all(trains) and any(trains)
+    warnings = []
+    for span, train in zip(rank.spans, trains):
+        name = path_text(Path(span.meta.file).name)
+        if both and not train:
+            warnings.append(f"{name}: {span.meta.steps} step(s) without a backward pass or an optimizer step, beside "
+                            "training steps of the same rank (evaluation): left out")  # fmt: skip
+        elif span.meta.evaluation_steps:
+            warnings.append(f"{name}: {span.meta.evaluation_steps} step(s) without a backward pass or an optimizer "
+                            f"step ({span.meta.evaluation_us / 1000:.1f} ms in all), beside training steps (evaluation): "
+                            "left out of the step figures")  # fmt: skip
+    if not both:
+        return rank, warnings
+    return msgspec.structs.replace(rank, spans=[span for span, train in zip(rank.spans, trains) if train]), warnings
