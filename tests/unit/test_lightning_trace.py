@@ -83,3 +83,15 @@ def test_an_optimizer_step_seen_only_through_its_frames_is_the_optimizers(tmp_pa
     assert report.measurements.optimizer.optimizers == ["LBFGS"]
     assert report.phases["optimizer"].us == pytest.approx(4_000 / 3, rel=1e-3)  # the frames inside the steps
     assert report.measurements.optimizer.step_us_per_step == pytest.approx(4_000 / 3, rel=1e-3)
+
+
+def test_lightnings_own_work_between_the_phases_is_attributed_to_it() -> None:
+    """The committed capture: Lightning's hook dispatch and bookkeeping outside the phases are its own
+    (frames under `lightning/`), which outside_steps.work advises on through Lightning's knobs."""
+    report = torchscope.analyze(TRACE, jobs=1, use_cache=False)
+    section = report.measurements.outside_steps
+    assert list(section.framework_us_per_step) == ["lightning"]
+    assert "_call_lightning_module_hook (call.py:155)" in section.framework_culprits
+    # Most of the named time outside the phases is Lightning's (its hooks call the user's code too, which
+    # the phases cover).
+    assert section.framework_us_per_step["lightning"] >= 0.5 * sum(section.culprits_us_per_step.values())

@@ -6,6 +6,7 @@ from __future__ import annotations
 import msgspec
 import pytest
 from test_rules_support import finding, findings, fixes, gpu, report
+from torchscope.analysis.frames import training_framework
 from torchscope.report.measurements import (
     ANOMALY_CHECK,
     AnomalyMode,
@@ -314,6 +315,45 @@ def test_outside_steps_below_five_percent_or_beyond_the_other_phase() -> None:
     assert "outside_steps.work" not in findings(report(measurements=measurements, phases=phases))
     measurements, phases = _outside(0.1, {"evaluate": 5000.0})
     assert finding(report(measurements=measurements, phases=phases), "outside_steps.work").time_share == 0.1
+
+
+def test_a_training_frameworks_own_work_gets_its_knobs_not_move_it_out() -> None:
+    """Lightning's hooks and bookkeeping between the phases: code the user does not own, tuned through the
+    framework; the user's own culprit beside it still gets the usual advice."""
+    culprits = {"_call_lightning_module_hook (call.py:155)": 1400.0, "_call_strategy_hook (call.py:312)": 600.0}
+    measurements, phases = _outside(0.3, culprits)
+    measurements.outside_steps.framework_us_per_step = {"lightning": 2100.0}
+    measurements.outside_steps.framework_culprits = list(culprits)
+    f = finding(report(measurements=measurements, phases=phases), "outside_steps.work")
+    assert f.recommendation.startswith("2.0 ms of it is Lightning's own per-step work (its hooks, logging and bookkeeping: "
+                                       "_call_lightning_module_hook (call.py:155), _call_strategy_hook (call.py:312))")
+    assert "log_every_n_steps" in f.recommendation and "Move this work" not in f.recommendation
+    measurements.outside_steps.culprits_us_per_step["save_checkpoint (train.py:40)"] = 900.0
+    text = finding(report(measurements=measurements, phases=phases), "outside_steps.work").recommendation
+    assert "Lightning's own per-step work" in text and "Move this work out of the per-step path: write checkpoints every N steps" in text
+    # A framework's minor share (under half of the explained time) changes nothing.
+    measurements.outside_steps.framework_us_per_step = {"lightning": 500.0}
+    text = finding(report(measurements=measurements, phases=phases), "outside_steps.work").recommendation
+    assert "Lightning" not in text and text.startswith("Move this work out of the per-step path")
+    # An unknown framework is named, with no knobs.
+    measurements.outside_steps.framework_us_per_step = {"ignite": 2100.0}
+    assert "ignite's own per-step work" in finding(report(measurements=measurements, phases=phases), "outside_steps.work").recommendation
+
+
+@pytest.mark.parametrize(
+    ("frame", "framework"),
+    [
+        ("lightning/pytorch/trainer/call.py(312): _call_strategy_hook", "lightning"),
+        ("/opt/conda/lib/python3.11/site-packages/transformers/trainer.py(2410): _inner_training_loop", "transformers"),
+        ("accelerate/accelerator.py(2200): backward", "accelerate"),
+        ("train.py(12): main", None),
+        ("/home/me/lightning/train.py(3): main", None),  # the user's folder named like a framework
+        ("torch/optim/adam.py(213): step", None),
+        ("<built-in method item of Tensor object at 0x7f>", None),
+    ],
+)
+def test_training_frameworks_are_read_from_the_frames_path(frame: str, framework: str | None) -> None:
+    assert training_framework(frame) == framework
 
 
 def test_gradient_clipping_is_not_told_to_move_out_of_the_step() -> None:

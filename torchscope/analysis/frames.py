@@ -67,6 +67,29 @@ def is_interpreter_or_torch_code(name: str) -> bool:
     return _is_stdlib_relative(file, match["func"] if match else None)
 
 
+# Training frameworks whose loop runs the user's steps, by import name: their own per-step work (hooks,
+# logging, progress bars, bookkeeping) is a fixed cost per step the user tunes through the framework.
+TRAINING_FRAMEWORKS = frozenset({
+    "lightning", "pytorch_lightning", "lightning_fabric", "transformers", "accelerate", "trl", "ignite",
+    "composer", "mmengine", "fairseq", "deepspeed",
+})  # fmt: skip
+_INSTALLED_PART = re.compile(r"(?:^|/)(?:site-packages|dist-packages)/(?P<top>[A-Za-z_]\w*)")
+
+
+def training_framework(name: str) -> str | None:
+    """The training framework (import name) a Python frame (`path/file.py(42): func`) belongs to, from its
+    path: relative as PyTorch's tracer writes installed files (`lightning/pytorch/trainer/call.py`), or
+    under a site-packages folder; None for any other frame. By name, not by what this interpreter has
+    installed: traces are often read on another machine than the one that ran them."""
+    match = FRAME_PATTERN.match(name.strip())
+    if match is None:
+        return None
+    file = match["file"].replace("\\", "/")
+    installed = _INSTALLED_PART.search(file)
+    top = installed["top"] if installed else (None if _ABSOLUTE.match(file) else file.partition("/")[0])
+    return top if top in TRAINING_FRAMEWORKS else None
+
+
 def is_module_call(name: str) -> bool:
     """A Python-function event that is a call of an `nn.Module` (`nn.Module: Linear_0`); a named function,
     so that `EventTable.name_mask` keeps its answers per string for every analysis that asks."""

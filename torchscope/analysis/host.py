@@ -15,7 +15,9 @@ from torchscope.analysis import intervals
 from torchscope.analysis.anomaly import under_checks
 from torchscope.analysis.garbage_collection import is_gc_event
 from torchscope.analysis.module_hooks import hook_rows
-from torchscope.analysis.frames import is_interpreter_or_torch_code, is_library_code, is_module_call, readable_totals
+from torchscope.analysis.frames import (
+    is_interpreter_or_torch_code, is_library_code, is_module_call, readable, readable_totals, training_framework,
+)
 from torchscope.analysis.markers import (
     HOST_RANGES, batch_fetch_mask, closure_mask, frame_mask, is_optimizer_step_frame, is_queue_get, is_torch_optim_step_frame, name_mask, own_marker_mask,
     phase_masks, torch_optimizer_of_frame,
@@ -347,10 +349,22 @@ def outside_phases(
     modules = np.flatnonzero(candidate & events.name_mask(is_module_call))
     module_start = events.ts_us[modules]
     model_calls = intervals.intersect(intervals.union(module_start, module_start + events.dur_us[modules]), other)
+    # A training framework's own frames among them (Lightning's hooks, a Trainer's bookkeeping), over all
+    # culprits, not only the top ones: a framework's many small calls add up.
+    frameworks: dict[str, float] = {}
+    framework_culprits: list[str] = []
+    for i in np.flatnonzero(totals > 0).tolist():
+        name = events.strings[int(names[i])]
+        framework = training_framework(name)
+        if framework is not None:
+            frameworks[framework] = frameworks.get(framework, 0.0) + float(totals[i])
+            framework_culprits.append(readable(name))
     return OutsideSteps(
         culprits_us_per_step=readable_totals({events.strings[int(names[i])]: float(totals[i]) for i in top if totals[i] > 0}),
         model_calls_us_per_step=intervals.total_length(model_calls) / max(len(steps), 1),
         foreach_norm_culprits=_foreach_norm_culprits(events, steps, tree, chosen),
+        framework_us_per_step=dict(sorted(frameworks.items(), key=lambda kv: -kv[1])),
+        framework_culprits=list(dict.fromkeys(framework_culprits)),
     )
 
 

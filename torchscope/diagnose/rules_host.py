@@ -705,6 +705,37 @@ _CLIP_CPU = (
 )
 
 
+# A training framework's own per-step work (analysis/frames.py, TRAINING_FRAMEWORKS): what its user can turn.
+_FRAMEWORK_NAMES = {"lightning": "Lightning", "pytorch_lightning": "Lightning", "lightning_fabric": "Lightning Fabric",
+                    "transformers": "the Hugging Face Trainer", "trl": "the TRL trainer", "accelerate": "Accelerate"}  # fmt: skip
+_LIGHTNING_TIPS = (
+    "log less often (Trainer(log_every_n_steps=...), self.log(..., on_step=False) for epoch-level figures) and drop "
+    "the callbacks and the progress bar you do not need (enable_progress_bar=False)"
+)
+_HF_TIPS = "log less often (TrainingArguments(logging_steps=...)) and turn the progress bar off (disable_tqdm=True)"
+_FRAMEWORK_TIPS = {"lightning": _LIGHTNING_TIPS, "pytorch_lightning": _LIGHTNING_TIPS, "lightning_fabric": _LIGHTNING_TIPS,
+                   "transformers": _HF_TIPS, "trl": _HF_TIPS}  # fmt: skip
+_FRAMEWORK_TEXT = (
+    "{us} of it is {framework}'s own per-step work (its hooks, logging and bookkeeping: {names}), a fixed cost per "
+    "step that more work per step (a larger batch) makes a smaller share{tips}."
+)
+
+
+def _framework_advice(ctx: Context, explained_us: float) -> tuple[str, set[str]]:
+    """The advice on a training framework's own share of the time outside the phases, when it is most of
+    it, and the culprits it covers (no "move this work" advice for code the user does not own)."""
+    section = ctx.report.measurements.outside_steps
+    framework, us = next(iter(section.framework_us_per_step.items()), ("", 0.0))
+    us = min(us, explained_us)  # counted over all culprits; the time explained is capped by the step's 'other'
+    if not framework or us < 0.5 * explained_us:
+        return "", set()
+    names = [name for name in section.culprits_us_per_step if name in section.framework_culprits][:3]
+    tips = _FRAMEWORK_TIPS.get(framework)
+    text = _FRAMEWORK_TEXT.format(us=ms(us), framework=_FRAMEWORK_NAMES.get(framework, framework), names=", ".join(names),
+                                  tips=f"; {tips}" if tips else "")  # fmt: skip
+    return text, set(section.framework_culprits)
+
+
 # No fix as data: the work differs from run to run; the recommendation names it after its culprits.
 @rule("outside_steps.work", "outside_steps", OUTSIDE, severity=by_share(OUTSIDE.value))
 def outside_steps_work(ctx: Context) -> Optional[Verdict]:
@@ -730,18 +761,22 @@ def outside_steps_work(ctx: Context) -> Optional[Verdict]:
     clipping = [name for name in weighty if _is_grad_clipping(name)]
     tokenizing = [name for name in weighty if name not in clipping and _is_tokenization(name)]
     sources = [name for name in weighty if name not in clipping + tokenizing and _is_batch_source(name)]
+    framework_text, framework_culprits = _framework_advice(ctx, explained_us)
     movable = [name for name in weighty if name not in clipping + tokenizing + sources]
+    owned = [name for name in movable if name not in framework_culprits]  # the user's own, or another library's
     foreach_clipping = bool(clipping) and clipping[0] in ctx.report.measurements.outside_steps.foreach_norm_culprits
     if movable_share < OUTSIDE.value and not (movable or tokenizing or sources):  # gradient clipping and noise
         if not clipping or foreach_clipping:
             return None  # nothing to move, nothing to switch
         share, share_range = None, None  # a switch to foreach norms: its saving is not modelled
-    hints = _culprit_hints(movable)
+    hints = _culprit_hints(owned if framework_text else movable)
     model_us = ctx.report.measurements.outside_steps.model_calls_us_per_step
     if model_us >= HINT_SHARE * explained_us and _NO_GRAD_MODEL_HINT not in hints:  # a model call under the culprits
         hints.append(_NO_GRAD_MODEL_HINT)
     advice = []
-    if hints or movable or not (clipping or sources or tokenizing):
+    if framework_text:
+        advice.append(framework_text)
+    if hints or (owned if framework_text else movable) or not (clipping or sources or tokenizing or framework_text):
         advice.append("Move this work out of the per-step path: "
                       + ("; ".join(hints) if hints else "run it every N steps or in a background thread") + ".")
     if tokenizing:

@@ -132,6 +132,10 @@ class OutsideSteps(Section):
     model_calls_us_per_step: PerStep = 0.0
     # The culprits that ran `aten::_foreach_norm` (gradient clipping on its multi-tensor path), readable names.
     foreach_norm_culprits: Names = []
+    # Of the culprits, a training framework's own frames (frames.training_framework): us per step by framework,
+    # and their readable names.
+    framework_us_per_step: PerStepByName = {}
+    framework_culprits: Names = []
 
 
 class Compile(Section):
