@@ -74,7 +74,7 @@ def test_evaluation_spans_beside_training_are_left_out_with_a_warning(tmp_path: 
     assert [s.step for s in report.steps] == [5, 6, 7, 8]
     assert report.warnings == [
         "fit-validation_step.1700000009000.pt.trace.json: 3 step(s) without a backward pass or an optimizer step, "
-        "beside training steps of the same rank (evaluation): left out"
+        "beside training steps of the same rank (evaluation, or rollouts): left out"
     ]
     assert not report.run.partial
     # A run that only evaluates keeps its steps.
@@ -91,7 +91,7 @@ def test_a_real_lightning_capture_is_one_rank() -> None:
     # Of the four steps, one holds a validation batch only (analysis/step_kinds.py); the window of the first
     # validation batch holds the training batch's backward and optimizer step before it (Lightning steps
     # the profiler when training_step returns, inside the optimizer's closure), so it trains.
-    assert len(report.steps) == 3 and len(report.warnings) == 1 and "(evaluation): left out of the step figures" in report.warnings[0]
+    assert len(report.steps) == 3 and len(report.warnings) == 1 and "(evaluation, or rollouts): left out of the step figures" in report.warnings[0]
     assert "straggler.rank" not in [f.id for f in report.findings] and not report.distributed.present
 
 
@@ -110,5 +110,47 @@ def test_evaluation_steps_inside_a_training_span_are_left_out(tmp_path: Path) ->
     report = torchscope.analyze(b.write(tmp_path / "t.pt.trace.json"), jobs=1, use_cache=False)
     assert [s.step for s in report.steps] == [5, 6, 8, 9]
     assert report.warnings == ["t.pt.trace.json: 2 step(s) without a backward pass or an optimizer step (2.0 ms in all), "
-                               "beside training steps (evaluation): left out of the step figures"]
+                               "beside training steps (evaluation, or rollouts): left out of the step figures"]
     assert report.phases["optimizer"].us == pytest.approx(200)
+
+
+def test_ranks_that_share_a_pid_on_two_nodes_stay_apart(tmp_path: Path) -> None:
+    """One container per node gives every rank the same pid; older traces name no host. Files of one
+    process follow each other in time, those of two ranks run at the same time."""
+    run = tmp_path / "prof"
+    _trace(run / "nodeA_38.1700000000000.pt.trace.json", 5, 3, 0.0, pid=38, host=None)
+    _trace(run / "nodeB_38.1700000000000.pt.trace.json", 5, 3, 100.0, pid=38, host=None)
+    report = torchscope.analyze(run, jobs=1, use_cache=False)
+    assert report.run.ranks == [0, 1] and [r.worker for r in report.ranks] == ["nodeA_38", "nodeB_38"]
+
+
+def test_ranks_numbered_by_order_take_numbers_no_other_rank_has(tmp_path: Path) -> None:
+    run = tmp_path / "prof"
+    _trace(run / "a_ddp.1700000000000.pt.trace.json", 5, 3, 0.0, pid=101, rank=0)
+    _trace(run / "fit-training_step.1700000000000.pt.trace.json", 5, 3, 0.0, pid=202)
+    _trace(run / "fit-validation_step.1700000009000.pt.trace.json", 9, 3, 9_000.0, pid=202)
+    _trace(run / "vm_303.1700000000000.pt.trace.json", 5, 3, 0.0, pid=303)
+    report = torchscope.analyze(run, jobs=1, use_cache=False)
+    assert [(r.rank, r.worker) for r in report.ranks] == [(0, "a_ddp"), (1, "fit-training_step"), (2, "vm_303")]
+
+
+def test_one_worker_name_with_two_header_ranks_is_two_ranks(tmp_path: Path) -> None:
+    """Every rank writing under one worker name (Lightning's file names carry the local rank only)."""
+    run = tmp_path / "prof"
+    _trace(run / "trainer.1700000000001.pt.trace.json", 5, 3, 0.0, pid=101, rank=0)
+    _trace(run / "trainer.1700000000002.pt.trace.json", 5, 3, 0.0, pid=102, rank=1)
+    _trace(run / "trainer.1700000009001.pt.trace.json", 8, 3, 9_000.0, pid=101, rank=0)
+    report = torchscope.analyze(run, jobs=1, use_cache=False)
+    assert report.run.ranks == [0, 1] and sorted((s.rank, s.step) for s in report.steps)[:4] == [(0, 5), (0, 6), (0, 7), (0, 8)]
+    assert report.warnings == []
+
+
+def test_a_rank_whose_files_come_from_two_processes_gets_a_warning(tmp_path: Path) -> None:
+    """Two torchrun jobs saved in one folder: each rank number holds two processes' files."""
+    run = tmp_path / "prof"
+    _trace(run / "job1_rank0.1700000000000.pt.trace.json", 5, 3, 0.0, pid=101, rank=0)
+    _trace(run / "job2_rank0.1700000090000.pt.trace.json", 5, 3, 90_000.0, pid=505, rank=0)
+    report = torchscope.analyze(run, jobs=1, use_cache=False)
+    assert report.run.ranks == [0]
+    assert report.warnings == ["rank 0 (job1_rank0): its trace files come from 2 processes (pid 101, 505), read as one "
+                               "rank; if they are separate runs, analyse each run's files apart"]

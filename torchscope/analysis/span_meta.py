@@ -20,6 +20,7 @@ DeviceKind = Literal["cpu", "cuda", "rocm"]
 class SpanMeta(msgspec.Struct, kw_only=True):
     file: str
     first_ts_us: float
+    last_ts_us: float = 0.0  # the end of its last event
     header_rank: Optional[int]  # distributedInfo.rank of the trace header, when it has one
     steps: int
     step_us: float
@@ -50,6 +51,7 @@ def extract_meta(span: SpanInput) -> SpanMeta:
         evaluation_us=span.steps.evaluation_us,
         file=span.file,
         first_ts_us=float(events.ts_us.min()) if len(events) else 0.0,
+        last_ts_us=float((events.ts_us + events.dur_us).max()) if len(events) else 0.0,
         header_rank=int(rank) if isinstance(rank, int) and not isinstance(rank, bool) else None,
         steps=len(span.steps),
         step_us=float(span.steps.duration_us.sum()),

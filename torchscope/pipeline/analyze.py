@@ -88,12 +88,12 @@ def analyze_run(
             ranks, failures = _extract_ranks(group_by_worker(refs), analyses, jobs or default_jobs(), use_cache, progress or no_progress)
         else:
             ranks, failures = _cluster_ranks(group_by_worker(refs), analyses, jobs or default_jobs(), use_cache, cluster)
-        ranks = merge_same_rank(ranks)
+        ranks, merge_warnings = merge_same_rank(ranks)
         kept = [training_spans(rank) for rank in ranks]
         ranks = [rank for rank, _ in kept]
         manifest, statuses = run_manifest(paths)
         report, sidecars = assemble(ranks, analyses, manifest, statuses, [path_text(p) for p in paths])
-        report.warnings += [warning for _, left_out in kept for warning in left_out]  # after the damage ones
+        report.warnings += merge_warnings + [warning for _, left_out in kept for warning in left_out]  # after the damage ones
         if failures:  # the other ranks still make a meaningful, partial report
             report.warnings = [f"{exc} (rank skipped)" for exc in failures] + report.warnings
             report.run.partial = True
