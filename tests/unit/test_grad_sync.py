@@ -98,6 +98,30 @@ def test_the_wrapper_is_read_without_accumulation_too(tmp_path: Path, range_name
     assert rep.measurements.grad_sync.micro_steps_per_step == 0  # no accumulation: that section stays out
 
 
+def test_fsdp_units_per_forward_pass(tmp_path: Path) -> None:
+    """FSDP1: nested `FullyShardedDataParallel.forward` ranges per pass; FSDP2: `FSDP::pre_forward (fqn)` ranges
+    (the root's without one) per `FSDP::root_pre_forward`."""
+    b = TraceBuilder().gpu().rank(0, 2)
+    for step in range(3):
+        t0 = step * STEP_US
+        b.step(step, t0, STEP_US)
+        b.annotation("FullyShardedDataParallel.forward", t0 + 10, 5_000)
+        for unit in range(4):
+            b.annotation("FullyShardedDataParallel.forward", t0 + 100 + unit * 1_000, 900)
+    rep = torchscope.analyze(b.write(tmp_path / "fsdp1.pt.trace.json"), jobs=1, use_cache=False)
+    assert rep.measurements.data_parallel.units_per_forward == 5.0
+    b = TraceBuilder().gpu().rank(0, 2)
+    for step in range(3):
+        t0 = step * STEP_US
+        b.step(step, t0, STEP_US)
+        b.annotation("FSDP::root_pre_forward", t0 + 10, 50)
+        b.annotation("FSDP::pre_forward", t0 + 20, 30)
+        for unit in range(2):
+            b.annotation(f"FSDP::pre_forward ({unit})", t0 + 100 + unit * 1_000, 90)
+    rep = torchscope.analyze(b.write(tmp_path / "fsdp2.pt.trace.json"), jobs=1, use_cache=False)
+    assert (rep.measurements.data_parallel.wrapper, rep.measurements.data_parallel.units_per_forward) == ("fully_shard", 3.0)
+
+
 def test_no_sync_on_the_first_micro_steps_leaves_one_sync_and_nothing_redundant(tmp_path: Path) -> None:
     sync = _sync(tmp_path, _accumulation_trace(syncing={3}))
     # The logging all-reduces, outside the backward, are no gradient sync.

@@ -80,9 +80,23 @@ def _is_optimizer_step(name: str) -> bool:
 
 
 def data_parallel(span: SpanInput) -> DataParallel | None:
-    """The data-parallel wrapper whose forward ranges the trace records (None: none)."""
-    _, wrapper = _forward_ranges(span.events)
-    return DataParallel(wrapper=wrapper) if wrapper else None
+    """The data-parallel wrapper whose forward ranges the trace records, and for FSDP the sharded units a
+    forward pass all-gathers (None: no wrapper)."""
+    events = span.events
+    rows, wrapper = _forward_ranges(events)
+    if not wrapper:
+        return None
+    units = 0.0
+    if wrapper == "fully_shard":  # each unit records `FSDP::pre_forward (fqn)` (the root without one) per pass
+        host = events.kind_rows(HOST_RANGES)
+        units = float(np.count_nonzero(events.name_mask(_is_fsdp2_unit_forward, host))) / rows.size
+    elif wrapper == "FullyShardedDataParallel":  # nested units record the same range inside their parent's
+        units = float(rows.size) / max(_ranges(events, rows)[0].size, 1)
+    return DataParallel(wrapper=wrapper, units_per_forward=units)
+
+
+def _is_fsdp2_unit_forward(name: str) -> bool:
+    return name == "FSDP::pre_forward" or name.startswith("FSDP::pre_forward (")
 
 
 def gradient_sync(span: SpanInput) -> GradientSync | None:

@@ -35,8 +35,8 @@ DDP_FIXES = (
         summary="compress gradients before the all-reduce (half the bytes on the wire)",
     ),
 )
-# FSDP2 (`fully_shard`): all-gathers before each unit's forward and again before its backward (the
-# parameters are resharded after forward), reduce-scatters after its backward.
+# FSDP2 (`fully_shard`): all-gathers before each unit's forward and again before its backward (non-root
+# units are resharded after forward by default; the root is not), reduce-scatters after its backward.
 FSDP2_FIXES = (
     Fix(
         kind="code_change",
@@ -47,17 +47,24 @@ FSDP2_FIXES = (
     Fix(
         kind="code_change",
         target="fully_shard.reshard_after_forward",
-        value="fully_shard(model, reshard_after_forward=False)",
+        value="fully_shard(block, reshard_after_forward=False)  # the last blocks; the root already is",
         summary="keep a unit's parameters gathered from forward to backward: no second all-gather, at the cost of their memory",
     ),
+    Fix(
+        kind="code_change",
+        target="fully_shard(block)",
+        value="for block in model.blocks: fully_shard(block)  # then fully_shard(model)",
+        summary="one unit per block: each block's all-gather can overlap the compute of the one before",
+    ),
 )
-# FSDP1 (`FullyShardedDataParallel`): the same collectives, configured through the constructor.
+# FSDP1 (`FullyShardedDataParallel`): the same collectives, configured through the constructor
+# (backward_prefetch=BACKWARD_PRE is its default already).
 FSDP1_FIXES = (
     Fix(
         kind="code_change",
         target="FullyShardedDataParallel.forward_prefetch",
-        value="FullyShardedDataParallel(model, forward_prefetch=True, backward_prefetch=BackwardPrefetch.BACKWARD_PRE)",
-        summary="issue the next all-gather before the current unit's compute, in forward and in backward",
+        value="FullyShardedDataParallel(model, forward_prefetch=True)",
+        summary="issue the next unit's all-gather before the current unit's forward (a static graph; helps where the host issues them late)",
     ),
     Fix(
         kind="code_change",
@@ -65,12 +72,28 @@ FSDP1_FIXES = (
         value="ShardingStrategy.SHARD_GRAD_OP",
         summary="keep parameters gathered from forward to backward: no second all-gather, at the cost of their memory",
     ),
+    Fix(
+        kind="code_change",
+        target="FullyShardedDataParallel.auto_wrap_policy",
+        value="FullyShardedDataParallel(model, auto_wrap_policy=ModuleWrapPolicy({Block}))",
+        summary="one unit per block: each block's all-gather can overlap the compute of the one before",
+    ),
 )
 COMM_FIXES = DDP_FIXES + FSDP2_FIXES + FSDP1_FIXES
 _WRAPPER_FIXES = {
-    "fully_shard": tuple(f.target for f in FSDP2_FIXES),
-    "FullyShardedDataParallel": tuple(f.target for f in FSDP1_FIXES),
+    "fully_shard": ("FSDPModule.set_modules_to_forward_prefetch", "fully_shard.reshard_after_forward"),
+    "FullyShardedDataParallel": ("FullyShardedDataParallel.forward_prefetch", "FullyShardedDataParallel.sharding_strategy"),
 }
+# A model that is one FSDP unit all-gathers every parameter at once before its forward, with nothing to
+# overlap: prefetching and resharding options change nothing there (the root is never resharded).
+_ONE_UNIT_FIXES = {"fully_shard": ("fully_shard(block)",), "FullyShardedDataParallel": ("FullyShardedDataParallel.auto_wrap_policy",)}
+
+
+def _fix_targets(ctx: Context, fallback: tuple[str, ...]) -> tuple[str, ...]:
+    parallel = ctx.report.measurements.data_parallel
+    if parallel.wrapper in _ONE_UNIT_FIXES and 0 < parallel.units_per_forward <= 1:
+        return _ONE_UNIT_FIXES[parallel.wrapper]
+    return _WRAPPER_FIXES.get(parallel.wrapper, fallback)
 
 
 @rule(
@@ -97,25 +120,36 @@ def communication_share(ctx: Context) -> Optional[Verdict]:
         "without overlapping compute" + _apart(ctx, share * ctx.mean_step_us),
         share=share,
         evidence={"communication_us_per_step": share * ctx.mean_step_us, "ranks": len(ctx.report.ranks), "wrapper": wrapper},
-        recommendation=_advice(wrapper),
-        fix_targets=_WRAPPER_FIXES.get(wrapper, ("DistributedDataParallel.no_sync",)),
+        recommendation=_advice(ctx),
+        fix_targets=_fix_targets(ctx, ("DistributedDataParallel.no_sync",)),
     )
 
 
 _INTERCONNECT = "check the interconnect (NCCL over NVLink/InfiniBand, not TCP)."
 _COMM_ADVICE = {
     "fully_shard": "Overlap or reduce FSDP's communication: prefetch the next units' all-gathers further ahead "
-    "(set_modules_to_forward_prefetch / set_modules_to_backward_prefetch on each unit), keep the last units "
-    "(or the root) unsharded between forward and backward with reshard_after_forward=False so backward does "
-    "not all-gather them again (their parameters' memory stays in use), shard fewer, larger units (fewer, "
-    "larger collectives), a larger batch per rank; with gradient accumulation, "
-    "set_requires_gradient_sync(False) on the first N-1 micro-steps; " + _INTERCONNECT,
-    "FullyShardedDataParallel": "Overlap or reduce FSDP's communication: forward_prefetch=True and "
-    "backward_prefetch=BackwardPrefetch.BACKWARD_PRE issue the next all-gather before the current unit's "
-    "compute, sharding_strategy=ShardingStrategy.SHARD_GRAD_OP keeps parameters gathered from forward to "
-    "backward (more memory; HYBRID_SHARD keeps full sharding inside a node only), larger auto-wrap units "
-    "mean fewer, larger collectives, a larger batch per rank; with gradient accumulation, no_sync() on the "
-    "first N-1 micro-steps; " + _INTERCONNECT,
+    "(set_modules_to_forward_prefetch / set_modules_to_backward_prefetch on each unit), keep the last blocks "
+    "unsharded between forward and backward with fully_shard(block, reshard_after_forward=False) so that backward "
+    "does not all-gather them again (their parameters' memory stays in use; the root is never resharded), a "
+    "larger batch per rank; with gradient accumulation, set_requires_gradient_sync(False) on the first N-1 "
+    "micro-steps; " + _INTERCONNECT,
+    "FullyShardedDataParallel": "Overlap or reduce FSDP's communication: forward_prefetch=True issues the next "
+    "unit's all-gather before the current unit's forward (for a static graph; backward already prefetches with "
+    "BACKWARD_PRE, the default), sharding_strategy=ShardingStrategy.SHARD_GRAD_OP keeps parameters gathered from "
+    "forward to backward (more memory; HYBRID_SHARD keeps full sharding inside a node only), a larger batch per "
+    "rank; with gradient accumulation, no_sync() on the first N-1 micro-steps; " + _INTERCONNECT,
+}
+_ONE_UNIT_ADVICE = {
+    "fully_shard": "The model is one FSDP unit ({units:.0f} per forward pass): every parameter is all-gathered at "
+    "once before the forward and reduce-scattered after the backward, with no compute to overlap, and "
+    "prefetching or resharding options change nothing. Shard each block as its own unit (fully_shard(block) for "
+    "every transformer block, then fully_shard(model)) so that one block's all-gather overlaps the compute of "
+    "the one before; " + _INTERCONNECT,
+    "FullyShardedDataParallel": "The model is one FSDP unit ({units:.0f} per forward pass): every parameter is "
+    "all-gathered at once before the forward, with no compute to overlap, and prefetching options change "
+    "nothing. Wrap each block as its own unit (auto_wrap_policy=ModuleWrapPolicy({{Block}}), or "
+    "size_based_auto_wrap_policy) so that one block's all-gather overlaps the compute of the one before; "
+    + _INTERCONNECT,
 }
 _DDP_ADVICE = (
     "Overlap or reduce communication: with DDP keep gradient bucketing on (tune bucket_cap_mb), use "
@@ -124,9 +158,12 @@ _DDP_ADVICE = (
 )
 
 
-def _advice(wrapper: str) -> str:
+def _advice(ctx: Context) -> str:
     """What overlaps or reduces the collectives of this data-parallel wrapper (DDP's advice otherwise)."""
-    return _COMM_ADVICE.get(wrapper, _DDP_ADVICE)
+    parallel = ctx.report.measurements.data_parallel
+    if parallel.wrapper in _ONE_UNIT_ADVICE and 0 < parallel.units_per_forward <= 1:
+        return _ONE_UNIT_ADVICE[parallel.wrapper].format(units=parallel.units_per_forward)
+    return _COMM_ADVICE.get(parallel.wrapper, _DDP_ADVICE)
 
 
 def _exposed_transfer(ctx: Context) -> Optional[Verdict]:
@@ -150,8 +187,8 @@ def _exposed_transfer(ctx: Context) -> Optional[Verdict]:
             "ranks": distributed.world_size,
             "wrapper": wrapper,
         },
-        recommendation=_advice(wrapper),
-        fix_targets=_WRAPPER_FIXES.get(wrapper, tuple(f.target for f in DDP_FIXES)),
+        recommendation=_advice(ctx),
+        fix_targets=_fix_targets(ctx, tuple(f.target for f in DDP_FIXES)),
     )
 
 

@@ -382,6 +382,7 @@ class DataParallel(Section):
     communication fix looks like: DDP's buckets and comm hooks, FSDP's prefetching and resharding."""
 
     wrapper: Choice = ""  # "DistributedDataParallel", "FullyShardedDataParallel" (FSDP1), "fully_shard" (FSDP2)
+    units_per_forward: Median = 0.0  # FSDP: sharded units a forward pass all-gathers (1: the whole model at once)
 
 
 class Float64(Section):
