@@ -42,5 +42,5 @@ def training_steps(events: EventTable, steps: StepWindows) -> StepWindows:
         start_us=steps.start_us[trains],
         end_us=steps.end_us[trains],
         evaluation_steps=int(evaluation.sum()),
-        evaluation_us=float(steps.duration_us[evaluation].sum()),
+        evaluation_us=float(np.maximum(steps.duration_us[evaluation], 0.0).sum()),  # a damaged trace's may be < 0
     )
