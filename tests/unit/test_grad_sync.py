@@ -120,6 +120,16 @@ def test_fsdp_units_per_forward_pass(tmp_path: Path) -> None:
             b.annotation(f"FSDP::pre_forward ({unit})", t0 + 100 + unit * 1_000, 90)
     rep = torchscope.analyze(b.write(tmp_path / "fsdp2.pt.trace.json"), jobs=1, use_cache=False)
     assert (rep.measurements.data_parallel.wrapper, rep.measurements.data_parallel.units_per_forward) == ("fully_shard", 3.0)
+    # Blocks sharded with no fully_shard(model): each block is a root of its own, one unit each: not one unit.
+    b = TraceBuilder().gpu().rank(0, 2)
+    for step in range(3):
+        t0 = step * STEP_US
+        b.step(step, t0, STEP_US)
+        for unit in range(4):
+            b.annotation("FSDP::root_pre_forward", t0 + 100 + unit * 1_000, 50)
+            b.annotation("FSDP::pre_forward", t0 + 160 + unit * 1_000, 30)
+    rep = torchscope.analyze(b.write(tmp_path / "roots.pt.trace.json"), jobs=1, use_cache=False)
+    assert (rep.measurements.data_parallel.wrapper, rep.measurements.data_parallel.units_per_forward) == ("fully_shard", 0.0)
 
 
 def test_no_sync_on_the_first_micro_steps_leaves_one_sync_and_nothing_redundant(tmp_path: Path) -> None:

@@ -91,7 +91,28 @@ def test_lightnings_own_work_between_the_phases_is_attributed_to_it() -> None:
     report = torchscope.analyze(TRACE, jobs=1, use_cache=False)
     section = report.measurements.outside_steps
     assert list(section.framework_us_per_step) == ["lightning"]
-    assert "_call_lightning_module_hook (call.py:155)" in section.framework_culprits
+    assert "lightning: _call_lightning_module_hook (call.py:155)" in section.framework_culprits
     # Most of the named time outside the phases is Lightning's (its hooks call the user's code too, which
     # the phases cover).
     assert section.framework_us_per_step["lightning"] >= 0.5 * sum(section.culprits_us_per_step.values())
+
+
+def test_the_users_callback_under_lightnings_dispatch_is_the_users(tmp_path: Path) -> None:
+    """A user callback spinning 4 ms in on_train_batch_end runs from Lightning's `_call_callback_hooks`: its
+    time is the user's culprit, not Lightning's fixed cost (frames as Lightning's PyTorchProfiler records)."""
+    b = TraceBuilder()
+    for i in range(4):
+        t0 = i * 10_000.0
+        b.step(i, t0, 10_000)
+        b.annotation("[pl][profile][Strategy]SingleDeviceStrategy.training_step", t0 + 10, 3_000)
+        b.op("autograd::engine::evaluate_function: AddmmBackward0", t0 + 3_100, 1_000)
+        b.op("lightning/pytorch/trainer/call.py(203): _call_callback_hooks", t0 + 4_500, 4_400, cat="python_function")
+        b.op("train.py(6): on_train_batch_end", t0 + 4_600, 4_000, cat="python_function")
+        b.op("lightning/pytorch/trainer/call.py(312): _call_strategy_hook", t0 + 9_000, 300, cat="python_function")
+    report = torchscope.analyze(b.write(tmp_path / "t.pt.trace.json"), jobs=1, use_cache=False)
+    section = report.measurements.outside_steps
+    assert list(section.culprits_us_per_step)[0] == "on_train_batch_end (train.py:6)"
+    assert section.culprits_us_per_step["on_train_batch_end (train.py:6)"] == pytest.approx(4_000)
+    assert section.framework_us_per_step["lightning"] == pytest.approx(400 + 300)
+    work = next(f for f in report.findings if f.id == "outside_steps.work")
+    assert "Lightning's own" not in work.recommendation and work.recommendation.startswith("Move this work out")

@@ -14,6 +14,7 @@ import torchscope
 from helpers.trace_builder import HOST_PID, TraceBuilder
 
 STEP_US = 1_000.0
+VALIDATION = "[pl][profile][Strategy]SingleDeviceStrategy.validation_step"
 
 
 def _trace(path: Path, first_step: int, steps: int, t0: float, train: bool = True, pid: int = HOST_PID,
@@ -31,6 +32,8 @@ def _trace(path: Path, first_step: int, steps: int, t0: float, train: bool = Tru
         if train:
             b.op("autograd::engine::evaluate_function: AddmmBackward0", start + 400, 300)
             b.annotation("Optimizer.step#Adam.step", start + 750, 200)
+        else:  # Lightning's validation action: the evidence that a step evaluates
+            b.annotation(VALIDATION, start + 5, 400)
     events: list[dict[str, Any]] = b.events
     for event in events:
         if event.get("pid") == HOST_PID:
@@ -73,8 +76,8 @@ def test_evaluation_spans_beside_training_are_left_out_with_a_warning(tmp_path: 
     report = torchscope.analyze(run, jobs=1, use_cache=False)
     assert [s.step for s in report.steps] == [5, 6, 7, 8]
     assert report.warnings == [
-        "fit-validation_step.1700000009000.pt.trace.json: 3 step(s) without a backward pass or an optimizer step, "
-        "beside training steps of the same rank (evaluation, or rollouts): left out"
+        "fit-validation_step.1700000009000.pt.trace.json: 3 evaluation step(s) (no backward pass or optimizer step), "
+        "beside training steps of the same rank: left out"
     ]
     assert not report.run.partial
     # A run that only evaluates keeps its steps.
@@ -91,14 +94,13 @@ def test_a_real_lightning_capture_is_one_rank() -> None:
     # Of the four steps, one holds a validation batch only (analysis/step_kinds.py); the window of the first
     # validation batch holds the training batch's backward and optimizer step before it (Lightning steps
     # the profiler when training_step returns, inside the optimizer's closure), so it trains.
-    assert len(report.steps) == 3 and len(report.warnings) == 1 and "(evaluation, or rollouts): left out of the step figures" in report.warnings[0]
+    assert len(report.steps) == 3 and len(report.warnings) == 1 and "evaluation step(s)" in report.warnings[0]
     assert "straggler.rank" not in [f.id for f in report.findings] and not report.distributed.present
 
 
 def test_evaluation_steps_inside_a_training_span_are_left_out(tmp_path: Path) -> None:
-    """analysis/step_kinds.py: a loop that calls prof.step() in its evaluation loop too. The evaluation
-    steps (forward only) are left out of the step figures and counted in a warning; the training steps'
-    figures are as without them."""
+    """analysis/step_kinds.py: Lightning steps the profiler in validation_step too. The evaluation steps
+    (forward only, a validation action in them) are left out of the step figures and counted in a warning."""
     b = TraceBuilder()
     for i in range(6):
         start = i * STEP_US
@@ -107,11 +109,28 @@ def test_evaluation_steps_inside_a_training_span_are_left_out(tmp_path: Path) ->
         if i % 3 != 2:  # steps 7 and 10 evaluate
             b.op("autograd::engine::evaluate_function: AddmmBackward0", start + 400, 300)
             b.annotation("Optimizer.step#Adam.step", start + 750, 200)
+        else:
+            b.annotation(VALIDATION, start + 5, 400)
     report = torchscope.analyze(b.write(tmp_path / "t.pt.trace.json"), jobs=1, use_cache=False)
     assert [s.step for s in report.steps] == [5, 6, 8, 9]
-    assert report.warnings == ["t.pt.trace.json: 2 step(s) without a backward pass or an optimizer step (2.0 ms in all), "
-                               "beside training steps (evaluation, or rollouts): left out of the step figures"]
+    assert report.warnings == ["t.pt.trace.json: 2 evaluation step(s) (no backward pass or optimizer step; 2.0 ms in all), "
+                               "beside training steps: left out of the step figures"]
     assert report.phases["optimizer"].us == pytest.approx(200)
+
+
+def test_forward_only_steps_without_evaluation_evidence_are_training(tmp_path: Path) -> None:
+    """Losses of two micro-batches summed before one backward (prof.step() per micro-batch), or RL rollouts
+    between updates: steps with no backward are training's cost unless something says they evaluate."""
+    b = TraceBuilder()
+    for i in range(6):
+        start = i * STEP_US
+        b.step(i + 5, start, STEP_US - 10)
+        b.op("aten::linear", start + 10, 300)
+        if i % 2:
+            b.op("autograd::engine::evaluate_function: AddmmBackward0", start + 400, 300)
+            b.annotation("Optimizer.step#Adam.step", start + 750, 200)
+    report = torchscope.analyze(b.write(tmp_path / "t.pt.trace.json"), jobs=1, use_cache=False)
+    assert [s.step for s in report.steps] == [5, 6, 7, 8, 9, 10] and report.warnings == []
 
 
 def test_ranks_that_share_a_pid_on_two_nodes_stay_apart(tmp_path: Path) -> None:

@@ -323,7 +323,7 @@ def test_a_training_frameworks_own_work_gets_its_knobs_not_move_it_out() -> None
     culprits = {"_call_lightning_module_hook (call.py:155)": 1400.0, "_call_strategy_hook (call.py:312)": 600.0}
     measurements, phases = _outside(0.3, culprits)
     measurements.outside_steps.framework_us_per_step = {"lightning": 2100.0}
-    measurements.outside_steps.framework_culprits = list(culprits)
+    measurements.outside_steps.framework_culprits = [f"lightning: {name}" for name in culprits]
     f = finding(report(measurements=measurements, phases=phases), "outside_steps.work")
     assert f.recommendation.startswith("2.0 ms of it is Lightning's own per-step work (its hooks, logging and bookkeeping: "
                                        "_call_lightning_module_hook (call.py:155), _call_strategy_hook (call.py:312))")
@@ -337,7 +337,27 @@ def test_a_training_frameworks_own_work_gets_its_knobs_not_move_it_out() -> None
     assert "Lightning" not in text and text.startswith("Move this work out of the per-step path")
     # An unknown framework is named, with no knobs.
     measurements.outside_steps.framework_us_per_step = {"ignite": 2100.0}
+    measurements.outside_steps.framework_culprits = [f"ignite: {name}" for name in culprits]
     assert "ignite's own per-step work" in finding(report(measurements=measurements, phases=phases), "outside_steps.work").recommendation
+
+
+def test_a_frameworks_share_leaves_out_its_gradient_clipping_and_other_frameworks_culprits() -> None:
+    """A Hugging Face Trainer: 1300 us of its 1700 us is gradient clipping, which belongs to every step;
+    the Trainer's movable work is then no majority, and accelerate's frame is not the Trainer's."""
+    culprits = {"_clip_grad_norm (trainer.py:2781)": 1300.0, "floating_point_ops (trainer.py:4224)": 300.0,
+                "is_lomo_available (imports.py:112)": 100.0, "save_checkpoint (train.py:40)": 900.0}  # fmt: skip
+    measurements, phases = _outside(0.3, culprits)
+    measurements.outside_steps.framework_us_per_step = {"transformers": 1600.0, "accelerate": 100.0}
+    measurements.outside_steps.framework_culprits = [
+        "transformers: _clip_grad_norm (trainer.py:2781)", "transformers: floating_point_ops (trainer.py:4224)",
+        "accelerate: is_lomo_available (imports.py:112)",
+    ]
+    text = finding(report(measurements=measurements, phases=phases), "outside_steps.work").recommendation
+    assert "Hugging Face Trainer" not in text and "Gradient clipping (_clip_grad_norm (trainer.py:2781))" in text
+    del measurements.outside_steps.culprits_us_per_step["save_checkpoint (train.py:40)"]
+    text = finding(report(measurements=measurements, phases=phases), "outside_steps.work").recommendation
+    assert text.startswith("300 us of it is the Hugging Face Trainer's own per-step work (its hooks, logging and "
+                           "bookkeeping: floating_point_ops (trainer.py:4224))")
 
 
 @pytest.mark.parametrize(
@@ -348,6 +368,8 @@ def test_a_training_frameworks_own_work_gets_its_knobs_not_move_it_out() -> None
         ("accelerate/accelerator.py(2200): backward", "accelerate"),
         ("train.py(12): main", None),
         ("/home/me/lightning/train.py(3): main", None),  # the user's folder named like a framework
+        ("composer/metrics.py(3): log_metrics", None),  # a user's package beside the script, not installed here
+        ("composer/trainer/trainer.py(2100): _train_batch", "composer"),
         ("torch/optim/adam.py(213): step", None),
         ("<built-in method item of Tensor object at 0x7f>", None),
     ],

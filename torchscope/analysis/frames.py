@@ -74,19 +74,33 @@ TRAINING_FRAMEWORKS = frozenset({
     "composer", "mmengine", "fairseq", "deepspeed",
 })  # fmt: skip
 _INSTALLED_PART = re.compile(r"(?:^|/)(?:site-packages|dist-packages)/(?P<top>[A-Za-z_]\w*)")
+# Folders only the frameworks themselves have: a relative path (PyTorch's tracer cuts the sys.path entry off,
+# the user's own too) is a framework's by these, or when this interpreter has that very file installed.
+_FRAMEWORK_PART = re.compile(
+    r"^(lightning/(pytorch|fabric)/|pytorch_lightning/|lightning_fabric/|transformers/(trainer|integrations|utils)|"
+    r"accelerate/(accelerator|utils|data_loader|optimizer)|trl/trainer/|ignite/(engine|handlers)/|composer/trainer/|"
+    r"mmengine/(runner|hooks)/|fairseq/(trainer|tasks)|deepspeed/runtime/)"
+)
 
 
 def training_framework(name: str) -> str | None:
     """The training framework (import name) a Python frame (`path/file.py(42): func`) belongs to, from its
-    path: relative as PyTorch's tracer writes installed files (`lightning/pytorch/trainer/call.py`), or
-    under a site-packages folder; None for any other frame. By name, not by what this interpreter has
-    installed: traces are often read on another machine than the one that ran them."""
+    path: under a site-packages folder, or relative as PyTorch's tracer writes installed files
+    (`lightning/pytorch/trainer/call.py`) in one of the framework's own folders or installed here (a user's
+    `composer/metrics.py` beside their script is theirs); None for any other frame."""
     match = FRAME_PATTERN.match(name.strip())
     if match is None:
         return None
     file = match["file"].replace("\\", "/")
     installed = _INSTALLED_PART.search(file)
-    top = installed["top"] if installed else (None if _ABSOLUTE.match(file) else file.partition("/")[0])
+    if installed:
+        top = installed["top"]
+    elif _ABSOLUTE.match(file):
+        return None
+    else:
+        top = file.partition("/")[0]
+        if top in TRAINING_FRAMEWORKS and _FRAMEWORK_PART.match(file) is None and not is_library_code(name):
+            return None
     return top if top in TRAINING_FRAMEWORKS else None
 
 

@@ -87,7 +87,9 @@ def data_parallel(span: SpanInput) -> DataParallel | None:
     if not wrapper:
         return None
     units = 0.0
-    if wrapper == "fully_shard":  # each unit records `FSDP::pre_forward (fqn)` (the root without one) per pass
+    if wrapper == "fully_shard" and rows.size <= max(len(span.steps), 1):
+        # Each unit records `FSDP::pre_forward (fqn)` (a root without one) per pass. Several roots a step (blocks
+        # sharded with no fully_shard(model), or micro-steps) leave the units per pass unknown: 0.
         host = events.kind_rows(HOST_RANGES)
         units = float(np.count_nonzero(events.name_mask(_is_fsdp2_unit_forward, host))) / rows.size
     elif wrapper == "FullyShardedDataParallel":  # nested units record the same range inside their parent's

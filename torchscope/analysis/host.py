@@ -16,7 +16,7 @@ from torchscope.analysis.anomaly import under_checks
 from torchscope.analysis.garbage_collection import is_gc_event
 from torchscope.analysis.module_hooks import hook_rows
 from torchscope.analysis.frames import (
-    is_interpreter_or_torch_code, is_library_code, is_module_call, readable, readable_totals, training_framework,
+    is_interpreter_or_torch_code, is_library_code, is_module_call, is_user_frame, readable, readable_totals, training_framework,
 )
 from torchscope.analysis.markers import (
     HOST_RANGES, batch_fetch_mask, closure_mask, frame_mask, is_optimizer_step_frame, is_queue_get, is_torch_optim_step_frame, name_mask, own_marker_mask,
@@ -342,6 +342,7 @@ def outside_phases(
         return OutsideSteps()
     start = events.ts_us[chosen]
     overlap = intervals.overlap_per_window(other, start, start + events.dur_us[chosen])
+    chosen, overlap = _user_code_under_frameworks(events, tree, chosen, overlap, other, main_thread)
     names, group = group_ids(events.name[chosen])
     totals = np.bincount(group, overlap, names.size) / max(len(steps), 1)
     top = np.argsort(-totals)[:10]
@@ -358,7 +359,7 @@ def outside_phases(
         framework = training_framework(name)
         if framework is not None:
             frameworks[framework] = frameworks.get(framework, 0.0) + float(totals[i])
-            framework_culprits.append(readable(name))
+            framework_culprits.append(f"{framework}: {readable(name)}")
     return OutsideSteps(
         culprits_us_per_step=readable_totals({events.strings[int(names[i])]: float(totals[i]) for i in top if totals[i] > 0}),
         model_calls_us_per_step=intervals.total_length(model_calls) / max(len(steps), 1),
@@ -366,6 +367,37 @@ def outside_phases(
         framework_us_per_step=dict(sorted(frameworks.items(), key=lambda kv: -kv[1])),
         framework_culprits=list(dict.fromkeys(framework_culprits)),
     )
+
+
+def _user_code_under_frameworks(
+    events: EventTable, tree: HostTree, chosen: np.ndarray, overlap: np.ndarray, other: intervals.IntervalSet, main_thread: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """The culprits with the user's own code under a training framework's culprit made culprits of their
+    own: Lightning runs the user's callbacks and hooks from its dispatch (`_call_callback_hooks`), whose
+    time is the user's, not the framework's fixed cost. Each outermost user frame below a framework culprit
+    (no other culprit or user frame between them) is added with its overlap, which the framework culprit
+    gives up."""
+    distinct, slot = group_ids(events.name[chosen])
+    in_framework = np.array([training_framework(events.strings[int(i)]) is not None for i in distinct.tolist()], dtype=bool)[slot]
+    if not in_framework.any():
+        return chosen, overlap
+    user = events.kind_mask(Kind.PYTHON_FUNCTION) & main_thread & events.name_mask(is_user_frame)
+    marks = user.copy()
+    marks[chosen] = True
+    nearest = nearest_ancestor_of(tree, marks)
+    rows = np.flatnonzero(user & (tree.parent >= 0))
+    above = nearest[tree.parent[rows]]
+    position = np.full(len(events), -1, dtype=np.int64)
+    position[chosen[in_framework]] = np.flatnonzero(in_framework)
+    owner = np.where(above >= 0, position[np.maximum(above, 0)], -1)
+    rows, owner = rows[owner >= 0], owner[owner >= 0]
+    if rows.size == 0:
+        return chosen, overlap
+    start = events.ts_us[rows]
+    own = intervals.overlap_per_window(other, start, start + events.dur_us[rows])
+    overlap = overlap.copy()
+    np.subtract.at(overlap, owner, own)
+    return np.r_[chosen, rows], np.r_[np.maximum(overlap, 0.0), own]
 
 
 def _is_foreach_norm(name: str) -> bool:

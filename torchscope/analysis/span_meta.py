@@ -10,6 +10,7 @@ import numpy as np
 
 from torchscope.analysis.registry import Analysis, Part
 from torchscope.analysis.span import SpanInput
+from torchscope.analysis.step_kinds import evaluation_action_mask
 from torchscope.rundir.manifest import StepSource
 from torchscope.trace.kinds import Kind
 from torchscope.trace.tables import EventTable
@@ -71,10 +72,13 @@ def _host_pid(events: EventTable) -> Optional[str]:
 
 
 def _trains(span: SpanInput) -> bool:
-    """Whether the steps hold backward or optimizer time (evaluation steps hold neither)."""
+    """Whether the steps hold backward or optimizer time, unless an evaluation action says otherwise
+    (analysis/step_kinds.py: no backward alone is no evidence, an RL rollout is training's cost)."""
     phases = span.phase_breakdown
     columns = [i for i, name in enumerate(phases.categories) if name in ("backward", "optimizer")]
-    return len(span.steps) == 0 or bool(phases.per_step_us[:, columns].sum() > 0)
+    if len(span.steps) == 0 or bool(phases.per_step_us[:, columns].sum() > 0):
+        return True
+    return not evaluation_action_mask(span.events).any()
 
 
 def _device_kind(span: SpanInput) -> DeviceKind:

@@ -721,19 +721,29 @@ _FRAMEWORK_TEXT = (
 )
 
 
-def _framework_advice(ctx: Context, explained_us: float) -> tuple[str, set[str]]:
+def _framework_advice(ctx: Context, explained_us: float, kept: set[str]) -> tuple[str, set[str]]:
     """The advice on a training framework's own share of the time outside the phases, when it is most of
-    it, and the culprits it covers (no "move this work" advice for code the user does not own)."""
+    what can move (`kept`: the culprits that belong to every step or have advice of their own, gradient
+    clipping, tokenizing, the batch source), and that framework's culprits (no "move this work" for code
+    the user does not own)."""
     section = ctx.report.measurements.outside_steps
     framework, us = next(iter(section.framework_us_per_step.items()), ("", 0.0))
-    us = min(us, explained_us)  # counted over all culprits; the time explained is capped by the step's 'other'
-    if not framework or us < 0.5 * explained_us:
+    owned = {}
+    for entry in section.framework_culprits:
+        owner, _, name = entry.partition(": ")
+        owned[name] = owner
+    mine = [name for name, owner in owned.items() if owner == framework]
+    culprits = section.culprits_us_per_step
+    us -= sum(culprits.get(name, 0.0) for name in mine if name in kept)
+    movable_us = explained_us - sum(us_ for name, us_ in culprits.items() if name in kept)
+    us = min(us, movable_us)  # counted over all culprits; the time explained is capped by the step's 'other'
+    if not framework or us <= 0 or us < 0.5 * movable_us:
         return "", set()
-    names = [name for name in section.culprits_us_per_step if name in section.framework_culprits][:3]
+    names = [name for name in culprits if name in mine and name not in kept][:3]
     tips = _FRAMEWORK_TIPS.get(framework)
     text = _FRAMEWORK_TEXT.format(us=ms(us), framework=_FRAMEWORK_NAMES.get(framework, framework), names=", ".join(names),
                                   tips=f"; {tips}" if tips else "")  # fmt: skip
-    return text, set(section.framework_culprits)
+    return text, set(mine)
 
 
 # No fix as data: the work differs from run to run; the recommendation names it after its culprits.
@@ -761,7 +771,7 @@ def outside_steps_work(ctx: Context) -> Optional[Verdict]:
     clipping = [name for name in weighty if _is_grad_clipping(name)]
     tokenizing = [name for name in weighty if name not in clipping and _is_tokenization(name)]
     sources = [name for name in weighty if name not in clipping + tokenizing and _is_batch_source(name)]
-    framework_text, framework_culprits = _framework_advice(ctx, explained_us)
+    framework_text, framework_culprits = _framework_advice(ctx, explained_us, set(clipping + tokenizing + sources))
     movable = [name for name in weighty if name not in clipping + tokenizing + sources]
     owned = [name for name in movable if name not in framework_culprits]  # the user's own, or another library's
     foreach_clipping = bool(clipping) and clipping[0] in ctx.report.measurements.outside_steps.foreach_norm_culprits

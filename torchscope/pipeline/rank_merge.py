@@ -9,8 +9,9 @@ same `rank<N>` in their names, else the same process (the host ops' pid and the 
 whose files never overlap in time: two workers of one process read as two ranks gave a straggler finding
 between a training loop and its own validation loop.
 
-A rank's spans whose steps hold no backward and no optimizer step, beside spans of the same rank whose
-steps do, are evaluation (Lightning records validation batches as profiler steps too): they are left out,
+A rank's spans whose steps hold no backward and no optimizer step but an evaluation action (Lightning's
+validation_step ranges: analysis/step_kinds.py), beside spans of the same rank that train, are evaluation:
+they are left out,
 with a warning, so that their steps do not mix into the training steps' figures. A run that only
 evaluates keeps all its spans. Inside a span, evaluation steps beside training steps are left out of the
 step windows already (analysis/step_kinds.py); here they only get their warning.
@@ -101,11 +102,11 @@ def training_spans(rank: RankExtracts) -> tuple[RankExtracts, list[str]]:
     for span, train in zip(rank.spans, trains):
         name = path_text(Path(span.meta.file).name)
         if both and not train:
-            warnings.append(f"{name}: {span.meta.steps} step(s) without a backward pass or an optimizer step, beside "
-                            "training steps of the same rank (evaluation, or rollouts): left out")  # fmt: skip
+            warnings.append(f"{name}: {span.meta.steps} evaluation step(s) (no backward pass or optimizer step), beside "
+                            "training steps of the same rank: left out")  # fmt: skip
         elif span.meta.evaluation_steps:
-            warnings.append(f"{name}: {span.meta.evaluation_steps} step(s) without a backward pass or an optimizer "
-                            f"step ({span.meta.evaluation_us / 1000:.1f} ms in all), beside training steps (evaluation, or rollouts): "
+            warnings.append(f"{name}: {span.meta.evaluation_steps} evaluation step(s) (no backward pass or optimizer "
+                            f"step; {span.meta.evaluation_us / 1000:.1f} ms in all), beside training steps: "
                             "left out of the step figures")  # fmt: skip
     if not both:
         return rank, warnings

@@ -133,7 +133,7 @@ class OutsideSteps(Section):
     # The culprits that ran `aten::_foreach_norm` (gradient clipping on its multi-tensor path), readable names.
     foreach_norm_culprits: Names = []
     # Of the culprits, a training framework's own frames (frames.training_framework): us per step by framework,
-    # and their readable names.
+    # and their readable names as "framework: name".
     framework_us_per_step: PerStepByName = {}
     framework_culprits: Names = []
 
