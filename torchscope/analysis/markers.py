@@ -180,7 +180,7 @@ def phase_masks(events: EventTable) -> dict[str, np.ndarray]:
 
 
 def _phase_masks(events: EventTable) -> dict[str, np.ndarray]:
-    named = _named_phase_masks(events)
+    named = named_phase_masks(events)
     return named | {
         "data_loading": named["data_loading"] | batch_fetch_mask(events),
         "communication": named["communication"] | collective_wait_mask(events),
@@ -223,9 +223,6 @@ def named_phase_masks(events: EventTable) -> dict[str, np.ndarray]:
     return events.memo("named_phase_masks", lambda: _named_phases(events))
 
 
-_named_phase_masks = named_phase_masks
-
-
 def _named_phases(events: EventTable) -> dict[str, np.ndarray]:
     # The user's labels are a few rows: their phase is looked up once per distinct name among them.
     labels = events.kind_rows(Kind.USER_ANNOTATION)
@@ -258,7 +255,7 @@ def batch_fetch_mask(events: EventTable) -> np.ndarray:
     fetching its batch, also from an iterator that is no DataLoader (a generator, a tokenizing iterable)
     or from a queue a producer fills, which PyTorch marks with no range. The loop's thread only (a prefetching thread's ``next`` overlaps the compute it hides
     behind); Python calls are in the trace only with stacks recorded. Once per table, read-only."""
-    return events.memo("batch_fetches", lambda: read_only(_batch_fetches(events, _named_phase_masks(events))))
+    return events.memo("batch_fetches", lambda: read_only(_batch_fetches(events, named_phase_masks(events))))
 
 
 def _batch_fetches(events: EventTable, phases: dict[str, np.ndarray]) -> np.ndarray:
