@@ -44,3 +44,28 @@ def test_a_compiled_model_keeps_its_graph_under_capture(tmp_path: Path) -> None:
     names = [e.get("name", "") for e in json.loads(trace.read_text())["traceEvents"]]
     for label in ("torchscope:forward", "torchscope:backward", "torchscope:optimizer"):
         assert names.count(label) == 3, label  # one per recorded step
+
+
+def test_a_compiled_graphs_operators_are_counted_once(tmp_path: Path) -> None:
+    """aot_autograd runs the graph's operators from Python inside `CompiledFunction`: with stacks on, frames
+    sit between them, and the operator table still gives the graph's time to those operators (host self),
+    not to `CompiledFunction` as well."""
+    torch._dynamo.reset()
+    model = torch.nn.Sequential(*[torch.nn.Linear(256, 256) for _ in range(4)])
+    compiled = torch.compile(model, backend="aot_eager")  # aot_autograd's graphs without inductor's codegen
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    with torchscope.profile(out=tmp_path / "run") as prof:
+        for _ in range(6):
+            loss = compiled(torch.randn(256, 256)).sum()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            prof.step()
+    report = torchscope.analyze(tmp_path / "run", use_cache=False)
+    rows = {row.name: row for row in report.operators}
+    forward, backward = rows["CompiledFunction"], rows["CompiledFunctionBackward"]
+    assert forward.calls == backward.calls == 3
+    # each graph's own time is its Python around the operators; the matmuls are the addmm/mm rows'
+    assert forward.host_self_us < 0.5 * forward.host_total_us
+    assert backward.host_self_us < 0.5 * backward.host_total_us
+    assert rows["aten::addmm"].calls == 12 and rows["aten::addmm"].host_self_us > forward.host_self_us

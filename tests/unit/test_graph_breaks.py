@@ -95,6 +95,18 @@ def test_no_compiled_graph_no_section(tmp_path: Path) -> None:
     assert rep.measurements.graph_breaks == GraphBreaks()
 
 
+def test_graphs_without_compiled_regions_no_section(tmp_path: Path) -> None:
+    """A trace with compiled graphs but no dynamo region around them (its recording off or a PyTorch
+    without it): no call to count breaks in, and no crash."""
+    b = TraceBuilder()
+    for i in range(3):
+        b.step(i, i * STEP_US, STEP_US)
+        b.op("CompiledFunction", i * STEP_US + 10, 500)
+        b.op("CompiledFunction", i * STEP_US + 600, 500)
+    rep = torchscope.analyze(b.write(tmp_path / "t.pt.trace.json"), jobs=1, use_cache=False)
+    assert rep.measurements.graph_breaks == GraphBreaks()
+
+
 def _report(section: GraphBreaks) -> object:
     return report(measurements=Measurements(graph_breaks=section))
 

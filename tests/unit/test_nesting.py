@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import numpy as np
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from torchscope.analysis.nesting import _thread_tree, tree_order, accumulate_up, build_host_tree
+import torchscope
 from helpers.trace_builder import TraceBuilder
+from torchscope.analysis.nesting import _thread_tree, accumulate_up, build_host_tree, operator_parent, self_time_us, tree_order
+from torchscope.trace.kinds import Kind
 from torchscope.trace.parse import parse_trace_bytes
-import json
 
 
 def _stack_reference(ts: np.ndarray, dur: np.ndarray) -> tuple[list[int], list[int]]:
@@ -66,7 +70,7 @@ def test_self_time_and_inclusive_totals_on_a_built_trace() -> None:
     table = parse_trace_bytes(json.dumps(builder.document()).encode()).events
     tree = build_host_tree(table)
     names = table.text(table.name)
-    self_time = dict(zip(names, tree.self_time_us(table.dur_us)))
+    self_time = dict(zip(names, self_time_us(table.dur_us, tree.parent, np.ones(len(table), dtype=bool))))
     assert self_time == {"outer": 50, "inner_a": 25, "leaf": 5, "inner_b": 20, "other_thread": 100}
     totals = dict(zip(names, accumulate_up(tree, np.ones(len(table)))))
     assert totals["outer"] == 4 and totals["inner_a"] == 2 and totals["other_thread"] == 1
@@ -204,5 +208,39 @@ def test_record_function_ranges_nest_beside_the_calls_that_opened_them() -> None
     assert parent_of("aten::randn") == "augment"
     assert parent_of("train.py(20): log") == "ProfilerStep#1"
     assert parent_of("torch/autograd/profiler.py(932): __exit__") == "augment"  # ends 14 us after it: kept inside
-    self_us = tree.self_time_us(events.dur_us)
+    self_us = self_time_us(events.dur_us, tree.parent, np.ones(len(events), dtype=bool))
     assert self_us[row["augment"]] == 3000 - 2500 - 100 - 30
+
+
+def test_operators_count_their_children_through_python_frames(tmp_path: Path) -> None:
+    """With stacks on, Python frames sit between an operator that runs Python (a compiled graph's
+    `CompiledFunction`) and the operators it calls: the children still count against its self time, as
+    in PyTorch's own operator tables, and it is no leaf."""
+    frame = "python_function"
+    b = TraceBuilder()
+    b.op("train.py(12): <module>", 0, 1000, cat=frame)
+    b.step(1, 5, 990)
+    b.op("CompiledFunction", 10, 900)
+    b.op("torch/_functorch/_aot_autograd/runtime_wrappers.py(310): runtime_wrapper", 12, 890, cat=frame)
+    b.annotation("## Call CompiledFxGraph abc ##", 20, 870)
+    b.op("/tmp/torchinductor_root/ab/cabc.py(120): call", 22, 860, cat=frame)
+    b.op("aten::mm", 30, 500)
+    b.op("aten::addmm", 600, 200)
+    b.op("aten::copy_", 650, 50)
+    events = parse_trace_bytes(json.dumps(b.document()).encode()).events
+    tree = build_host_tree(events)
+    row = {events.strings[n]: i for i, n in enumerate(events.name.tolist())}
+    parent = operator_parent(events, tree)
+    assert parent[row["aten::mm"]] == row["## Call CompiledFxGraph abc ##"]
+    assert parent[row["## Call CompiledFxGraph abc ##"]] == row["CompiledFunction"]
+    assert parent[row["aten::copy_"]] == row["aten::addmm"]  # no frame between: the tree's own parent
+    assert parent[row["CompiledFunction"]] == row["ProfilerStep#1"]  # past the frame between them
+    counted = np.isin(events.kind, [int(Kind.CPU_OP), int(Kind.USER_ANNOTATION)])
+    self_us = self_time_us(events.dur_us, parent, counted)
+    assert self_us[row["CompiledFunction"]] == 900 - 870
+    assert self_us[row["## Call CompiledFxGraph abc ##"]] == 870 - 500 - 200
+    assert self_us[row["aten::addmm"]] == 150
+    # the whole pipeline: the operator table does not count the compiled graph's matmuls twice
+    report = torchscope.analyze(b.write(tmp_path / "t.json"), use_cache=False)
+    host_self = {r.name: r.host_self_us for r in report.operators}
+    assert host_self["CompiledFunction"] == 30 and host_self["aten::mm"] == 500

@@ -24,7 +24,7 @@ import numpy as np
 
 from torchscope.analysis import intervals
 from torchscope.analysis.flops import MATMUL_OPS, event_flops
-from torchscope.analysis.nesting import HostTree
+from torchscope.analysis.nesting import HostTree, operator_parent
 from torchscope.analysis.operators import OpTimes
 from torchscope.analysis.steps import main_thread_mask
 from torchscope.trace.tables import EventTable
@@ -78,8 +78,10 @@ def arithmetic(events: EventTable, tree: HostTree, times: OpTimes) -> Arithmetic
     owner = tree.inherit(owner)
     parent = tree.parent[rows]
     outermost = with_flops & ((parent < 0) | (owner[np.maximum(parent, 0)] < 0))
+    # An operator that calls others through Python frames (a compiled graph's `CompiledFunction`) is no leaf.
+    op_parent = operator_parent(events, tree)
     has_child = np.zeros(len(events), dtype=bool)
-    has_child[tree.parent[ops & (tree.parent >= 0)]] = True
+    has_child[op_parent[ops & (op_parent >= 0)]] = True
     leaves = np.flatnonzero(ops & ~has_child & (owner < 0))
     return Arithmetic(units=rows[outermost], unit_flops=flops[outermost], leaves=leaves)
 

@@ -100,6 +100,8 @@ def graph_breaks(span: SpanInput) -> GraphBreaks | None:
     # Compiled calls: the outermost compiled regions that run a training graph. Regions without one (a
     # compiled optimizer step, a no-grad teacher, a hook dynamo compiled on its own) are no call of the model.
     starts, ends = intervals.intersect(_union(events, host[events.name_mask(_is_compiled_region, host)]), windows)
+    if starts.size == 0:  # graphs without dynamo's regions (a PyTorch that does not record them): no calls to count
+        return None
     graph_start = events.ts_us[graphs]
     region = np.searchsorted(starts, graph_start, side="right") - 1
     held = (region >= 0) & (graph_start < ends[np.maximum(region, 0)])

@@ -27,16 +27,6 @@ class HostTree(msgspec.Struct, frozen=True, dict=True):
     parent: np.ndarray
     depth: np.ndarray
 
-    def self_time_us(self, dur_us: np.ndarray, child_mask: np.ndarray | None = None) -> np.ndarray:
-        """Duration minus the durations of direct children (optionally only children in `child_mask`)."""
-        has_parent = self.parent >= 0
-        if child_mask is not None:
-            has_parent &= child_mask
-        children_time = np.bincount(
-            self.parent[has_parent], weights=dur_us[has_parent], minlength=dur_us.size
-        )
-        return np.maximum(dur_us - children_time, 0.0)
-
     @cached_property
     def levels(self) -> list[np.ndarray]:
         """Event indices per depth (index d: the events at depth d), from one sort instead of a full
@@ -272,6 +262,34 @@ def nearest_ancestor_of(tree: HostTree, mask: np.ndarray) -> np.ndarray:
     """For each event, the index of the nearest ancestor-or-self in `mask` (-1 if none)."""
     own = np.where(mask, np.arange(mask.size, dtype=tree.parent.dtype), -1)
     return tree.inherit(own)
+
+
+def self_time_us(dur_us: np.ndarray, parent: np.ndarray, child_mask: np.ndarray) -> np.ndarray:
+    """Duration minus the durations of the children in `child_mask`, by `parent` (the tree's, or
+    `operator_parent`)."""
+    counted = child_mask & (parent >= 0)
+    children_time = np.bincount(parent[counted], weights=dur_us[counted], minlength=dur_us.size)
+    return np.maximum(dur_us - children_time, 0.0)
+
+
+def operator_parent(events: EventTable, tree: HostTree) -> np.ndarray:
+    """Each event's nearest enclosing host event that is not a Python frame (-1 if none): its parent as
+    PyTorch's own operator tables see it. With `with_stack=True` Python frames sit between an operator and
+    the operators it calls whenever it runs Python (an autograd.Function such as a compiled graph's
+    `CompiledFunction`, hooks, the optimizer's step): an operator's children and self time are counted
+    through them. Kept per table (read-only)."""
+    return events.memo("operator_parent", lambda: read_only(_operator_parent(events.kind, tree)))
+
+
+def _operator_parent(kind: np.ndarray, tree: HostTree) -> np.ndarray:
+    parent = tree.parent.copy()
+    # Only events under a Python frame climb, one level per iteration, past the frames.
+    climbing = np.flatnonzero(parent >= 0)
+    while climbing.size:
+        climbing = climbing[kind[parent[climbing]] == Kind.PYTHON_FUNCTION]
+        parent[climbing] = tree.parent[parent[climbing]]
+        climbing = climbing[parent[climbing] >= 0]
+    return parent
 
 
 def calling_frame(tree: HostTree, kind: np.ndarray, rows: np.ndarray) -> np.ndarray:

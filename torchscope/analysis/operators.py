@@ -13,7 +13,14 @@ import numpy as np
 
 from torchscope.analysis.flops import event_flops
 from torchscope.analysis.markers import own_marker_mask
-from torchscope.analysis.nesting import HostTree, accumulate_up, launcher_of_device_events, nearest_ancestor_of
+from torchscope.analysis.nesting import (
+    HostTree,
+    accumulate_up,
+    launcher_of_device_events,
+    nearest_ancestor_of,
+    operator_parent,
+    self_time_us,
+)
 from torchscope.analysis.steps import step_name_mask
 from torchscope.arrays import group_ids
 from torchscope.report.model import OperatorRow, RangeRow
@@ -37,7 +44,7 @@ def op_times(events: EventTable, tree: HostTree) -> OpTimes:
     is_step = step_name_mask(events)
     op_mask = (events.kind == Kind.CPU_OP) & ~is_step
     child_mask = events.kind_mask(_SELF_TIME_CHILDREN) & ~is_step
-    host_self = tree.self_time_us(events.dur_us, child_mask)
+    host_self = self_time_us(events.dur_us, operator_parent(events, tree), child_mask)
     launching_op = nearest_ancestor_of(tree, op_mask)
     device = events.kind_rows(DEVICE_KINDS)
     launcher = launcher_of_device_events(events, device)
