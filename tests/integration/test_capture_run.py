@@ -196,6 +196,37 @@ def test_dataloader_fallback_without_an_optimizer(workdir: Path) -> None:
     assert any(n.startswith("enumerate(DataLoader)#") for n in names)
 
 
+def test_module_view_of_an_unmodified_script(workdir: Path) -> None:
+    """Under `torchscope run` each step starts in the model's forward pre-hook, inside its call: every
+    recorded step's call counts once, with its children's time and without torchscope's own hook."""
+    (workdir / "train.py").write_text(
+        textwrap.dedent(
+            """
+            import torch
+            model = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.ReLU(), torch.nn.Linear(512, 8))
+            opt = torch.optim.SGD(model.parameters(), lr=0.01)
+            x, y = torch.randn(128, 256), torch.randint(0, 8, (128,))
+            for _ in range(8):
+                loss = torch.nn.functional.cross_entropy(model(x), y)
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+            """
+        )
+    )
+    profiled = torchscope("run", "--no-report", "--active", "4", "--out", "runs", "train.py", cwd=workdir)
+    assert profiled.returncode == 0, profiled.stderr
+    from torchscope import analyze
+
+    rows = {row.path: row for row in analyze(only_run_dir(workdir / "runs"), use_cache=False).modules}
+    top = rows["Sequential_0"]
+    children = [row for path, row in rows.items() if path.startswith("Sequential_0/")]
+    assert len(children) == 3 and all(row.calls == 4 for row in [top, *children])
+    assert top.host_self_us_per_step == pytest.approx(top.host_us_per_step - sum(c.host_us_per_step for c in children))
+    # Sequential's own work is a loop over three children: far less than the step hook (~0.5-1 ms)
+    assert 0 <= top.host_self_us_per_step < 0.1 * top.host_us_per_step
+
+
 def test_stop_after_active_ends_the_script_early(workdir: Path) -> None:
     (workdir / "long.py").write_text(
         textwrap.dedent(

@@ -59,6 +59,34 @@ def test_paths_self_time_and_per_step_means() -> None:
     assert lin.module == "Linear" and lin.depth == 2
 
 
+def test_torchscope_runs_step_hook_inside_the_top_module_is_no_module_time() -> None:
+    """Under `torchscope run` a step starts in the top-level module's forward pre-hook: the call's frame
+    opens before its step, holds torchscope's and the profiler's frames, and the recording stops inside the
+    first call after the last step. Each call counts in the step it ends in, without the measurement."""
+    b = TraceBuilder()
+    frame = "python_function"
+    b.op("train.py(7): <module>", -5, 400, cat=frame)
+    for i in range(3):
+        t0 = i * 100.0
+        _module(b, "Net_0", t0, 60)
+        b.op("torchscope/capture/phases.py(241): _forward_pre", t0 + 1, 8, cat=frame)
+        b.op("torch/profiler/profiler.py(1227): step", t0 + 2, 6, cat=frame)  # inside the hook: counted once
+        b.op("<built-in function next>", t0 + 3, 1, cat=frame)
+        b.op("torchscope/capture/quiet.py(38): native_stderr", t0 + 3.2, 0.5, cat=frame)  # still inside the hook
+        b.step(i + 1, t0 + 4, 100 if i == 2 else 96)  # starts inside the hook; the last ends in the next call
+        b.op("torch/autograd/profiler.py(918): __enter__", t0 + 10, 2, cat=frame)  # the phase label's range
+        _module(b, "Linear_0", t0 + 20, 30)
+        b.op("torchscope/capture/phases.py(241): _forward_pre", t0 + 21, 4, cat=frame)  # every module's hook
+        b.op("aten::addmm", t0 + 30, 10)
+    _module(b, "Net_0", 300.0, 6)  # the call whose hook stopped the recording
+    rows = _rows(b)
+    net, lin = rows["Net_0"], rows["Net_0/Linear_0"]
+    assert net.calls == lin.calls == 3
+    assert net.host_us_per_step == pytest.approx(60 - 8 - 2 - 4)
+    assert net.host_self_us_per_step == pytest.approx(60 - 8 - 2 - 30)
+    assert lin.host_us_per_step == lin.host_self_us_per_step == pytest.approx(30 - 4)
+
+
 def test_device_time_is_inclusive_of_child_modules() -> None:
     b = TraceBuilder().gpu()
     for i in range(3):

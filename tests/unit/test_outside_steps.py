@@ -9,7 +9,7 @@ import json
 import pytest
 
 from helpers.trace_builder import TraceBuilder
-from torchscope.analysis.host import _is_profiler_frame
+from torchscope.analysis.frames import is_measurement_frame
 from torchscope.analysis.sections import outside_steps
 from torchscope.analysis.span import SpanInput
 from torchscope.rundir.labels import FORWARD
@@ -68,8 +68,8 @@ def test_model_calls_under_the_culprits_are_counted_at_any_depth() -> None:
 def test_torchscopes_and_the_profilers_frames_are_never_culprits(name: str) -> None:
     """PyTorch's tracer writes a frame's path relative to its sys.path entry when it can (a checkout on
     sys.path): torchscope's own step frame is overhead either way."""
-    assert _is_profiler_frame(name)
-    assert not _is_profiler_frame("train.py(12): step")
+    assert is_measurement_frame(name)
+    assert not is_measurement_frame("train.py(12): step")
 
 
 def test_a_decorators_wrapper_frame_names_the_function_it_runs() -> None:

@@ -25,6 +25,7 @@ import msgspec
 import numpy as np
 
 from torchscope.analysis import intervals
+from torchscope.analysis.frames import is_measurement_frame
 from torchscope.analysis.host import encloses, encloses_markers  # shared with outside_phases
 from torchscope.analysis.markers import COMM_OP_PREFIXES, HOST_RANGES, comm_kernel_mask, own_marker_mask
 from torchscope.analysis.span import SpanInput
@@ -280,7 +281,7 @@ def _phase_culprits(span: SpanInput) -> dict[str, dict[str, float]]:
     own = steps | own_marker_mask(events)
     enclosing = encloses_markers(events, span.tree) | encloses(span.tree, steps)  # the phases' and own markers' part is shared
     # Whole-table masks combined, then one pass for the rows: cheaper than a gather of each per row.
-    noise = own | events.name_mask(_is_measurement_frame) | enclosing
+    noise = own | events.name_mask(is_measurement_frame) | enclosing
     rows = np.flatnonzero(events.kind_mask((Kind.CPU_OP, Kind.USER_ANNOTATION, Kind.PYTHON_FUNCTION)) & ~noise)
     if rows.size == 0 or len(span.steps) == 0:
         return {}
@@ -295,7 +296,3 @@ def _phase_culprits(span: SpanInput) -> dict[str, dict[str, float]]:
         top = np.argsort(-totals)[:CULPRITS_PER_PHASE]
         out[phase] = {events.strings[int(names[i])]: float(totals[i]) for i in top if totals[i] > 0}
     return out
-
-
-def _is_measurement_frame(name: str) -> bool:
-    return "/torchscope/" in name or name.startswith("torchscope/") or "torch/profiler/" in name or "torch/autograd/profiler" in name

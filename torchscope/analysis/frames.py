@@ -104,6 +104,13 @@ def training_framework(name: str) -> str | None:
     return top if top in TRAINING_FRAMEWORKS else None
 
 
+def is_measurement_frame(name: str) -> bool:
+    """Frames of the profiler and torchscope's own hooks: measurement overhead, not the user's work. PyTorch's
+    tracer writes a path relative to its sys.path entry (`torchscope/capture/profiler.py(232): step` where the
+    package is imported from a checkout) or absolute."""
+    return "/torchscope/" in name or name.startswith("torchscope/") or "torch/autograd/profiler" in name or "torch/profiler/" in name
+
+
 def is_module_call(name: str) -> bool:
     """A Python-function event that is a call of an `nn.Module` (`nn.Module: Linear_0`); a named function,
     so that `EventTable.name_mask` keeps its answers per string for every analysis that asks."""

@@ -16,7 +16,8 @@ from torchscope.analysis.anomaly import under_checks
 from torchscope.analysis.garbage_collection import is_gc_event
 from torchscope.analysis.module_hooks import hook_rows
 from torchscope.analysis.frames import (
-    is_interpreter_or_torch_code, is_library_code, is_module_call, is_user_frame, readable, readable_totals, training_framework,
+    is_interpreter_or_torch_code, is_library_code, is_measurement_frame, is_module_call, is_user_frame, readable, readable_totals,
+    training_framework,
 )
 from torchscope.analysis.markers import (
     HOST_RANGES, batch_fetch_mask, closure_mask, frame_mask, is_optimizer_step_frame, is_queue_get, is_torch_optim_step_frame, name_mask, own_marker_mask,
@@ -64,7 +65,7 @@ def dispatch_overhead(
     # module pre-hooks: tens of us each under the Python tracer, one per module call) are measurement
     # overhead: neither is the user's Python between operators. Own frames that hold an operator (the
     # backward and closure wrappers around the user's code) stay.
-    apart = np.flatnonzero((events.name_mask(is_gc_event) | events.name_mask(_is_profiler_frame)) & main)
+    apart = np.flatnonzero((events.name_mask(is_gc_event) | events.name_mask(is_measurement_frame)) & main)
     apart_start, apart_end = events.ts_us[apart], events.ts_us[apart] + events.dur_us[apart]
     op_starts = np.sort(start)
     holds_op = np.searchsorted(op_starts, apart_end) > np.searchsorted(op_starts, apart_start)
@@ -317,7 +318,7 @@ def outside_phases(
     own = own_marker_mask(events)
     inside_phase = nearest_ancestor_of(tree, phase) >= 0
     around_steps = encloses_markers(events, tree)
-    profiler_frames = events.name_mask(_is_profiler_frame)
+    profiler_frames = events.name_mask(is_measurement_frame)
     candidate = host & ~own & ~profiler_frames & ~inside_phase & ~around_steps
     # A decorator's wrapper frame (`@torch.no_grad()` runs the function inside `decorate_context`) names no
     # work: the function it wraps is the culprit.
@@ -436,13 +437,6 @@ def _is_passthrough_wrapper(name: str) -> bool:
     `@torch.inference_mode()`, `clip_grad_norm_`'s `_no_grad_wrapper`) and contextlib's ContextDecorator;
     also the grad-mode switching around the call, which is no culprit of its own."""
     return _PASSTHROUGH_WRAPPER.search(name) is not None or _GRAD_MODE_PLUMBING.search(name) is not None
-
-
-def _is_profiler_frame(name: str) -> bool:
-    """Frames of the profiler and torchscope's own hooks: measurement overhead, not the user's work. PyTorch's
-    tracer writes a path relative to its sys.path entry (`torchscope/capture/profiler.py(232): step` where the
-    package is imported from a checkout) or absolute."""
-    return "/torchscope/" in name or name.startswith("torchscope/") or "torch/autograd/profiler" in name or "torch/profiler/" in name
 
 
 def encloses_markers(events: EventTable, tree: HostTree) -> np.ndarray:

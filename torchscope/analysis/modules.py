@@ -4,7 +4,7 @@ Source: the Python tracer's module events, recorded with ``with_stack`` (on by d
 every call of a module is a ``python_function`` event named ``nn.Module: <Class>_<n>``, where ``n`` numbers
 the instances of one class in the order the profiler first saw them. Nesting gives each call its parent
 module, so each call has a *path* (``Sequential_0/Linear_1``; the profiler does not record attribute
-names). Per path, over the calls that start inside a step: calls, host time (inclusive), host self time
+names). Per path, over the calls that end inside a step: calls, host time (inclusive), host self time
 (less its child modules) and, on device traces, the device time of the kernels launched inside it
 (inclusive). Forward only: backward runs in the autograd engine, outside any module call.
 
@@ -18,7 +18,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from torchscope.analysis.frames import MODULE_CALL_PREFIX, is_module_call
+from torchscope.analysis.frames import MODULE_CALL_PREFIX, is_measurement_frame, is_module_call
 from torchscope.analysis.nesting import HostTree, launcher_of_device_events
 from torchscope.analysis.registry import Analysis, Part
 from torchscope.analysis.span import SpanInput
@@ -48,7 +48,7 @@ class ModuleTable(msgspec.Struct, kw_only=True):
 
 
 def module_rows(events: EventTable, tree: HostTree, steps: StepWindows) -> list[ModuleTotals]:
-    """Totals per module path over the module calls that start inside a step (largest host time first)."""
+    """Totals per module path over the module calls that end inside a step (largest host time first)."""
     # Whole-table masks: both are kept per table, and memory's owner walk asks for the same.
     mod = np.flatnonzero(events.kind_mask(Kind.PYTHON_FUNCTION) & events.name_mask(is_module_call))
     if mod.size == 0:
@@ -61,15 +61,20 @@ def module_rows(events: EventTable, tree: HostTree, steps: StepWindows) -> list[
     parent = _parent_module(tree, mod, enclosing)
     depth = _depths(parent)
     path, path_parent, path_name = _paths(events.name[mod], parent, depth)
-    dur = events.dur_us[mod]
+    # The profiler's and torchscope's own frames inside a call (torchscope run's step hook runs in the
+    # loop's top-level module's forward pre-hook) are measurement, not the module's time.
+    host_us = events.dur_us[mod] - _inclusive(_measurement_us(events, tree, mod, enclosing), parent, depth)
     has_parent = parent >= 0
-    self_us = dur - np.bincount(parent[has_parent], weights=dur[has_parent], minlength=mod.size)
+    self_us = host_us - np.bincount(parent[has_parent], weights=host_us[has_parent], minlength=mod.size)
     device_us = _device_inclusive(events, enclosing, mod, parent, depth)
-    chosen = steps.index_of(events.ts_us[mod]) >= 0
+    # A call counts in the step that holds its end. Under `torchscope run` a step starts in the forward
+    # pre-hook of the loop's top-level module, so that call's frame opens just before its step; and the
+    # recording stops inside the first call of the step after the last.
+    chosen = steps.index_holding_end(events.ts_us[mod] + events.dur_us[mod]) >= 0
     n = len(path_name)
     p = path[chosen]
     calls = np.bincount(p, minlength=n)
-    totals = [np.bincount(p, weights=w[chosen], minlength=n) for w in (dur, np.maximum(self_us, 0.0), device_us)]
+    totals = [np.bincount(p, weights=w[chosen], minlength=n) for w in (host_us, np.maximum(self_us, 0.0), device_us)]
     names = [events.strings[i][len(MODULE_PREFIX):] for i in path_name]
     texts: list[str] = []
     depths: list[int] = []
@@ -134,10 +139,41 @@ def _device_inclusive(events: EventTable, enclosing: np.ndarray, mod: np.ndarray
     owner = enclosing[launcher[launched]]
     inside = owner >= 0
     own += np.bincount(owner[inside], weights=events.dur_us[device[launched]][inside], minlength=mod.size)
-    for level in range(int(depth.max()), 0, -1):  # deepest first: children add into their parents
-        at = np.flatnonzero(depth == level)
-        np.add.at(own, parent[at], own[at])
+    return _inclusive(own, parent, depth)
+
+
+def _measurement_us(events: EventTable, tree: HostTree, mod: np.ndarray, enclosing: np.ndarray) -> np.ndarray:
+    """Per module call, the time of the outermost measurement frames (`is_measurement_frame`) it holds
+    directly, not inside a child module (`enclosing`: as for `_parent_module`)."""
+    own = np.zeros(mod.size)
+    measurement = events.kind_mask(Kind.PYTHON_FUNCTION) & events.name_mask(is_measurement_frame)
+    frames = np.flatnonzero(measurement)
+    if frames.size == 0:
+        return own
+    # Outermost inside its module call: the nearest measurement frame or module call above it is a module
+    # call (built-in calls can sit between nested measurement frames; and under `torchscope run` the whole
+    # script runs inside torchscope's runner frames, so any ancestor up the stack does not tell).
+    stop = measurement.copy()
+    stop[mod] = True
+    up = tree.parent[frames].astype(np.int64)
+    while (climb := (up >= 0) & ~stop[np.maximum(up, 0)]).any():
+        up[climb] = tree.parent[up[climb]]
+    frames = frames[(up < 0) | ~measurement[np.maximum(up, 0)]]
+    owner = enclosing[frames]
+    inside = owner >= 0
+    own += np.bincount(owner[inside], weights=events.dur_us[frames[inside]], minlength=mod.size)
     return own
+
+
+def _inclusive(own: np.ndarray, parent: np.ndarray, depth: np.ndarray) -> np.ndarray:
+    """Per module call, its own value plus its child calls' (inclusive), deepest first."""
+    total = own.copy()
+    if not total.any():
+        return total
+    for level in range(int(depth.max()), 0, -1):
+        at = np.flatnonzero(depth == level)
+        np.add.at(total, parent[at], total[at])
+    return total
 
 
 def extract_modules(span: SpanInput) -> ModuleTable:

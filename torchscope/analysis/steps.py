@@ -49,6 +49,15 @@ class StepWindows(msgspec.Struct, frozen=True):
         inside = (step >= 0) & (ts_us < self.end_us[np.maximum(step, 0)])
         return np.where(inside, step, -1)
 
+    def index_holding_end(self, end_us: np.ndarray) -> np.ndarray:
+        """Index of the step window holding each interval's end (start exclusive, end inclusive: an
+        interval that ends where a step ends is in it), else -1."""
+        if self.number.size == 0:
+            return np.full(np.shape(end_us), -1, dtype=np.int64)
+        step = np.searchsorted(self.end_us, end_us, side="left")  # the first window ending at or after it
+        at = np.minimum(step, self.number.size - 1)
+        return np.where((step < self.number.size) & (self.start_us[at] < end_us), step, -1)
+
     def number_at(self, ts_us: np.ndarray) -> np.ndarray:
         """The step number (ProfilerStep#N) of the window holding each timestamp, else -1."""
         index = self.index_of(ts_us)
