@@ -292,7 +292,7 @@ def test_capture_defaults_agree_everywhere() -> None:
 def test_phase_hooks_report_boundaries_and_nest_phases() -> None:
     events: list[str] = []
     hooks = PhaseHooks(
-        labels=False, on_boundary=lambda kind, key: events.append(kind), on_optimizer_step=lambda o: events.append("step")
+        labels=False, on_boundary=lambda kind, key, grad: events.append(kind), on_optimizer_step=lambda o: events.append("step")
     )
     hooks.install()
     try:

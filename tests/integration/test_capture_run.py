@@ -227,6 +227,47 @@ def test_module_view_of_an_unmodified_script(workdir: Path) -> None:
     assert 0 <= top.host_self_us_per_step < 0.1 * top.host_us_per_step
 
 
+def test_an_evaluation_every_few_steps_stays_in_the_step_it_follows(workdir: Path) -> None:
+    """The optimizer's step boundary waits for the next event with autograd on, so a validation loop under
+    no_grad lies inside one step, and the diagnosis sees periodic work (2 of 8 recorded steps)."""
+    (workdir / "train.py").write_text(
+        textwrap.dedent(
+            """
+            import torch
+            model = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.ReLU(), torch.nn.Linear(512, 8))
+            opt = torch.optim.SGD(model.parameters(), lr=0.01)
+            x, y = torch.randn(128, 256), torch.randint(0, 8, (128,))
+
+            def evaluate():
+                with torch.no_grad():
+                    for _ in range(20):
+                        model(torch.randn(128, 256))
+
+            for step in range(16):
+                loss = torch.nn.functional.cross_entropy(model(x), y)
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+                if step % 4 == 3:
+                    evaluate()
+            """
+        )
+    )
+    profiled = torchscope("run", "--no-report", "--active", "8", "--out", "runs", "train.py", cwd=workdir)
+    assert profiled.returncode == 0, profiled.stderr
+    from torchscope import analyze
+
+    report = analyze(only_run_dir(workdir / "runs"), use_cache=False)
+    section = report.measurements.outside_steps
+    assert section.culprit_steps_share.get("evaluate (train.py:7)") == 0.25, section
+    # the whole evaluation inside its step: its model calls are no culprit of their own (the training
+    # forward's call opens a few microseconds before its phase label, as the step starts in its pre-hook)
+    calls = sum(us for name, us in section.culprits_us_per_step.items() if name.startswith("nn.Module"))
+    assert calls < 0.01 * section.culprits_us_per_step["evaluate (train.py:7)"], section
+    [finding] = [f for f in report.findings if f.id == "outside_steps.work"]
+    assert "runs in 25.0% of the recorded steps" in finding.recommendation
+
+
 def test_stop_after_active_ends_the_script_early(workdir: Path) -> None:
     (workdir / "long.py").write_text(
         textwrap.dedent(

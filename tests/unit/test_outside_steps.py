@@ -46,6 +46,22 @@ def test_culprits_are_the_training_threads_frames_and_any_threads_operators() ->
     assert culprits == pytest.approx({"log_metrics (train.py:80)": 1000.0, "aten::add_": 800.0})
 
 
+def test_each_culprits_share_of_the_steps() -> None:
+    """Logging in every step, an evaluation in one step of four (periodic work)."""
+    b = TraceBuilder()
+    for step in range(4):
+        t0 = 1000.0 + 10_000.0 * step
+        b.step(step + 1, t0, 10_000)
+        b.annotation(FORWARD, t0 + 100, 2000)
+        b.op("train.py(80): log_metrics", t0 + 3000, 500, cat="python_function")
+        if step == 2:
+            b.op("train.py(60): evaluate", t0 + 4000, 5000, cat="python_function")
+            b.op("nn.Module: Sequential_0", t0 + 4100, 4000, cat="python_function")
+    section = outside_steps(SpanInput(parse_trace_bytes(json.dumps(b.document()).encode())))
+    assert section.culprits_us_per_step == pytest.approx({"evaluate (train.py:60)": 1250.0, "log_metrics (train.py:80)": 500.0})
+    assert section.culprit_steps_share == {"evaluate (train.py:60)": 0.25, "log_metrics (train.py:80)": 1.0}
+
+
 def test_model_calls_under_the_culprits_are_counted_at_any_depth() -> None:
     # `acc = sum(model(x).argmax(1).eq(y).float().mean().item() for x, y in val)`: the culprit is `sum`, the
     # model calls (under no gradients, unlabelled) run two levels below it, 3 x 1000 us per step.

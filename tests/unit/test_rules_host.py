@@ -317,6 +317,25 @@ def test_outside_steps_below_five_percent_or_beyond_the_other_phase() -> None:
     assert finding(report(measurements=measurements, phases=phases), "outside_steps.work").time_share == 0.1
 
 
+def test_periodic_work_is_advised_as_periodic() -> None:
+    """An evaluation every 4th step: advice on its interval and its cost, not "run it every N steps"; the
+    saving's low end is what doubling the interval keeps."""
+    measurements, phases = _outside(0.5, {"evaluate (train.py:6)": 2400.0, "log_metrics (train.py:30)": 600.0})
+    measurements.outside_steps.culprit_steps_share = {"evaluate (train.py:6)": 0.25, "log_metrics (train.py:30)": 1.0}
+    measurements.outside_steps.model_calls_us_per_step = 2000.0
+    f = finding(report(measurements=measurements, phases=phases, steps=8), "outside_steps.work")
+    assert "evaluate (train.py:6) (in 25.0% of the steps)" in f.title
+    assert "runs in 25.0% of the recorded steps (9.6 ms each time, 2.4 ms per step on average)" in f.recommendation
+    assert "torch.inference_mode() with larger batches" in f.recommendation
+    assert "run evaluation every N steps" not in f.recommendation and "if it is evaluation" not in f.recommendation
+    assert "log metrics every N steps" in f.recommendation  # the every-step culprit keeps its hint
+    assert f.evidence["periodic_culprits_steps_share"] == {"evaluate (train.py:6)": 0.25}
+    assert (f.time_share, f.time_share_low, f.time_share_high) == pytest.approx((0.3, 0.3 - 0.12, 0.3))
+    # Two recorded steps tell no period: the every-step advice.
+    f = finding(report(measurements=measurements, phases=phases, steps=2), "outside_steps.work")
+    assert "run evaluation every N steps" in f.recommendation and "periodic_culprits_steps_share" not in f.evidence
+
+
 def test_a_training_frameworks_own_work_gets_its_knobs_not_move_it_out() -> None:
     """Lightning's hooks and bookkeeping between the phases: code the user does not own, tuned through the
     framework; the user's own culprit beside it still gets the usual advice."""

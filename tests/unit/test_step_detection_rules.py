@@ -74,6 +74,30 @@ def test_an_optimizer_takes_over_from_the_backward_rule() -> None:
     assert counter.steps == 1 + 3  # one from the backward rule, then one per optimizer step (the last pending)
 
 
+def test_an_evaluation_after_the_optimizer_step_stays_in_that_step() -> None:
+    """The deferred optimizer boundary waits for an event with autograd on: the validation loop's fetches and
+    forwards under no_grad after step 2 stay in step 2, and the next training fetch starts step 3."""
+    opt = object()
+    train = ["data", ("forward", MODEL), "backward", opt]
+    evaluation = [("data", 0, False), ("forward", MODEL, False)] * 5
+    counter = _Counter()
+    detector = StepDetector(counter)
+    marks_at: list[int] = []
+    for i, event in enumerate(train * 2 + evaluation + train * 2):
+        before = counter.steps
+        if event is opt:
+            detector.on_optimizer_step(opt)
+        else:
+            detector.on_boundary(*event) if isinstance(event, tuple) else detector.on_boundary(event)
+        if counter.steps > before:
+            marks_at.append(i)
+    # boundaries at the second and third training fetches (events 4 and 18), none inside the evaluation
+    assert detector.source == "optimizer" and marks_at == [4, 18, 22]
+    # Without an optimizer (an inference script), no-grad fetches still mark the DataLoader's steps.
+    _, inference = _drive([("data", 0, False), ("forward", MODEL, False)] * 4)
+    assert inference.steps == 3
+
+
 def test_fallbacks_wait_for_an_optimizer_that_exists_to_step() -> None:
     # Gradient accumulation: 4 fetches and backwards per optimizer step. The DataLoader rule would mark
     # each micro-batch before the first optimizer step; with an optimizer built, those boundaries are held.

@@ -361,13 +361,31 @@ def outside_phases(
         if framework is not None:
             frameworks[framework] = frameworks.get(framework, 0.0) + float(totals[i])
             framework_culprits.append(f"{framework}: {readable(name)}")
+    culprits = readable_totals({events.strings[int(names[i])]: float(totals[i]) for i in top if totals[i] > 0})
     return OutsideSteps(
-        culprits_us_per_step=readable_totals({events.strings[int(names[i])]: float(totals[i]) for i in top if totals[i] > 0}),
+        culprits_us_per_step=culprits,
+        culprit_steps_share=_steps_share(events, steps, chosen, overlap, group, names, top, culprits),
         model_calls_us_per_step=intervals.total_length(model_calls) / max(len(steps), 1),
         foreach_norm_culprits=_foreach_norm_culprits(events, steps, tree, chosen),
         framework_us_per_step=dict(sorted(frameworks.items(), key=lambda kv: -kv[1])),
         framework_culprits=list(dict.fromkeys(framework_culprits)),
     )
+
+
+def _steps_share(
+    events: EventTable, steps: StepWindows, chosen: np.ndarray, overlap: np.ndarray, group: np.ndarray,
+    names: np.ndarray, top: np.ndarray, culprits: dict[str, float],
+) -> dict[str, float]:
+    """Per readable culprit name (of `culprits`), the share of the steps it took time in (`chosen`, their
+    `overlap` with the time outside the phases and their name `group` as in `outside_phases`)."""
+    step = steps.index_of(events.ts_us[chosen])
+    ran = (overlap > 0) & (step >= 0)
+    seen: dict[str, set[int]] = {}
+    for i in top.tolist():
+        name = readable(events.strings[int(names[i])])
+        if name in culprits:
+            seen.setdefault(name, set()).update(step[ran & (group == i)].tolist())
+    return {name: len(held) / max(len(steps), 1) for name, held in seen.items()}
 
 
 def _user_code_under_frameworks(

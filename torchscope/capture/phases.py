@@ -105,7 +105,7 @@ class PhaseHooks:
         self,
         *,
         labels: bool = True,
-        on_boundary: Callable[[Boundary, int], None] | None = None,
+        on_boundary: Callable[[Boundary, int, bool], None] | None = None,
         on_optimizer_step: Callable[[Any], None] | None = None,
         on_error: Callable[[str], None] | None = None,
         on_phase_time: Callable[[str, float], None] | None = None,
@@ -218,7 +218,7 @@ class PhaseHooks:
             return True
         if self._on_boundary is not None:
             try:
-                self._on_boundary(kind, key)
+                self._on_boundary(kind, key, torch.is_grad_enabled())
             except Exception as exc:
                 self._report(exc)
         if self._retire_requested:

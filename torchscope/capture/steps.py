@@ -21,10 +21,11 @@ optimizer step, and marking them as steps put single micro-batches and the first
 creates its state) into the recorded window.
 
 The optimizer boundary is *deferred*: ``prof.step()`` runs at the next top-level event (a DataLoader fetch,
-a forward or a backward starting) instead of inside the optimizer hook. The hook runs inside torch's own
+a forward or a backward starting) with autograd on, instead of inside the optimizer hook. The hook runs inside torch's own
 ``Optimizer.step#...`` range, and closing ``ProfilerStep#N`` there would leave that range straddling two
 steps; deferred, every range nests inside one ``ProfilerStep``. Work between the optimizer step and the
-next event (logging, a checkpoint) stays in the step that it follows. The only exception: the step
+next event (logging, a checkpoint, an evaluation under ``torch.no_grad()`` with its own fetches and
+forwards) stays in the step that it follows. The only exception: the step
 source stepping twice with nothing in between (e.g. LBFGS with a closure: the forward and backward inside
 the closure are not top-level events) steps inside the hook.
 """
@@ -59,8 +60,11 @@ class StepDetector:
         self._backward_since_step = False
         self.source: StepMarking = "none"
 
-    def on_boundary(self, kind: str, key: int = 0) -> None:
-        """A top-level fetch (``"data"``), forward (``key``: the module's id) or backward is about to start."""
+    def on_boundary(self, kind: str, key: int = 0, grad_enabled: bool = True) -> None:
+        """A top-level fetch (``"data"``), forward (``key``: the module's id) or backward is about to start
+        (``grad_enabled``: with autograd recording, as ``torch.is_grad_enabled()`` says)."""
+        if self._pending and not grad_enabled and self.source == "optimizer":
+            return  # an evaluation after the optimizer step (no_grad/inference_mode): it stays in that step
         if self._pending:
             self._pending = False
             self._mark()

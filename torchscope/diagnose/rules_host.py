@@ -604,6 +604,29 @@ _NO_GRAD_MODEL_HINT = (
 )
 
 
+# Work that runs in at most this share of the recorded steps (and in 3 steps or more) is periodic: an
+# evaluation or a checkpoint every N steps, which the loop already keeps out of most steps.
+PERIODIC_STEPS_SHARE = 0.5
+PERIODIC_MIN_STEPS = 3
+_PERIODIC_TEXT = (
+    "{name} runs in {share} of the recorded steps ({each} each time, {per_step} per step on average): work the "
+    "loop already runs every few steps, whose cost falls with a longer interval (twice the interval halves it){extra}."
+)
+_PERIODIC_EVAL_EXTRA = "; the evaluation itself is cheaper under torch.inference_mode() with larger batches"
+_PERIODIC_CHECKPOINT_EXTRA = "; or save in the background (torch.distributed.checkpoint.async_save)"
+
+
+def _periodic_advice(name: str, us_per_step: float, steps_share: float) -> str:
+    words, file = _words(name)
+    extra = ""
+    if words & _EVAL_WORDS or name.lower().startswith("nn.module: "):
+        extra = _PERIODIC_EVAL_EXTRA
+    elif words & _CHECKPOINT_WORDS or file in _CHECKPOINT_FILES:
+        extra = _PERIODIC_CHECKPOINT_EXTRA
+    return _PERIODIC_TEXT.format(name=name, share=pct(steps_share), each=ms(us_per_step / steps_share),
+                                 per_step=ms(us_per_step), extra=extra)
+
+
 def _words(name: str) -> tuple[frozenset[str], str]:
     """The words of a readable culprit name's function (split on anything not a letter or digit, lower
     case) and its file's stem (empty when not a frame)."""
@@ -774,19 +797,26 @@ def outside_steps_work(ctx: Context) -> Optional[Verdict]:
     framework_text, framework_culprits = _framework_advice(ctx, explained_us, set(clipping + tokenizing + sources))
     movable = [name for name in weighty if name not in clipping + tokenizing + sources]
     owned = [name for name in movable if name not in framework_culprits]  # the user's own, or another library's
+    # Periodic work (an evaluation every N steps) gets its own advice: "run it every N steps" it already does.
+    steps_share = ctx.report.measurements.outside_steps.culprit_steps_share
+    periodic = [name for name in owned if ctx.steps >= PERIODIC_MIN_STEPS and 0 < steps_share.get(name, 1.0) <= PERIODIC_STEPS_SHARE]
+    movable = [name for name in movable if name not in periodic]
+    owned = [name for name in owned if name not in periodic]
+    periodic_us = sum(culprits[name] for name in periodic)
     foreach_clipping = bool(clipping) and clipping[0] in ctx.report.measurements.outside_steps.foreach_norm_culprits
-    if movable_share < OUTSIDE.value and not (movable or tokenizing or sources):  # gradient clipping and noise
+    if movable_share < OUTSIDE.value and not (movable or tokenizing or sources or periodic):  # gradient clipping and noise
         if not clipping or foreach_clipping:
             return None  # nothing to move, nothing to switch
         share, share_range = None, None  # a switch to foreach norms: its saving is not modelled
     hints = _culprit_hints(owned if framework_text else movable)
     model_us = ctx.report.measurements.outside_steps.model_calls_us_per_step
-    if model_us >= HINT_SHARE * explained_us and _NO_GRAD_MODEL_HINT not in hints:  # a model call under the culprits
+    every_step_model_us = model_us - periodic_us  # model calls inside periodic work are its own (an evaluation)
+    if every_step_model_us >= HINT_SHARE * explained_us and _NO_GRAD_MODEL_HINT not in hints:  # a model call under the culprits
         hints.append(_NO_GRAD_MODEL_HINT)
-    advice = []
+    advice = [_periodic_advice(name, culprits[name], steps_share[name]) for name in periodic]
     if framework_text:
         advice.append(framework_text)
-    if hints or (owned if framework_text else movable) or not (clipping or sources or tokenizing or framework_text):
+    if hints or (owned if framework_text else movable) or not (clipping or sources or tokenizing or framework_text or periodic):
         advice.append("Move this work out of the per-step path: "
                       + ("; ".join(hints) if hints else "run it every N steps or in a background thread") + ".")
     if tokenizing:
@@ -798,9 +828,13 @@ def outside_steps_work(ctx: Context) -> Optional[Verdict]:
             advice.append(_CLIP_FOREACH_TEXT.format(name=clipping[0], cpu="" if ctx.has_device else _CLIP_CPU))
         else:
             advice.append(_CLIP_TEXT.format(name=clipping[0]))
+    if periodic and share is not None and share_range is not None:
+        # Doubling the interval of the periodic work saves half of it: the low end of the saving.
+        share_range = (max(share_range[0] - ctx.share(periodic_us) / 2, 0.0), share_range[1])
+    named = list(top)[:1] + [name for name in list(top)[1:2] if top[name] >= HINT_SHARE * explained_us]
     return Verdict(
         title=f"{ms(explained_us)} of each step runs outside data loading/forward/backward/optimizer, mostly in "
-        + ", ".join(list(top)[:1] + [name for name in list(top)[1:2] if top[name] >= HINT_SHARE * explained_us]),
+        + ", ".join(f"{name} (in {pct(steps_share[name])} of the steps)" if name in periodic else name for name in named),
         share=share,
         share_range=share_range,
         evidence={
@@ -808,6 +842,7 @@ def outside_steps_work(ctx: Context) -> Optional[Verdict]:
             "unattributed_other_us_per_step": max(other_us - explained_us, 0.0),
             "culprits_us_per_step": top,
             **({"model_calls_us_per_step": model_us} if model_us > 0 else {}),
+            **({"periodic_culprits_steps_share": {name: steps_share[name] for name in periodic}} if periodic else {}),
         },
         recommendation=" ".join(advice),
     )

@@ -127,6 +127,9 @@ class OutsideSteps(Section):
     """Host work inside the steps that no phase (data, forward, backward, optimizer) covers, by name."""
 
     culprits_us_per_step: PerStepByName = {}
+    # Of the culprits, the share of the steps each ran in (1.0: every step; periodic work such as an
+    # evaluation every N steps runs in fewer).
+    culprit_steps_share: PerStepByName = {}
     # Model (nn.Module) calls in that time, at any depth under the culprits: validation, metrics, an EMA or
     # teacher model (a call without gradients after the backward is left unlabelled at capture).
     model_calls_us_per_step: PerStep = 0.0
