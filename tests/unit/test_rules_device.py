@@ -244,3 +244,38 @@ def test_recompute_between_the_blocks_and_all_recorded() -> None:
     memory = Memory(peak_allocated_bytes={"cuda:0": 40 * 2**30})
     f = finding(report(measurements=Measurements(recompute=gpu_section, memory=memory), device=gpu()), "compute.recompute")
     assert "of the GPU's time" in f.title and "50.0% of cuda:0's capacity" in f.recommendation
+
+
+def _half_report(native: Optional[bool], speed: Optional[float], us: float = 6000.0, gflop: float = 0.3) -> object:
+    """A CPU run whose bfloat16 matmuls take `us` of a 10 ms step (`gflop` of math), on a CPU the capture
+    found with (`native`) or without oneDNN's bfloat16 kernels and `speed` against float32 (None: not checked)."""
+    peak: dict[str, object] = {"matmul_gflops": 150.0, "threads": 2}
+    if native is not None:
+        peak["bfloat16_native"] = native
+    if speed is not None:
+        peak["bfloat16_matmul_speed"] = speed
+    measurements = Measurements(patterns=Patterns(half_matmuls_per_step=8.0, half_matmul_us_per_step={"bfloat16": us},
+                                                  half_matmul_gflop_per_step={"bfloat16": gflop}))
+    return report(measurements=measurements, phases={"forward": 0.3, "backward": 0.6, "optimizer": 0.1},
+                  manifest={"environment": {"cpu_peak": peak}})
+
+
+def test_cpu_half_emulated_costs_the_matmuls_at_float32s_speed() -> None:
+    # 0.3 GFLOP in 6 ms: 50 GFLOP/s against float32's 150 (a third), lower than the check's 0.6 (loaded)
+    f = finding(_half_report(native=False, speed=0.6), "compute.cpu_half_emulated")
+    assert f.category == "compute" and f.evidence["half_matmul_speed_vs_fp32"] == {"bfloat16": pytest.approx(1 / 3, abs=1e-3)}
+    assert (f.time_share_low, f.time_share_high) == pytest.approx((0.6 * (1 - 2 / 3), 0.6 * (1 - 1 / 3)))
+    assert "at 0.33x float32's speed" in f.title and "Train in float32 on this machine" in f.recommendation
+    assert [fix.target for fix in f.fixes] == ["torch.autocast"]
+    # compute.bound, where it is stated, no longer offers bfloat16 on this CPU
+    bound = [x for x in diagnose(_half_report(native=False, speed=0.6)) if x.id == "compute.bound"]
+    assert all("bfloat16 autocast" not in x.recommendation and "Matmuls already run" not in x.recommendation for x in bound)
+
+
+def test_cpu_half_emulated_needs_the_capture_check_and_a_slow_dtype() -> None:
+    assert "compute.cpu_half_emulated" not in findings(_half_report(native=None, speed=None))  # no check here
+    rep = _half_report(native=True, speed=0.9, gflop=0.9)  # 150 GFLOP/s: as fast as float32
+    assert "compute.cpu_half_emulated" not in findings(rep)
+    # native kernels that still run at a tenth of float32's speed (emulated with AVX512 conversions)
+    assert "compute.cpu_half_emulated" in findings(_half_report(native=True, speed=0.1, gflop=0.9))
+    assert "compute.cpu_half_emulated" not in findings(_half_report(native=False, speed=0.01, us=300.0))  # 3 % of the step

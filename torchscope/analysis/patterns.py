@@ -2,7 +2,8 @@
 another measurement, each found as the matcher defines it, vectorised over the host call tree:
 
 * a convolution's bias right before a batch norm (the norm cancels it);
-* FP16/BF16 matmuls whose dimensions are not multiples of 8 (tensor cores need them aligned);
+* FP16/BF16 matmuls whose dimensions are not multiples of 8 (tensor cores need them aligned), and the time
+  of the half-precision matmul kernels (on a CPU without fast kernels for them, `compute.cpu_half_emulated`);
 * for-loop indexing: among the children of one parent, a run of at least 10 repetitions of the same
   sequence of ops starting with `aten::select` (`for i in ...: t[i] = ...`), with the time it takes;
 * an extra CUDA copy: `aten::to` -> `aten::_to_copy` -> `aten::copy_` of one dtype, right after a fill
@@ -21,12 +22,13 @@ import msgspec
 import numpy as np
 
 from torchscope.analysis import intervals
+from torchscope.analysis.flops import event_flops
 from torchscope.analysis.span import SpanInput
 from torchscope.analysis.nesting import HostTree
 from torchscope.analysis.steps import event_steps, main_thread_mask
 from torchscope.arrays import group_ids
 from torchscope.report.measurements import Patterns
-from torchscope.trace.kinds import Kind
+from torchscope.trace.kinds import DEVICE_KINDS, Kind
 from torchscope.trace.tables import EventTable
 
 CONV_OPS = frozenset({"aten::conv1d", "aten::conv2d", "aten::conv3d", "aten::convolution"})
@@ -34,6 +36,9 @@ HALF_TYPES = ("c10::Half", "c10::BFloat16", "Half", "BFloat16")
 INIT_OPS = frozenset({"aten::fill_", "aten::zero_", "aten::normal_", "aten::uniform_"})
 MIN_LOOP_REPEATS = 10  # the matcher's threshold
 MATMUL_OPS = frozenset({"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul", "aten::linear"})
+# The ops that do a matmul's math (aten::linear and aten::matmul call them; autocast's outer aten::linear
+# still shows float32 inputs, these show the dtype the math runs in).
+MATMUL_KERNEL_OPS = frozenset({"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm"})
 RECURRENT_CELLS = frozenset({"aten::lstm_cell", "aten::gru_cell", "aten::rnn_tanh_cell", "aten::rnn_relu_cell"})
 
 
@@ -224,6 +229,35 @@ def _half(dims: str, types: str) -> bool:
     return any(t in types for t in HALF_TYPES)
 
 
+def _half_matmul_kernels(events: EventTable, ops: np.ndarray, n: int) -> tuple[dict[str, float], dict[str, float]]:
+    """Per step, by the dtype they compute in, the host time and GFLOPs of the matmul kernels' ops among `ops`.
+    CPU traces only: on a GPU the host time of these ops is their launch, not their math."""
+    if events.kind_rows(DEVICE_KINDS).size:
+        return {}, {}
+    kernels = ops[events.name_mask(_is_matmul_kernel, ops)]
+    us: dict[str, float] = {}
+    gflop: dict[str, float] = {}
+    for dtype, test in (("bfloat16", _first_input_bf16), ("float16", _first_input_fp16)):
+        rows = kernels[by_dims_and_types(events, kernels, test)]
+        if rows.size:
+            us[dtype] = float(events.dur_us[rows].sum() / n)
+            gflop[dtype] = float(np.nansum(event_flops(events, rows)) / n / 1e9)
+    return us, gflop
+
+
+def _is_matmul_kernel(name: str) -> bool:
+    return name in MATMUL_KERNEL_OPS
+
+
+def _first_input_bf16(dims: str, types: str) -> bool:
+    return "BFloat16" in types.split(",", 1)[0]
+
+
+def _first_input_fp16(dims: str, types: str) -> bool:
+    first = types.split(",", 1)[0]
+    return "Half" in first and "BFloat16" not in first
+
+
 def _copies_one_dtype(dims: str, types: str) -> bool:
     return _same_dtypes(types)
 
@@ -252,6 +286,7 @@ def patterns(span: SpanInput) -> Patterns:
     is_add = np.append(events.name_mask(_is_add_, outermost)[1:], False)
     followed_by_bn = is_bn[1:-1] | (is_add & is_bn[2:])
     half = _by_shapes(events, outermost, _is_matmul, _half)
+    half_us, half_gflop = _half_matmul_kernels(events, ops, n)
     half_misaligned = _by_shapes(events, outermost[half], _is_matmul, _half_misaligned)
     loop_starts, loop_us = for_loop_indexing(events, span.tree)
     looped = in_steps[loop_starts]
@@ -267,6 +302,8 @@ def patterns(span: SpanInput) -> Patterns:
         conv_bias_before_batch_norm_per_step=float((conv & followed_by_bn).sum() / n),
         half_matmuls_misaligned_per_step=float(half_misaligned.sum() / n),
         half_matmuls_per_step=float(half.sum() / n),
+        half_matmul_us_per_step=half_us,
+        half_matmul_gflop_per_step=half_gflop,
         indexing_loop_iterations_per_step=float(looped.sum() / n),
         indexing_loop_us_per_step=float(loop_us[looped].sum() / n),
         indexing_loop_compute_us_per_step=float((loop_us[looped] * fraction).sum() / n),

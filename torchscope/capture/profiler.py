@@ -439,9 +439,10 @@ class Profiler:
             errors=list(self.errors),
             exit_code=self.exit_code,
             torch_version=str(torch.__version__),
-            # The CPU's own peak only after a completed capture: never while saving on a signal or an error.
+            # The CPU's own peak only after a completed capture (or one --stop-after-active ended once its window
+            # was saved): never while saving on a signal or an error.
             environment=capture_environment(
-                self._loaders.loaders, self._clock.summary(), self.status in (None, "complete"), self._anomaly_seen
+                self._loaders.loaders, self._clock.summary(), self.status in (None, "complete", "stopped"), self._anomaly_seen
             ),
             backend=self._writer.backend if self._writer is not None else None,
         )

@@ -55,6 +55,7 @@ RULES: tuple[Rule, ...] = (
     rules_device.compute_threads,
     rules_device.compute_recompute,
     rules_device.compute_float64,
+    rules_device.compute_cpu_half_emulated,
     rules_device.compute_graph_breaks,
     rules_device.compute_recompiles,
     rules_device.compute_dropout,

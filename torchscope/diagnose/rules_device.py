@@ -370,6 +370,85 @@ def compute_float64(ctx: Context) -> Optional[Verdict]:
     )
 
 
+CPU_HALF_EMULATED = Threshold(
+    0.05,
+    ">= 5 % of the step in bfloat16/float16 matmuls on a CPU whose oneDNN has no kernels for the dtype, or where "
+    "they ran at under half of float32's speed in the check at capture end (I: ATen's CPU matmuls fall back to "
+    "scalar code without them, measured 0.5 against 38.7 GFLOP/s on an AVX2 machine)",
+)
+SLOW_HALF_SPEED = 0.5  # a dtype's matmul speed over float32's below which float32 is the faster choice
+
+
+@rule(
+    "compute.cpu_half_emulated",
+    "compute",
+    CPU_HALF_EMULATED,
+    severity=by_share(),
+    fixes=(
+        Fix(
+            kind="code_change",
+            target="torch.autocast",
+            value="torch.autocast('cpu', dtype=torch.bfloat16, enabled=False)",
+            summary="compute in float32 on this CPU: drop the bfloat16/float16 autocast (or model.half()) here",
+        ),
+    ),
+)
+def compute_cpu_half_emulated(ctx: Context) -> Optional[Verdict]:
+    """bfloat16/float16 matmuls on a CPU without fast kernels for them (AVX2 machines: no AVX512 for
+    oneDNN's bfloat16, no AVX512-FP16/AMX): far slower than the float32 the precision was meant to beat."""
+    if ctx.has_device:
+        return None
+    peak = ctx.environment().get("cpu_peak")
+    if not isinstance(peak, dict):
+        return None  # the capture did not check this CPU (a trace from elsewhere): no verdict on its kernels
+    patterns = ctx.report.measurements.patterns
+    fp32 = peak.get("matmul_gflops")
+    fp32_gflops = float(fp32) if isinstance(fp32, (int, float)) and fp32 > 0 else None
+    slow: dict[str, tuple[float, float]] = {}  # dtype -> (us per step, its speed over float32's)
+    for dtype, us in patterns.half_matmul_us_per_step.items():
+        native, measured = peak.get(f"{dtype}_native"), peak.get(f"{dtype}_matmul_speed")
+        # Two readings of the speed over float32's: the check at capture end, and this run's own rate against
+        # the float32 rate measured then. Other processes slow float32's threads far more than the scalar
+        # fallback (the check read 0.008 quiet, 0.62 loaded), so the lower reading is kept.
+        # Only the first decides: this run's own matmuls may be small, far from any dtype's peak.
+        checked = float(measured) if isinstance(measured, (int, float)) and measured > 0 else None
+        if not (native is False or (checked is not None and checked < SLOW_HALF_SPEED)):
+            continue
+        readings = [checked] if checked is not None else []
+        gflop = patterns.half_matmul_gflop_per_step.get(dtype, 0.0)
+        if fp32_gflops and gflop > 0 and us > 0:
+            readings.append(gflop / (us / 1e6) / fp32_gflops)
+        slow[dtype] = (us, min(min(readings), 1.0) if readings else SLOW_HALF_SPEED)
+    us = sum(us for us, _ in slow.values())
+    if us <= 0 or ctx.share(us) < CPU_HALF_EMULATED.value:
+        return None
+    # In float32 these matmuls take their time times the speed ratio; the low end assumes twice the ratio.
+    high = ctx.share(sum(us_ * (1 - speed) for us_, speed in slow.values()))
+    low = ctx.share(sum(us_ * max(1 - 2 * speed, 0.0) for us_, speed in slow.values()))
+    dtypes = " and ".join(slow)
+    speeds = ", ".join((f"{dtype} " if len(slow) > 1 else "") + f"at {speed:.2f}x" for dtype, (_, speed) in slow.items())
+    return Verdict(
+        title=f"{dtypes} matmuls take {ms(us)} per step ({pct(ctx.share(us))} of the step) on a CPU without fast "
+        f"{dtypes} kernels: they run {speeds} float32's speed here",
+        share=(low + high) / 2,
+        share_range=(low, high),
+        evidence={
+            "half_matmul_us_per_step": {dtype: us_ for dtype, (us_, _) in slow.items()},
+            "half_matmul_speed_vs_fp32": {dtype: speed for dtype, (_, speed) in slow.items()},
+            **{f"{dtype}_native": peak.get(f"{dtype}_native") for dtype in slow if f"{dtype}_native" in peak},
+            **{f"{dtype}_matmul_speed_at_capture_end": peak[f"{dtype}_matmul_speed"] for dtype in slow if f"{dtype}_matmul_speed" in peak},
+            "fp32_matmul_gflops": fp32_gflops,
+        },
+        recommendation=(
+            f"This CPU has no fast {dtypes} matmul kernels (oneDNN needs AVX512 for bfloat16, AVX512-FP16 or AMX for "
+            f"float16), so ATen runs these matmuls in a scalar fallback, far slower than float32. Train in float32 "
+            f"on this machine: remove torch.autocast('cpu', dtype=torch.{next(iter(slow))}) (or pass enabled=False) "
+            "and any model.half()/.bfloat16(); keep the lower precision for CPUs with AVX512-BF16/AMX "
+            "(torch.backends.cpu.get_cpu_capability() reports what torch uses) or for the GPU."
+        ),
+    )
+
+
 GRAPH_BREAKS = Threshold(0.02, "any graph break inside a compiled call, its part of the time between graphs >= 2 % of the step (COMPILE-PROF: graph breaks split CompiledFunction into pieces)")
 
 
@@ -697,33 +776,53 @@ def compute_bound(ctx: Context) -> Optional[Verdict]:
     roofline = matmul_roofline(ctx, share * ctx.mean_step_us * ctx.steps / 1e6)
     half = ctx.report.measurements.patterns.half_matmuls_per_step > 0
     compiled = ctx.report.measurements.compile.compiled_regions_per_step > 0
+    # On a CPU that the capture found without fast bfloat16 kernels, bfloat16 is no way to faster math.
+    no_bf16 = not ctx.has_device and _cpu_lacks_bf16(ctx)
     return Verdict(
         title=f"Compute-bound: {where}; no input, host or synchronisation bottleneck found" + _roofline_text(roofline, ctx.report.device.present),
         share=None,
         evidence={"compute_share": share, "top_operators": [op.name for op in ctx.report.operators[:3]], **roofline},
-        recommendation=_faster_math(ctx, half, compiled),
-        fix_values={} if ctx.has_device or half else {"torch.autocast": "torch.autocast('cpu', dtype=torch.bfloat16)"},
+        recommendation=_faster_math(ctx, half, compiled, no_bf16),
+        fix_values={} if ctx.has_device or half or no_bf16 else {"torch.autocast": "torch.autocast('cpu', dtype=torch.bfloat16)"},
         # What the run already does is no advice: matmuls in FP16/BF16, compiled regions in the steps.
-        fix_targets=tuple(t for t, done in (("torch.autocast", half), ("torch.compile", compiled)) if not done),
+        fix_targets=tuple(t for t, done in (("torch.autocast", half or no_bf16), ("torch.compile", compiled)) if not done),
     )
 
 
-def _faster_math(ctx: Context, half: bool, compiled: bool) -> str:
-    """compute.bound's advice, without what the run already does or what does not apply to it."""
+def _cpu_lacks_bf16(ctx: Context) -> bool:
+    """The capture found no fast bfloat16 matmul kernels on this CPU (see compute.cpu_half_emulated)."""
+    peak = ctx.environment().get("cpu_peak")
+    if not isinstance(peak, dict):
+        return False
+    speed = peak.get("bfloat16_matmul_speed")
+    return peak.get("bfloat16_native") is False or (isinstance(speed, (int, float)) and 0 < speed < SLOW_HALF_SPEED)
+
+
+def _faster_math(ctx: Context, half: bool, compiled: bool, no_bf16: bool = False) -> str:
+    """compute.bound's advice, without what the run already does or what does not apply to it (`no_bf16`:
+    a CPU without fast bfloat16 kernels, where bfloat16 is slower)."""
     # channels_last and cudnn.benchmark are for convolutions: none in the trace, no such advice.
     no_convs = not any("convolution" in op.name for op in ctx.report.operators)
     ways = (
         [("mixed precision (torch.autocast)", half), ("torch.compile", compiled), ("channels_last for convnets", no_convs),
          ("cudnn.benchmark=True for fixed shapes", no_convs), ("a larger batch per step", False)]
         if ctx.has_device
-        else [("torch.compile", compiled), ("bfloat16 autocast on CPUs that support it", half),
+        else [("torch.compile", compiled), ("bfloat16 autocast on CPUs that support it", half or no_bf16),
               ("channels_last for convnets", no_convs), ("more threads (torch.set_num_threads) if cores are idle", False)]
     )
     left = [way for way, done in ways if not done]
     # Dropout's mask draws run on one thread whatever the threads, compiled or not: said where they cost much.
     dropout = any(f.id == "compute.dropout" for f in ctx.findings)
     unhelped = " None of these speeds up dropout's mask draws (compute.dropout)." if dropout else ""
-    already = "; ".join(name for name, done in (("matmuls already run in FP16/BF16", half), ("the steps already run compiled code", compiled)) if done)
+    already = "; ".join(
+        name
+        for name, done in (
+            ("matmuls already run in FP16/BF16", half and not no_bf16),
+            ("this CPU has no fast bfloat16 kernels: stay in float32 (compute.cpu_half_emulated)", no_bf16),
+            ("the steps already run compiled code", compiled),
+        )
+        if done
+    )
     return (
         "Speed comes from doing the math faster: " + ", ".join(left[:-1]) + f", or {left[-1]}."
         + (f" ({already[:1].upper() + already[1:]}.)" if already else "")

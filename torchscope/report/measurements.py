@@ -207,6 +207,10 @@ class Patterns(Section):
     conv_bias_before_batch_norm_per_step: PerStep = 0.0
     half_matmuls_misaligned_per_step: PerStep = 0.0
     half_matmuls_per_step: PerStep = 0.0  # matmuls with FP16/BF16 inputs (autocast or a half model), aligned or not
+    # CPU traces: the host time and GFLOPs (from shapes) of the matmul kernels' ops (aten::mm, addmm, bmm,
+    # baddbmm) by the dtype they compute in ("bfloat16", "float16").
+    half_matmul_us_per_step: PerStepByName = {}
+    half_matmul_gflop_per_step: PerStepByName = {}
     indexing_loop_iterations_per_step: PerStep = 0.0  # `for i in ...: t[i] = ...` iterations (>= 10 in a row)
     indexing_loop_us_per_step: PerStep = 0.0  # host time of those iterations
     indexing_loop_compute_us_per_step: PerStep = 0.0  # of it, inside forward/backward
