@@ -290,7 +290,8 @@ def _phase_culprits(span: SpanInput) -> dict[str, dict[str, float]]:
     names, group = group_ids(events.name[rows])
     out: dict[str, dict[str, float]] = {}
     phases = [phase for phase in PHASES if phase in span.phase_sets and span.phase_sets[phase][0].size]
-    overlaps = intervals.overlap_per_window_of_each([span.phase_sets[phase] for phase in phases], start, end)
+    # One phase's overlaps at a time: each is summed by name, and a (phases x events) array is not needed.
+    overlaps = intervals.overlap_rows_of_each([span.phase_sets[phase] for phase in phases], start, end)
     for phase, overlap in zip(phases, overlaps):
         totals = np.bincount(group, overlap, names.size)
         top = np.argsort(-totals)[:CULPRITS_PER_PHASE]

@@ -6,6 +6,8 @@ from arbitrary intervals. Everything here is numpy: no Python loop over interval
 
 from __future__ import annotations
 
+from typing import Iterator
+
 import numpy as np
 
 IntervalSet = tuple[np.ndarray, np.ndarray]
@@ -88,7 +90,18 @@ def overlap_per_window_sparse(intervals: IntervalSet, window_starts: np.ndarray,
 
 def overlap_per_window_of_each(sets: list[IntervalSet], window_starts: np.ndarray, window_ends: np.ndarray) -> np.ndarray:
     """`overlap_per_window` of each of several mutually disjoint sets (e.g. `priority_partition`'s parts,
-    the phases), one row per set, the same figures to the bit, for many windows at once.
+    the phases), one row per set, the same figures to the bit, for many windows at once (see
+    `overlap_rows_of_each`)."""
+    out = np.zeros((len(sets), np.size(window_starts)))
+    for row, overlap in zip(out, overlap_rows_of_each(sets, window_starts, window_ends)):
+        row[:] = overlap
+    return out
+
+
+def overlap_rows_of_each(sets: list[IntervalSet], window_starts: np.ndarray, window_ends: np.ndarray) -> Iterator[np.ndarray]:
+    """The rows of `overlap_per_window_of_each`, one set's at a time, in the order of `sets`: a caller that
+    reduces each row (a sum per name) holds one row of windows, not a (sets x windows) array, whose pages
+    cost more to fault in than to fill.
 
     Both ends of a window are found among all the sets' intervals merged in start order. A set's covered
     length before a point p is the set's summed length before the last interval starting at or before p,
@@ -96,11 +109,10 @@ def overlap_per_window_of_each(sets: list[IntervalSet], window_starts: np.ndarra
     after the same interval (most host events: short, inside one phase range), only that interval's set
     covers any of it, and the others' figures are exactly 0; the windows that straddle an interval start
     are the only ones each set is computed for."""
+    if not sets:
+        return
     ws = np.asarray(window_starts, dtype=np.float64)
     we = np.maximum(np.asarray(window_ends, dtype=np.float64), ws)
-    out = np.zeros((len(sets), ws.size))
-    if not sets:
-        return out
     starts = np.concatenate([s[0] for s in sets])
     lengths = np.concatenate([s[1] for s in sets]) - starts
     owner = np.repeat(np.arange(len(sets)), [s[0].size for s in sets])
@@ -108,36 +120,43 @@ def overlap_per_window_of_each(sets: list[IntervalSet], window_starts: np.ndarra
     order = np.argsort(starts[keep], kind="stable")
     starts, lengths, owner = starts[keep][order], lengths[keep][order], owner[keep][order]
     if starts.size == 0:
-        return out
+        for _ in sets:
+            yield np.zeros(ws.size)
+        return
     before = _covered_before_each(len(sets), lengths, owner)
     own_before = before[owner, np.arange(1, owner.size + 1)]  # each interval's own set's sum before it
-    # The last interval starting at or before each end; a window's end mostly lies before the next start.
+
+    def own_cover(points: np.ndarray, last: np.ndarray) -> np.ndarray:
+        """Cover at each point by the set of its last interval (`last`, >= 0): the part of that interval
+        before it, plus the set's sum before that interval (as `_covered_before` takes them)."""
+        return np.minimum(points - starts[last], lengths[last]) + own_before[last]
+
+    # The last interval starting at or before each start; a window's end mostly lies before the next start.
     last_ws = np.searchsorted(starts, ws, side="right") - 1
-    at = np.maximum(last_ws, 0)
     within = we < np.append(starts, np.inf)[last_ws + 1]
-    across = np.flatnonzero(~within)
-    # Each end's cover by the set of its last interval: the part of that interval before it, plus the
-    # set's sum before that interval (as `_covered_before` takes them).
-    start_at, length_at, before_at = starts[at], lengths[at], own_before[at]
-    covered_ws = np.minimum(ws - start_at, length_at) + before_at
-    covered_we = np.minimum(we - start_at, length_at) + before_at
     # Both ends after the same interval: only its set's cover grows in between.
     inside = np.flatnonzero(within & (last_ws >= 0))
-    out.reshape(-1)[owner[at[inside]] * ws.size + inside] = covered_we[inside] - covered_ws[inside]
-    if across.size:
-        # Straddling windows: each set's cover at an end is its sum before the end's last interval, plus,
-        # for that interval's own set, the part of it before the end (computed above for the starts).
-        last_we = np.searchsorted(starts, we[across], side="right") - 1
-        at_we = np.maximum(last_we, 0)
-        covered_we = np.minimum(we[across] - starts[at_we], lengths[at_we]) + own_before[at_we]
-        cover_at = []
-        for last, clipped, covered in ((last_ws[across], at[across], covered_ws[across]), (last_we, at_we, covered_we)):
-            cover = before.take(last + 1, axis=1)  # sets x windows (take: a fraction of before[:, i]'s time)
-            has = np.flatnonzero(last >= 0)
-            cover.reshape(-1)[owner[clipped[has]] * across.size + has] = covered[has]  # flat: faster than [rows, cols]
-            cover_at.append(cover)
-        out[:, across] = cover_at[1] - cover_at[0]
-    return out
+    at = last_ws[inside]
+    inside_owner, inside_overlap = owner[at], own_cover(we[inside], at) - own_cover(ws[inside], at)
+    del at
+    # Straddling windows: each set's cover at an end is its sum before the end's last interval, plus, for
+    # that interval's own set, the part of it before the end.
+    across = np.flatnonzero(~within)
+    cover_at = []
+    last_we = np.searchsorted(starts, we[across], side="right") - 1
+    for points, last in ((ws[across], last_ws[across]), (we[across], last_we)):
+        cover = before.take(last + 1, axis=1)  # sets x windows (take: a fraction of before[:, i]'s time)
+        has = np.flatnonzero(last >= 0)
+        cover.reshape(-1)[owner[last[has]] * across.size + has] = own_cover(points[has], last[has])  # flat: faster than [rows, cols]
+        cover_at.append(cover)
+    across_overlap = cover_at[1] - cover_at[0]
+    del last_ws, within, cover_at, before
+    for i in range(len(sets)):
+        row = np.zeros(ws.size)
+        mine = inside_owner == i
+        row[inside[mine]] = inside_overlap[mine]
+        row[across] = across_overlap[i]
+        yield row
 
 
 def _covered_before_each(n_sets: int, lengths: np.ndarray, owner: np.ndarray) -> np.ndarray:
