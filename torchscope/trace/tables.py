@@ -12,7 +12,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from torchscope.arrays import distinct, read_only
+from torchscope.arrays import read_only
 from torchscope.trace.kinds import Kind, kind_mask
 
 # Column name -> dtype. Times are microseconds, as in the Chrome trace format.
@@ -148,7 +148,8 @@ class EventTable(msgspec.Struct, dict=True):
         The predicate runs once per distinct name of those events, not over the whole string table
         (which also holds shapes, stacks and thread names, often several times as many strings)."""
         names = self.name if rows is None else self.name[rows]
-        present = self.memo("name_ids", lambda: np.flatnonzero(np.bincount(self.name))) if rows is None else distinct(names)
+        # The distinct ids from a count per id (ids are below len(strings)): one pass, not a sort of the rows.
+        present = self.memo("name_ids", lambda: np.flatnonzero(np.bincount(self.name))) if rows is None else np.flatnonzero(np.bincount(names))
         strings = self.strings
         known = self._known_names(predicate)
         if known is None:
