@@ -34,6 +34,20 @@ def group_ids(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return np.flatnonzero(present).astype(ids.dtype, copy=False), position[ids]
 
 
+
+def group_pairs(high: np.ndarray, low: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """`group_ids((high << 32) | low)` for two columns of non-negative ids below 2**31 (e.g. an op's name
+    and input-shape string ids): the distinct 64-bit keys in order, and each pair's position among them.
+    Each column is ranked through `group_ids`' table, then the pairs of ranks, which are small, the same
+    way: no sort of 64-bit keys (ranks keep the ids' order, so the keys come out as a sort orders them)."""
+    highs, high_rank = group_ids(np.asarray(high))
+    lows, low_rank = group_ids(np.asarray(low))
+    if lows.size == 0:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.intp)
+    codes, group = group_ids(high_rank.astype(np.int64) * lows.size + low_rank)
+    keys = (highs[codes // lows.size].astype(np.int64) << 32) | lows[codes % lows.size].astype(np.int64)
+    return keys, group
+
 def count_at_or_below(values: np.ndarray, points: np.ndarray) -> np.ndarray:
     """For each of `points`, which must be ascending: how many of `values` (in any order) are <= it.
     `np.searchsorted(np.sort(values), points, side="right")`, from one stable sort of both together (a

@@ -10,7 +10,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from torchscope.arrays import count_at_or_below, distinct, group_ids, median, nanmedian
+from torchscope.arrays import count_at_or_below, distinct, group_ids, group_pairs, median, nanmedian
 
 floats = st.lists(st.one_of(st.floats(-1e12, 1e12), st.just(float("nan"))), max_size=40)
 
@@ -58,6 +58,19 @@ def test_group_ids_is_np_unique_with_inverse() -> None:
         assert unique.dtype == expected_unique.dtype and inverse.dtype == expected_inverse.dtype
         assert np.array_equal(unique, expected_unique) and np.array_equal(inverse, expected_inverse)
 
+
+
+def test_group_pairs_is_group_ids_of_the_64_bit_keys() -> None:
+    rng = np.random.default_rng(5)
+    cases = [(rng.integers(0, 60, 2000), rng.integers(0, 45, 2000)),  # dense ranks: a table for the pairs
+             (rng.integers(0, 2**31 - 1, 300), rng.integers(0, 2**31 - 1, 300)),  # many distinct pairs: sorted
+             (np.array([7]), np.array([0])), (np.zeros(0), np.zeros(0))]
+    for high, low in cases:
+        high, low = high.astype(np.int32), low.astype(np.int32)
+        keys, group = group_pairs(high, low)
+        expected_keys, expected_group = group_ids((high.astype(np.int64) << 32) | low.astype(np.int64))
+        assert keys.dtype == np.int64 and np.array_equal(keys, expected_keys)
+        assert np.array_equal(group.reshape(-1), expected_group.reshape(-1))
 
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.sampled_from([0.0, 1.0, 1.5, 2.0, 7.0, float("nan"), -3.0]), max_size=40),

@@ -22,7 +22,7 @@ from torchscope.analysis.nesting import (
     self_time_us,
 )
 from torchscope.analysis.steps import step_name_mask
-from torchscope.arrays import group_ids
+from torchscope.arrays import group_ids, group_pairs
 from torchscope.report.model import OperatorRow, RangeRow
 from torchscope.trace.kinds import DEVICE_KINDS, Kind
 from torchscope.trace.tables import EventTable
@@ -61,10 +61,8 @@ def operator_rows(events: EventTable, times: OpTimes, by_shape: bool = False, fl
     ops = np.flatnonzero(times.op_mask)
     if ops.size == 0:
         return []
-    key = events.name[ops].astype(np.int64)
-    if by_shape:
-        key = (key << 32) | events.input_dims[ops].astype(np.int64)
-    unique, group = group_ids(key)
+    # By shape: (name << 32 | shapes) keys, grouped through the ranks of each column rather than sorted.
+    unique, group = group_pairs(events.name[ops], events.input_dims[ops]) if by_shape else group_ids(events.name[ops])
     sums = {
         "calls": np.bincount(group, minlength=unique.size),
         "host_self_us": np.bincount(group, times.host_self_us[ops], unique.size),
