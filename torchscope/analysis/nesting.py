@@ -233,7 +233,7 @@ def _open_parents(parent: np.ndarray, ts: np.ndarray, end: np.ndarray) -> np.nda
 
 def accumulate_up(tree: HostTree, values: np.ndarray) -> np.ndarray:
     """Inclusive totals: each event's value plus all its descendants' (deepest level first)."""
-    totals = values.astype(np.float64).copy()
+    totals = values.astype(np.float64)  # a copy (astype copies)
     last_child = np.empty(totals.size, dtype=np.intp)  # scratch: per parent, one of its children's slots
     for children in reversed(tree.linked):
         parents = tree.parent[children]
@@ -269,7 +269,8 @@ def self_time_us(dur_us: np.ndarray, parent: np.ndarray, child_mask: np.ndarray)
     `operator_parent`)."""
     counted = child_mask & (parent >= 0)
     children_time = np.bincount(parent[counted], weights=dur_us[counted], minlength=dur_us.size)
-    return np.maximum(dur_us - children_time, 0.0)
+    self_time = np.subtract(dur_us, children_time, dtype=np.float64)  # (bincount of no rows is int64 zeros)
+    return np.maximum(self_time, 0.0, out=self_time)  # in place: one array of every event's float64 fewer
 
 
 def operator_parent(events: EventTable, tree: HostTree) -> np.ndarray:
