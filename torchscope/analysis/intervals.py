@@ -20,7 +20,8 @@ def union(starts: np.ndarray, ends: np.ndarray) -> IntervalSet:
     starts = np.asarray(starts, dtype=np.float64)
     ends = np.asarray(ends, dtype=np.float64)
     keep = ends > starts
-    starts, ends = starts[keep], ends[keep]
+    if not keep.all():  # copies only when some interval is empty (most sets have none)
+        starts, ends = starts[keep], ends[keep]
     if starts.size == 0:
         return EMPTY
     if not (starts[1:] >= starts[:-1]).all():  # events mostly come in start order: no sort needed then
