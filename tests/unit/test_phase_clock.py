@@ -58,13 +58,26 @@ def _clocked(manifest: dict[str, Any]) -> Any:
 def test_workers_beyond_the_free_cores_slow_compute() -> None:
     f = finding(_clocked(CONTENDED), "data_loading.oversubscribed_workers")
     clock_excess = f.evidence["contention_us_per_step"]
-    # High: the median over the fastest tenth; low: compute got 1.0 of its 2 threads' cores, half of 7.5 ms.
-    assert f.time_share_high == pytest.approx(clock_excess / 15_000, abs=1e-4)
-    assert f.time_share_low == pytest.approx(0.5 * 7_500 / 15_000, abs=1e-4)
-    assert {fix.target: fix.value for fix in f.fixes} == {"num_workers": 0}
-    # One worker beside 2 threads on 2 cores: keeping it and giving compute one thread is the alternative.
+    # The workers use 0.5 CPU per wall second, 7.5 ms a step: more than the 4.8 ms the contention costs, so
+    # dropping them would lose more than it saves: one worker and one compute thread instead.
+    assert f.evidence["workers_cpu_us_per_step"] == pytest.approx(7_500)
+    assert {fix.target: fix.value for fix in f.fixes} == {"torch.set_num_threads": 1, "num_workers": 1}
+    assert "Split the cores instead of dropping the workers: torch.set_num_threads(1) with num_workers=1" in f.recommendation
+    assert "torchscope tune --try set_num_threads=1,num_workers=1" in f.recommendation
+    assert f.time_share_low == 0 and f.time_share_high == pytest.approx(clock_excess / 15_000, abs=1e-4)  # may save nothing
     f = finding(_clocked(_manifest([1_200.0] * 3 + [4_000.0] * 27, [1_000.0] * 3 + [3_000.0] * 27, workers=1)),
                 "data_loading.oversubscribed_workers")
+    assert {fix.target: fix.value for fix in f.fixes} == {"torch.set_num_threads": 1}
+    # Light loading (0.25 CPU per wall second, 3.75 ms a step, under the contention's 4.8 ms): fewer workers.
+    light = _manifest([1_200.0] * 3 + [4_000.0] * 27, [1_000.0] * 3 + [3_000.0] * 27, workers_cpu_s=0.05)
+    f = finding(_clocked(light), "data_loading.oversubscribed_workers")
+    assert {fix.target: fix.value for fix in f.fixes} == {"num_workers": 0}
+    # High: the median over the fastest tenth; low: compute got 1.0 of its 2 threads' cores, half of 7.5 ms.
+    assert f.time_share_high == pytest.approx(f.evidence["contention_us_per_step"] / 15_000, abs=1e-4)
+    assert f.time_share_low == pytest.approx(0.5 * 7_500 / 15_000, abs=1e-4)
+    # ... and, with one worker, keeping it and giving compute one thread is the alternative.
+    light = _manifest([1_200.0] * 3 + [4_000.0] * 27, [1_000.0] * 3 + [3_000.0] * 27, workers=1, workers_cpu_s=0.05)
+    f = finding(_clocked(light), "data_loading.oversubscribed_workers")
     assert {fix.target: fix.value for fix in f.fixes} == {"num_workers": 0, "torch.set_num_threads": 1}
 
 
