@@ -274,18 +274,19 @@ def self_time_us(dur_us: np.ndarray, parent: np.ndarray, child_mask: np.ndarray)
 
 
 def operator_parent(events: EventTable, tree: HostTree) -> np.ndarray:
-    """Each event's nearest enclosing host event that is not a Python frame (-1 if none): its parent as
-    PyTorch's own operator tables see it. With `with_stack=True` Python frames sit between an operator and
-    the operators it calls whenever it runs Python (an autograd.Function such as a compiled graph's
-    `CompiledFunction`, hooks, the optimizer's step): an operator's children and self time are counted
-    through them. Kept per table (read-only)."""
+    """For each host event that is not a Python frame, its nearest enclosing host event that is not one
+    either (-1 if none): its parent as PyTorch's own operator tables see it (Python frames keep the tree's
+    parent). With `with_stack=True` Python frames sit between an operator and the operators it calls
+    whenever it runs Python (an autograd.Function such as a compiled graph's `CompiledFunction`, hooks, the
+    optimizer's step): an operator's children and self time are counted through them. Kept per table
+    (read-only)."""
     return events.memo("operator_parent", lambda: read_only(_operator_parent(events.kind, tree)))
 
 
 def _operator_parent(kind: np.ndarray, tree: HostTree) -> np.ndarray:
     parent = tree.parent.copy()
     # Only events under a Python frame climb, one level per iteration, past the frames.
-    climbing = np.flatnonzero(parent >= 0)
+    climbing = np.flatnonzero((parent >= 0) & (kind != Kind.PYTHON_FUNCTION))
     while climbing.size:
         climbing = climbing[kind[parent[climbing]] == Kind.PYTHON_FUNCTION]
         parent[climbing] = tree.parent[parent[climbing]]
