@@ -102,3 +102,23 @@ def test_a_trace_without_module_events_has_no_rows() -> None:
     b.step(1, 0, 10)
     b.op("aten::add", 1, 2)
     assert _rows(b) == {}
+
+
+def test_measurement_frames_holding_module_calls_and_a_users_torchscope_folder() -> None:
+    """A torchscope frame around module calls (a closure's wrapper inside the model's call) is not taken
+    off twice; a user's project in a folder named torchscope is the user's code, not measurement."""
+    b = TraceBuilder()
+    frame = "python_function"
+    for i in range(3):
+        t0 = i * 100.0
+        b.step(i + 1, t0, 100)
+        _module(b, "Net_0", t0 + 1, 90)
+        b.op("/home/me/torchscope/model.py(5): forward", t0 + 2, 85, cat=frame)  # the user's, in a torchscope folder
+        b.op("torchscope/capture/phases.py(300): _closure_wrapper", t0 + 5, 60, cat=frame)
+        _module(b, "Linear_0", t0 + 10, 40)
+        b.op("torchscope/capture/phases.py(241): _forward_pre", t0 + 11, 4, cat=frame)
+        b.op("aten::addmm", t0 + 20, 10)
+    rows = _rows(b)
+    net, lin = rows["Net_0"], rows["Net_0/Linear_0"]
+    assert lin.host_us_per_step == pytest.approx(40 - 4)
+    assert net.host_us_per_step == pytest.approx(90 - 4) and net.host_self_us_per_step == pytest.approx(90 - 40)

@@ -104,11 +104,22 @@ def training_framework(name: str) -> str | None:
     return top if top in TRAINING_FRAMEWORKS else None
 
 
+# torchscope's own code by its package's parts (`torchscope/capture/`, `torchscope/__init__.py`, ...), not any
+# folder named torchscope: a user's project may be one. Its examples are training scripts, the user's kind.
+_PACKAGE = Path(__file__).resolve().parents[1]
+_OWN_PARTS = sorted(
+    re.escape(p.name + ("/" if p.is_dir() else ""))
+    for p in _PACKAGE.iterdir()
+    if p.name != "examples" and not p.name.startswith((".", "_")) and (p.is_dir() or p.suffix == ".py")
+) + [r"__init__\.py", r"__main__\.py"]
+_OWN_FRAME = re.compile(rf"(^|/)torchscope/({'|'.join(_OWN_PARTS)})")
+
+
 def is_measurement_frame(name: str) -> bool:
     """Frames of the profiler and torchscope's own hooks: measurement overhead, not the user's work. PyTorch's
     tracer writes a path relative to its sys.path entry (`torchscope/capture/profiler.py(232): step` where the
     package is imported from a checkout) or absolute."""
-    return "/torchscope/" in name or name.startswith("torchscope/") or "torch/autograd/profiler" in name or "torch/profiler/" in name
+    return "torch/autograd/profiler" in name or "torch/profiler/" in name or _OWN_FRAME.search(name) is not None
 
 
 def is_module_call(name: str) -> bool:

@@ -159,10 +159,28 @@ def _measurement_us(events: EventTable, tree: HostTree, mod: np.ndarray, enclosi
     while (climb := (up >= 0) & ~stop[np.maximum(up, 0)]).any():
         up[climb] = tree.parent[up[climb]]
     frames = frames[(up < 0) | ~measurement[np.maximum(up, 0)]]
+    # A measurement frame that holds module calls (a closure's wrapper around the forward) is not taken off:
+    # the calls inside are the module's time, and their own measurement frames are counted in them.
+    frames = frames[~_holds_module_calls(tree, measurement, mod)[frames]]
     owner = enclosing[frames]
     inside = owner >= 0
     own += np.bincount(owner[inside], weights=events.dur_us[frames[inside]], minlength=mod.size)
     return own
+
+
+def _holds_module_calls(tree: HostTree, measurement: np.ndarray, mod: np.ndarray) -> np.ndarray:
+    """Per event: a measurement frame with a module call below it, up to the next module call above that
+    call (climbed from the module calls, one level per iteration)."""
+    holds = np.zeros(measurement.size, dtype=bool)
+    is_module = np.zeros(measurement.size, dtype=bool)
+    is_module[mod] = True
+    up = tree.parent[mod].astype(np.int64)
+    while (live := (up >= 0)).any():
+        up = up[live]
+        up = up[~is_module[up]]
+        holds[up[measurement[up]]] = True
+        up = tree.parent[up].astype(np.int64)
+    return holds
 
 
 def _inclusive(own: np.ndarray, parent: np.ndarray, depth: np.ndarray) -> np.ndarray:

@@ -278,8 +278,8 @@ def operator_parent(events: EventTable, tree: HostTree) -> np.ndarray:
     either (-1 if none): its parent as PyTorch's own operator tables see it (Python frames keep the tree's
     parent). With `with_stack=True` Python frames sit between an operator and the operators it calls
     whenever it runs Python (an autograd.Function such as a compiled graph's `CompiledFunction`, hooks, the
-    optimizer's step): an operator's children and self time are counted through them. Kept per table
-    (read-only)."""
+    optimizer's step): which operators an operator calls is found through them (a leaf calls none). Kept per
+    table (read-only)."""
     return events.memo("operator_parent", lambda: read_only(_operator_parent(events.kind, tree)))
 
 

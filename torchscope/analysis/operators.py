@@ -18,7 +18,6 @@ from torchscope.analysis.nesting import (
     accumulate_up,
     launcher_of_device_events,
     nearest_ancestor_of,
-    operator_parent,
     self_time_us,
 )
 from torchscope.analysis.steps import step_name_mask
@@ -27,7 +26,10 @@ from torchscope.report.model import OperatorRow, RangeRow
 from torchscope.trace.kinds import DEVICE_KINDS, Kind
 from torchscope.trace.tables import EventTable
 
-_SELF_TIME_CHILDREN = (Kind.CPU_OP, Kind.USER_ANNOTATION, Kind.RUNTIME, Kind.DRIVER)
+# Python frames count as children, as in PyTorch's own tables (key_averages): an op that runs Python (an
+# autograd.Function, checkpoint's hooks, aot_autograd's `CompiledFunction`) does not keep that Python's time,
+# nor the time of the ops the Python calls.
+_SELF_TIME_CHILDREN = (Kind.CPU_OP, Kind.USER_ANNOTATION, Kind.PYTHON_FUNCTION, Kind.RUNTIME, Kind.DRIVER)
 
 
 class OpTimes(msgspec.Struct, frozen=True):
@@ -44,7 +46,7 @@ def op_times(events: EventTable, tree: HostTree) -> OpTimes:
     is_step = step_name_mask(events)
     op_mask = (events.kind == Kind.CPU_OP) & ~is_step
     child_mask = events.kind_mask(_SELF_TIME_CHILDREN) & ~is_step
-    host_self = self_time_us(events.dur_us, operator_parent(events, tree), child_mask)
+    host_self = self_time_us(events.dur_us, tree.parent, child_mask)
     launching_op = nearest_ancestor_of(tree, op_mask)
     device = events.kind_rows(DEVICE_KINDS)
     launcher = launcher_of_device_events(events, device)

@@ -573,8 +573,8 @@ def data_loading_oversubscribed_workers(ctx: Context) -> Optional[Verdict]:
         advice = (
             f"Split the cores instead of dropping the workers: torch.set_num_threads({cores - keep})"
             + (f" with num_workers={keep}" if keep < workers else f" beside the {workers} worker(s)")
-            + f". The workers use {ms(loading_us)} of CPU per step: with num_workers={spare} the training process "
-            f"would load the batches itself, more than the {ms(high_us)} the contention costs. Fewer compute threads "
+            + f". The workers use {ms(loading_us)} of CPU per step, more than the {ms(high_us)} the contention costs: with "
+            f"num_workers={spare} the training process would take over loading they cannot keep up with. Fewer compute threads "
             f"make the model's operators slower where they scale, so the split may save nothing: measure it with "
             f"torchscope tune --try {try_it}."
         )
