@@ -3,7 +3,7 @@ verdict) and memory."""
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Optional
 
 from torchscope.analysis.peaks import gpu_peak
 from torchscope.diagnose.context import Context, as_int, ms, pct
@@ -409,11 +409,9 @@ def compute_cpu_half_emulated(ctx: Context) -> Optional[Verdict]:
     fp32_gflops = float(fp32) if isinstance(fp32, (int, float)) and fp32 > 0 else None
     slow: dict[str, tuple[float, float, float]] = {}  # dtype -> (us per step, float32's us: low, high)
     for dtype, us in patterns.half_matmul_us_per_step.items():
-        native, measured = peak.get(f"{dtype}_native"), peak.get(f"{dtype}_matmul_speed")
-        # The check at capture end decides (the kernels' presence, or under half of float32's speed there).
-        checked = float(measured) if isinstance(measured, (int, float)) and measured > 0 else None
-        if not (native is False or (checked is not None and checked < SLOW_HALF_SPEED)):
+        if not _slow_half(peak, dtype):
             continue
+        checked = _checked_speed(peak, dtype)
         gflop = patterns.half_matmul_gflop_per_step.get(dtype, 0.0)
         if fp32_gflops and gflop > 0:
             # The same FLOPs in float32 at FP32_MATMUL_EFFICIENCY of the rate measured at capture end: a run's
@@ -795,10 +793,20 @@ def compute_bound(ctx: Context) -> Optional[Verdict]:
 def _cpu_lacks_bf16(ctx: Context) -> bool:
     """The capture found no fast bfloat16 matmul kernels on this CPU (see compute.cpu_half_emulated)."""
     peak = ctx.environment().get("cpu_peak")
-    if not isinstance(peak, dict):
-        return False
-    speed = peak.get("bfloat16_matmul_speed")
-    return peak.get("bfloat16_native") is False or (isinstance(speed, (int, float)) and 0 < speed < SLOW_HALF_SPEED)
+    return isinstance(peak, dict) and _slow_half(peak, "bfloat16")
+
+
+def _checked_speed(peak: dict[str, Any], dtype: str) -> Optional[float]:
+    """The dtype's matmul speed over float32's in the check at capture end (None: not checked)."""
+    speed = peak.get(f"{dtype}_matmul_speed")
+    return float(speed) if isinstance(speed, (int, float)) and speed > 0 else None
+
+
+def _slow_half(peak: dict[str, Any], dtype: str) -> bool:
+    """The check at capture end (`cpu_peak`) found no oneDNN kernels for the dtype, or its matmuls under half
+    of float32's speed."""
+    speed = _checked_speed(peak, dtype)
+    return peak.get(f"{dtype}_native") is False or (speed is not None and speed < SLOW_HALF_SPEED)
 
 
 def _faster_math(ctx: Context, half: bool, compiled: bool, no_bf16: bool = False) -> str:
