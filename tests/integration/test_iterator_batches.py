@@ -31,7 +31,7 @@ def batches():
 
 def produce(out):
     while True:
-        time.sleep(0.004)  # a producer thread that does not keep up
+        time.sleep(0.02)  # a producer thread that does not keep up: 20 ms, far above a loaded step
         out.put(torch.randn(16, 32))
 
 
