@@ -323,3 +323,31 @@ def test_torch_compile_is_applied_its_compile_time_kept_out_of_the_steady_steps(
     fixes = [Fix(**f) for f in compiled["fixes"]]
     assert code_change(fixes, {"code_change:torch.compile": compiled["applied_at"]}) == [
         f"--- {tmp_path / 'train.py'}:4", f"  {COMPILED.splitlines()[3]}", "+ model = torch.compile(model)"]
+
+
+# A script that sets its own intra-op threads, as many do (and as the oversubscription advice touches).
+OWN_THREADS = """
+import torch
+torch.set_num_threads(2)
+model = torch.nn.Sequential(torch.nn.Linear(256, 256), torch.nn.ReLU(), torch.nn.Linear(256, 1))
+optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+x, y = torch.randn(64, 256), torch.randn(64, 1)
+for _ in range(8):
+    loss = torch.nn.functional.mse_loss(model(x), y)
+    optimizer.zero_grad(); loss.backward(); optimizer.step()
+"""
+
+
+def test_the_threads_trial_keeps_its_count_against_the_scripts_own_set_num_threads(tmp_path: Path) -> None:
+    """Before, the script's `torch.set_num_threads(2)` undid the trial's count before the first step: the
+    trial measured the script unchanged. Now the trial runs on its count and the change edits that line."""
+    script = tmp_path / "own_threads.py"
+    script.write_text(OWN_THREADS)
+    result = _tune(str(script), tmp_path, "--baselines", "1", "--repeats", "1", "--warmup", "1", "--active", "3",
+                   "--keep", str(tmp_path / "trials"), "--only", "--try", "set_num_threads=1")
+    (threads,) = [c for c in result["candidates"] if [f["target"] for f in c["fixes"]] == ["torch.set_num_threads"]]
+    manifest = json.loads((Path(threads["trial_dir"]) / "run.json").read_text())
+    assert manifest["environment"]["torch_num_threads"] == 1
+    assert threads["applied_at"] == sorted(["process-wide", f"{script}:3"])
+    if threads["status"] == "faster":  # the change is shown for a winner only
+        assert threads["change"] == [f"--- {script}:3", "- torch.set_num_threads(2)", "+ torch.set_num_threads(1)"]

@@ -46,6 +46,26 @@ def test_zero_grad_sets_gradients_to_none_and_flags_are_restored() -> None:
     assert param.grad is not None and float(param.grad.sum()) == 0.0
 
 
+def test_the_scripts_own_set_num_threads_does_not_undo_the_trials_threads() -> None:
+    from torch.utils.data._utils import worker
+    from torchscope.capture import interventions
+
+    interventions.sites.clear()
+    threads, original = torch.get_num_threads(), torch.set_num_threads
+    fix = Fix(kind="torch_flag", target="torch.set_num_threads", value=1)
+    with applied([fix]):
+        torch.set_num_threads(2); line = _line()  # noqa: E702  (a script that sets its own threads)
+        assert torch.get_num_threads() == 1
+        # torch's own calls pass: a DataLoader worker sets 1 thread from torch's worker loop.
+        exec(compile("torch.set_num_threads(2)", worker.__file__, "exec"), {"torch": torch})
+        assert torch.get_num_threads() == 2
+    assert torch.set_num_threads is original and torch.get_num_threads() == threads
+    assert interventions.sites["torch_flag:torch.set_num_threads"] == {"process-wide", f"{__file__}:{line}"}
+    torch.set_num_threads(1)  # removed afterwards: the script's calls count again
+    assert torch.get_num_threads() == 1
+    torch.set_num_threads(threads)
+
+
 def test_only_fixes_that_need_no_code_edit_are_applicable() -> None:
     assert applicable(Fix(kind="dataloader_kwarg", target="num_workers", value=2))
     assert not applicable(Fix(kind="dataloader_kwarg", target="num_workers", value=None))  # to be chosen

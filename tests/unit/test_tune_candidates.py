@@ -88,6 +88,16 @@ def test_the_code_change_rewrites_the_users_call_keeping_its_arguments(tmp_path:
     assert code_change([WORKERS], {}) == ["+ DataLoader(..., num_workers=2)"]  # no known site: generic
 
 
+def test_the_threads_change_edits_the_scripts_own_set_num_threads(tmp_path: Path) -> None:
+    script = tmp_path / "train.py"
+    script.write_text("import torch\nif True:\n    torch.set_num_threads(os.cpu_count())  # all cores\n")
+    threads = Fix(kind="torch_flag", target="torch.set_num_threads", value=1)
+    sites = {"torch_flag:torch.set_num_threads": ["process-wide", f"{script}:3"]}
+    assert code_change([threads], sites) == [f"--- {script}:3", "-     torch.set_num_threads(os.cpu_count())  # all cores",
+                                             "+     torch.set_num_threads(1)  # all cores"]
+    assert code_change([threads], {"torch_flag:torch.set_num_threads": ["process-wide"]}) == ["+ torch.set_num_threads(1)"]
+
+
 def test_renderers_escape_user_text() -> None:
     candidate = Candidate(fix="num_workers=2", description="data: <b>\x1b[31m", fixes=[WORKERS], status="faster",
                           speedup=2.0, ci_low=1.5, ci_high=2.6, predicted_saving=0.4, measured_saving=0.5,

@@ -8,8 +8,8 @@ code into patches installed before the script runs and removed after:
   the loader has none (DataLoader would reject them), `pin_memory` when there is no accelerator.
 * `optimizer_kwarg` (foreach, fused): forced in the constructor of every `torch.optim` optimizer that
   takes that keyword.
-* `torch_flag`: `torch.set_num_threads` (value: threads), or an attribute path under `torch`
-  (`torch.backends.cudnn.benchmark = True`).
+* `torch_flag`: `torch.set_num_threads` (value: threads; the script's own calls of it are then ignored and
+  their sites recorded), or an attribute path under `torch` (`torch.backends.cudnn.benchmark = True`).
 * `code_change` `torch.autocast` (value: the dtype, e.g. `bfloat16`, or the call the diagnosis suggests):
   every outermost `nn.Module` call (the model's forward, where the user's code calls it) runs under
   `torch.autocast` on the accelerator if there is one, else the CPU; backward and a loss computed outside
@@ -386,7 +386,8 @@ def _torch_flag(torch: Any, fix: Fix) -> Iterator[None]:
         before = torch.get_num_threads()
         torch.set_num_threads(int(fix.value))  # type: ignore[arg-type]
         try:
-            yield
+            with _threads_kept(torch, fix):
+                yield
         finally:
             torch.set_num_threads(before)
         return
@@ -398,6 +399,27 @@ def _torch_flag(torch: Any, fix: Fix) -> Iterator[None]:
         yield
     finally:
         setattr(owner, attribute, before)
+
+
+def _threads_kept(torch: Any, fix: Fix) -> Patch:
+    """The script's own `torch.set_num_threads(n)` calls leave the trial's thread count as it is (a script
+    that sets its threads would otherwise undo the fix before its first step, and the trial would measure
+    the other fixes alone); each such call's site is recorded, so `tune` shows the line to change. torch's
+    own calls pass (a DataLoader worker sets 1 thread), and so does every call in another process."""
+    owner = os.getpid()
+    torch_dir = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
+
+    def make(original: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(original)
+        def set_num_threads(*args: Any, **kwargs: Any) -> None:
+            if os.getpid() != owner or sys._getframe(1).f_code.co_filename.startswith(torch_dir):
+                return original(*args, **kwargs)  # type: ignore[no-any-return]
+            sites[label(fix)].add(_caller_site())
+            return None
+
+        return set_num_threads
+
+    return Patch(torch, "set_num_threads", make)
 
 
 # Fix kind -> how `applied` installs it, in this order: torch.compile after the other module-call patches

@@ -4,7 +4,8 @@ A keyword fix (DataLoader, optimizer, `zero_grad`) is shown against the user's o
 recorded it (capture/interventions.py's call sites): the call is found in the file's syntax tree at that
 line, its keywords set, and the lines shown as `- old` / `+ new`. Where the site is not a readable
 Python file, or the call cannot be found, a generic snippet says what to add. A torch flag is a line at
-the start of the script.
+the start of the script; `torch.set_num_threads`, where the script calls it itself (the trial ignored those
+calls), is that call with the new count.
 """
 
 from __future__ import annotations
@@ -46,10 +47,34 @@ def code_change(fixes: Sequence[Fix], sites: Mapping[str, Sequence[str]]) -> lis
         if is_compile(fix):
             lines += [line for site in sorted(sites.get(label(fix), [])) for line in _compile_at(site)] or \
                 ["+ model = torch.compile(model)  # once, after the model is built, before the training loop"]
-        if fix.kind == "torch_flag":
-            lines.append(f"+ {fix.target}({fix.value!r})" if fix.target == "torch.set_num_threads"
-                         else f"+ {fix.target} = {fix.value!r}")
+        if fix.kind == "torch_flag" and fix.target == "torch.set_num_threads":
+            own = [change for site in sorted(sites.get(label(fix), [])) if (change := _threads_at(site, fix.value))]
+            lines += [line for change in own for line in change] or [f"+ {fix.target}({fix.value!r})"]
+        elif fix.kind == "torch_flag":
+            lines.append(f"+ {fix.target} = {fix.value!r}")
     return lines
+
+
+def _threads_at(site: str, threads: object) -> Optional[list[str]]:
+    """The script's own `set_num_threads(...)` call at `site` with `threads` instead, or None."""
+    path, _, line_text = site.rpartition(":")
+    if not path.endswith(".py") or not line_text.isdigit():
+        return None
+    try:
+        with open(path, encoding="utf-8") as handle:
+            source = handle.read()
+        tree = ast.parse(source)
+    except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
+        return None
+    line = int(line_text)
+    call = next((node for node in ast.walk(tree) if isinstance(node, ast.Call) and _name(node) == "set_num_threads"
+                 and node.lineno <= line <= (node.end_lineno or node.lineno)), None)
+    if call is None or call.end_lineno is None or call.end_col_offset is None:
+        return None
+    old_lines = source.splitlines()[call.lineno - 1:call.end_lineno]
+    new = f"{ast.get_source_segment(source, call.func) or ast.unparse(call.func)}({threads!r})"
+    return [f"--- {path}:{call.lineno}", *(f"- {text}" for text in old_lines),
+            f"+ {old_lines[0][:call.col_offset]}{new}{old_lines[-1][call.end_col_offset:]}"]
 
 
 def _wrapped(places: Sequence[str], opener: str) -> list[str]:
