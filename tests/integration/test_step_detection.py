@@ -80,6 +80,26 @@ for i, (x, y) in enumerate(loader):
         break
 """
 
+# Reinforcement learning: a rollout of 50 policy calls without gradients, then an update. The rollout
+# comes before the first optimizer step, and past 32 held calls each call became a step: the recorded
+# window held single policy calls (29 steps seen for 12 iterations).
+ROLLOUT = """
+import torch
+torch.manual_seed(0)
+policy = torch.nn.Sequential(torch.nn.Linear(8, 64), torch.nn.Tanh(), torch.nn.Linear(64, 4))
+opt = torch.optim.Adam(policy.parameters(), lr=1e-3)
+for iteration in range(12):
+    observations = [torch.randn(1, 8)]
+    with torch.no_grad():
+        for t in range(50):
+            action = policy(observations[-1]).argmax()
+            observations.append(torch.randn(1, 8) + action)
+    loss = policy(torch.cat(observations)).logsumexp(1).mean()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+"""
+
 
 def _run_script(tmp_path: Path, source: str, report: tuple[str, ...] = ("--no-report",)) -> Path:
     script = tmp_path / "train.py"
@@ -151,3 +171,26 @@ def test_gradient_accumulation_steps_are_optimizer_steps(tmp_path: Path) -> None
     assert _labels_per_step(run_dir, "torchscope:optimizer") == [1, 1, 1]
     assert _labels_per_step(run_dir, "torchscope:backward") == [4, 4, 4]
     _check_report(run_dir)
+
+
+def test_a_rollout_before_the_first_update_is_not_cut_into_steps(tmp_path: Path) -> None:
+    run_dir = _run_script(tmp_path, ROLLOUT)
+    manifest = _manifest(run_dir)
+    assert manifest["options"]["step_marking"] == "optimizer"
+    assert manifest["steps_seen"] == 11  # one per update but the last (whose step the end of the run closes)
+    assert _labels_per_step(run_dir, "torchscope:optimizer") == [1, 1, 1]
+    assert _labels_per_step(run_dir, "torchscope:backward") == [1, 1, 1]
+    _check_report(run_dir)
+
+
+def test_an_optimizer_that_never_steps_beside_model_calls_alone_is_said(tmp_path: Path) -> None:
+    # The price of holding a rollout however long: model calls alone, beside an optimizer that never steps,
+    # give no steps; the capture says why instead of recording single calls.
+    script = ROLLOUT.replace("opt.step()", "pass").replace("loss.backward()", "pass")
+    script = script.replace("loss = policy(", "# loss = policy(").replace("opt.zero_grad()", "pass")
+    (tmp_path / "evaluate.py").write_text(script)
+    done = subprocess.run([sys.executable, "-m", "torchscope", "run", "--no-report", "--out", str(tmp_path / "run"),
+                           "evaluate.py"], cwd=tmp_path, env=dict(os.environ, PYTHONPATH=str(REPO)),
+                          capture_output=True, text=True, timeout=180)
+    assert "599 step boundaries" in done.stderr  # 600 calls: the first one anchors the pattern
+    assert "held for the optimizer the script built, which never stepped" in done.stderr, done.stderr

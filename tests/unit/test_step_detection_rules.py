@@ -115,6 +115,22 @@ def test_fallbacks_wait_for_an_optimizer_that_exists_to_step() -> None:
 def test_an_optimizer_that_never_steps_delays_the_fallback_by_at_most_max_held() -> None:
     detector, counter = _drive(["data"] * (steps.MAX_HELD + 6), optimizer_created=True)
     assert detector.held == steps.MAX_HELD and counter.steps == 5 and detector.source == "dataloader"
+    # Model calls alone (no fetch, no backward) wait for it as long as it takes: a rollout may be that long.
+    detector, counter = _drive([("forward", MODEL, False)] * (steps.MAX_HELD + 6), optimizer_created=True)
+    assert detector.held == steps.MAX_HELD + 5 and counter.steps == 0 and detector.source == "module"
+
+
+def test_a_rollout_of_model_calls_before_the_first_update_is_held_however_long() -> None:
+    # Reinforcement learning: 100 policy calls without gradients, then the update's forward, backward and
+    # optimizer step. Past MAX_HELD the rollout's calls became steps, and the recorded window held single
+    # policy calls before the optimizer had stepped once.
+    opt = object()
+    iteration = [("forward", MODEL, False)] * 100 + [("forward", MODEL), "backward", opt]
+    detector, counter = _drive(iteration * 4, optimizer_created=True)
+    assert detector.source == "optimizer" and detector.held == 100 and counter.steps == 3
+    # Without an optimizer (a rollout-only script) each call is a step, as before.
+    _, rollout = _drive([("forward", MODEL, False)] * 100)
+    assert rollout.steps == 99
 
 
 def test_the_marker_replaces_detection() -> None:

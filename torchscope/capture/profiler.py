@@ -411,6 +411,12 @@ class Profiler:
             return
         c = self.config
         first_active = c.skip_first + c.wait + c.warmup
+        held = self._detector.held if self._detector is not None else 0
+        if self.auto_step and self.steps_seen == 0 and held:
+            self._problem(f"no trace was written: {held} step boundaries (DataLoader fetches or repeated model calls)"
+                          " were held for the optimizer the script built, which never stepped; call"
+                          " torchscope.step() at the end of each iteration")
+            return
         if self.auto_step and self.steps_seen == 0:
             why = (
                 "no training steps were detected (no optimizer.step(), DataLoader iteration, backward() or"

@@ -15,10 +15,14 @@ Pure logic, fed by :class:`torchscope.capture.phases.PhaseHooks` events, so it c
   first top-level module the script called, after its first call (the loop's repeating pattern).
 
 Whichever fallback marks a step first keeps marking them, until an optimizer steps (which then takes over).
-While an optimizer exists that has not stepped yet, the fallbacks hold their steps (at most
-:data:`MAX_HELD` of them): under gradient accumulation the first micro-batches come before the first
-optimizer step, and marking them as steps put single micro-batches and the first optimizer step (which
-creates its state) into the recorded window.
+While an optimizer exists that has not stepped yet, the fallbacks hold their steps: under gradient
+accumulation the first micro-batches come before the first optimizer step, and marking them as steps put
+single micro-batches and the first optimizer step (which creates its state) into the recorded window.
+DataLoader and backward boundaries are held :data:`MAX_HELD` times at most (an evaluation script that
+builds an optimizer it never steps still gets its steps); repeated model calls without a fetch or a
+backward between them, as long as it takes: a reinforcement-learning rollout calls its policy hundreds of
+times before the first update, and each call became a step of the recorded window. A script that builds an
+optimizer and then only calls a model, with no DataLoader, is left without steps (the capture says so).
 
 The optimizer boundary is *deferred*: ``prof.step()`` runs at the next top-level event (a DataLoader fetch,
 a forward or a backward starting) with autograd on, instead of inside the optimizer hook. The hook runs inside torch's own
@@ -38,9 +42,9 @@ from typing import Any, Callable
 from torchscope.rundir.manifest import StepMarking
 
 _FALLBACKS = ("none", "dataloader", "backward", "module")
-# Fallback boundaries held while an optimizer exists but has not stepped: accumulation over up to 32
-# micro-batches; an optimizer that never steps (an evaluation script that builds one) delays the fallback
-# steps by this many boundaries.
+# DataLoader or backward boundaries held while an optimizer exists but has not stepped: accumulation over up
+# to 32 micro-batches; an optimizer that never steps (an evaluation script that builds one) delays the
+# fallback steps by this many boundaries. Module boundaries (a rollout) are held without a limit.
 MAX_HELD = 32
 
 
@@ -95,7 +99,7 @@ class StepDetector:
             self.source = source
         self._backward_since_step = False
         self._anchor_since_step = False
-        if source is not None and self.held < MAX_HELD and self._optimizer_created():
+        if source is not None and (self.held < MAX_HELD or source == "module") and self._optimizer_created():
             self.held += 1  # a fallback's boundary: the optimizer's first step will mark the steps
             return
         self._step()
