@@ -268,6 +268,51 @@ def test_an_evaluation_every_few_steps_stays_in_the_step_it_follows(workdir: Pat
     assert "runs in 25.0% of the recorded steps" in finding.recommendation
 
 
+def test_a_frozen_backbone_run_without_gradients_every_step_is_the_forward(workdir: Path) -> None:
+    """A linear probe: a frozen backbone under no_grad, then a trainable head, every step. Once the run has
+    trained the hooks give a call without gradients no label, and the backbone read as 56 % of the step of
+    work outside the phases (critical, "run it every N steps"); run every step it is the forward. An
+    evaluation every 4th step, also under no_grad and before the backward, stays outside the phases."""
+    (workdir / "train.py").write_text(
+        textwrap.dedent(
+            """
+            import torch
+            backbone = torch.nn.Sequential(torch.nn.Linear(256, 1024), torch.nn.ReLU(), torch.nn.Linear(1024, 512)).eval()
+            head = torch.nn.Linear(512, 8)
+            opt = torch.optim.SGD(head.parameters(), lr=0.01)
+            x, y = torch.randn(128, 256), torch.randint(0, 8, (128,))
+
+            def evaluate():
+                with torch.no_grad():
+                    for _ in range(10):
+                        head(backbone(torch.randn(128, 256)))
+
+            for step in range(16):
+                if step % 4 == 0:
+                    evaluate()
+                with torch.no_grad():
+                    features = backbone(x)
+                loss = torch.nn.functional.cross_entropy(head(features), y)
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+            """
+        )
+    )
+    profiled = torchscope("run", "--no-report", "--active", "8", "--out", "runs", "train.py", cwd=workdir)
+    assert profiled.returncode == 0, profiled.stderr
+    from torchscope import analyze
+
+    report = analyze(only_run_dir(workdir / "runs"), use_cache=False)
+    section = report.measurements.outside_steps
+    assert "nn.Module: Sequential_0" not in section.culprits_us_per_step, section
+    assert section.culprit_steps_share.get("evaluate (train.py:8)") == 0.25, section
+    evaluation = section.culprits_us_per_step["evaluate (train.py:8)"]
+    # The backbone's call is a forward; the evaluation (10 backbone calls every 4th step) is not.
+    assert report.phases["forward"].us > 0.5 * evaluation / 10 * 4, (report.phases, section)
+    assert not any(f.id == "outside_steps.work" and "Sequential_0" in f.title for f in report.findings)
+
+
 def test_stop_after_active_ends_the_script_early(workdir: Path) -> None:
     (workdir / "long.py").write_text(
         textwrap.dedent(

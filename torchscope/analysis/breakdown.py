@@ -25,7 +25,7 @@ from torchscope.analysis import intervals
 from torchscope.analysis.frames import is_module_call
 from torchscope.analysis.markers import HOST_RANGES, LABEL_PREFIX, closure_mask, comm_kernel_mask, is_backward_name, name_mask, phase_masks
 from torchscope.analysis.steps import StepWindows, main_thread_mask, step_marker_mask
-from torchscope.arrays import distinct
+from torchscope.arrays import distinct, group_ids
 from torchscope.trace.kinds import Kind
 from torchscope.trace.tables import EventTable
 
@@ -96,6 +96,8 @@ def phase_partition(
     # (Lightning, LBFGS) is then the forward's, not the optimizer's.
     implicit = None if masks["forward"].any() else _implicit_forward(events, steps, sets["backward"], masks["optimizer"])
     nested = _merge(closures, sets["backward"], sets["forward"] if implicit is None else implicit)
+    if implicit is None:
+        sets["forward"] = _merge(sets["forward"], _unlabelled_forwards(events, steps, sets))
     sets["optimizer"] = _optimizer_outside(events, masks["optimizer"], nested)
     sets["forward"] = _merge(_forward_through_loss(sets, steps) if implicit is None else implicit, closures)
     windows = intervals.union(steps.start_us, steps.end_us)
@@ -138,6 +140,42 @@ def _forward_through_loss(sets: dict[str, intervals.IntervalSet], steps: StepWin
     return intervals.union(fwd_start, np.where(extend, next_backward, fwd_end))
 
 
+def _unlabelled_forwards(events: EventTable, steps: StepWindows, sets: dict[str, intervals.IntervalSet]) -> intervals.IntervalSet:
+    """Model calls outside every phase range, of a module called so in every step of a run that trains: a
+    frozen backbone or a teacher run without gradients, an RL policy's rollout. Once a run has trained,
+    torchscope's hooks give a call without gradients no forward label (at capture it cannot be told from
+    validation: capture/phases.py, `NO_GRAD_FORWARD`); a linear probe's backbone then read as 56 % of the
+    step "outside the phases", with advice to run it every N steps. Run in every step, it is the step's
+    forward (also where it lands after the optimizer: a call without gradients at the start of an
+    iteration falls in the step before, whose boundary waits for autograd). Calls in some steps only
+    (validation every N steps) stay outside the phases. Needs stacks (the `nn.Module:` frames)."""
+    calls = np.flatnonzero(events.name_mask(is_module_call) & events.kind_mask(Kind.PYTHON_FUNCTION) & main_thread_mask(events))
+    if calls.size == 0 or sets["backward"][0].size == 0 or len(steps) == 0:
+        return intervals.EMPTY
+    start = events.ts_us[calls]
+    step = steps.index_of(start)
+    # Not a call overlapping a phase range: the training forward's own call opens just before its label.
+    labelled = _merge(*(sets[name] for name in PHASE_PRIORITY))
+    keep = (step >= 0) & (intervals.overlap_per_window(labelled, start, start + events.dur_us[calls]) == 0)
+    calls, step = calls[keep], step[keep]
+    if calls.size == 0:
+        return intervals.EMPTY
+    names, group = group_ids(events.name[calls])
+    pairs = distinct(group.astype(np.int64) * len(steps) + step)
+    in_steps = np.bincount(pairs // len(steps), minlength=names.size)
+    return _set(events, calls[in_steps[group] == len(steps)])
+
+
+def _first_backward_start(backward: intervals.IntervalSet, steps: StepWindows) -> np.ndarray:
+    """Per step, the start of its first backward range (inf: none in the step)."""
+    first = np.full(len(steps), np.inf)
+    b = np.searchsorted(backward[0], steps.start_us, side="left")
+    start = backward[0][np.minimum(b, backward[0].size - 1)]
+    has = (b < backward[0].size) & (start < steps.end_us)
+    first[has] = start[has]
+    return first
+
+
 def _engine_thread_ops(events: EventTable, masks: dict[str, np.ndarray]) -> np.ndarray:
     """The CPU ops of the autograd engine's own threads: threads other than the training loop's that run
     autograd nodes (on a GPU the engine runs the backward on a device thread; on a CPU on the caller's) and
@@ -174,10 +212,7 @@ def _implicit_forward(
     inside = step >= 0
     first_backward, last_backward = np.full(len(steps), np.inf), np.full(len(steps), np.inf)
     if backward[0].size:
-        b = np.searchsorted(backward[0], steps.start_us, side="left")  # the first backward start in the step
-        start = backward[0][np.minimum(b, backward[0].size - 1)]
-        has = (b < backward[0].size) & (start < steps.end_us)
-        first_backward[has] = start[has]
+        first_backward = _first_backward_start(backward, steps)
         b = np.searchsorted(backward[0], steps.end_us, side="left") - 1  # the last backward start before its end
         start = backward[0][np.maximum(b, 0)]
         has = (b >= 0) & (start >= steps.start_us)

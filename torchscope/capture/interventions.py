@@ -413,7 +413,7 @@ def _threads_kept(torch: Any, fix: Fix) -> Patch:
         @functools.wraps(original)
         def set_num_threads(*args: Any, **kwargs: Any) -> None:
             if os.getpid() != owner or sys._getframe(1).f_code.co_filename.startswith(torch_dir):
-                return original(*args, **kwargs)  # type: ignore[no-any-return]
+                return original(*args, **kwargs)
             sites[label(fix)].add(_caller_site())
             return None
 
