@@ -131,3 +131,20 @@ def test_worker_restarts_from_the_step_clock() -> None:
                           restart_us_per_step=100.0)
     assert "data_loading.worker_restarts" not in findings(report(measurements=Measurements(dataloader=quiet)))
     assert "data_loading.worker_restarts" not in findings(report())
+
+
+def test_torchs_default_collate_is_told_to_fetch_the_batch_at_once_a_users_collate_to_stack() -> None:
+    from torchscope.report.measurements import Getitem
+
+    def loading(collate: str) -> str:
+        measurements = Measurements(dataloader=DataLoader(single_process_fetches=3),
+                                    getitem=Getitem(getitem_us_per_step=100.0, collate_us_per_step={collate: 900.0}))
+        rep = report(measurements=measurements, breakdown={"data_loading": 0.2}, manifest={"environment": {"cpu_count": 2}})
+        return finding(rep, "data_loading.exposed").recommendation
+
+    # torch's default_collate only stacks: the cost is the batch built from single samples.
+    default = loading("default_collate (collate.py:340)")
+    assert "The collate_fn, default_collate (collate.py:340)" in default and "(90 % of the fetch, recorded)" in default
+    assert "BatchSampler" in default and "batch_size=None" in default and "keep it to stacking" not in default
+    own = loading("collate (train.py:12)")
+    assert "keep it to stacking tensors" in own and "BatchSampler" not in own
