@@ -141,26 +141,29 @@ def _forward_through_loss(sets: dict[str, intervals.IntervalSet], steps: StepWin
 
 
 def _unlabelled_forwards(events: EventTable, steps: StepWindows, sets: dict[str, intervals.IntervalSet]) -> intervals.IntervalSet:
-    """Model calls outside every phase range, of a module called so in every step of a run that trains: a
-    frozen backbone or a teacher run without gradients, an RL policy's rollout. Once a run has trained,
-    torchscope's hooks give a call without gradients no forward label (at capture it cannot be told from
-    validation: capture/phases.py, `NO_GRAD_FORWARD`); a linear probe's backbone then read as 56 % of the
-    step "outside the phases", with advice to run it every N steps. Run in every step, it is the step's
-    forward (also where it lands after the optimizer: a call without gradients at the start of an
-    iteration falls in the step before, whose boundary waits for autograd). Calls in some steps only
-    (validation every N steps) stay outside the phases. Needs stacks (the `nn.Module:` frames)."""
+    """Calls of a model the run does not train, without gradients, in every step: a frozen backbone, a
+    teacher. Once a run has trained, torchscope's hooks give a call without gradients no forward label (at
+    capture it cannot be told from validation: capture/phases.py, `NO_GRAD_FORWARD`); a linear probe's
+    backbone then read as 56 % of the step "outside the phases", with advice to run it every N steps. Its
+    output feeds every step's loss: it is the forward, wherever it falls in the step (without a DataLoader,
+    a call at the start of an iteration lands in the step before, whose boundary waits for autograd). The
+    trained model's own calls without gradients (validation, metrics, an RL rollout; any module also called
+    inside a phase range) and calls in some steps only (validation every N steps) stay outside the phases.
+    Needs stacks (the `nn.Module:` frames)."""
     calls = np.flatnonzero(events.name_mask(is_module_call) & events.kind_mask(Kind.PYTHON_FUNCTION) & main_thread_mask(events))
     if calls.size == 0 or sets["backward"][0].size == 0 or len(steps) == 0:
         return intervals.EMPTY
     start = events.ts_us[calls]
     step = steps.index_of(start)
-    # Not a call overlapping a phase range: the training forward's own call opens just before its label.
+    # A call overlapping a phase range is the trained model's (its forward's call opens just before its label).
     labelled = _merge(*(sets[name] for name in PHASE_PRIORITY))
-    keep = (step >= 0) & (intervals.overlap_per_window(labelled, start, start + events.dur_us[calls]) == 0)
-    calls, step = calls[keep], step[keep]
+    trained = intervals.overlap_per_window(labelled, start, start + events.dur_us[calls]) > 0
+    names, group = group_ids(events.name[calls])
+    of_trained = np.bincount(group[trained], minlength=names.size) > 0
+    keep = (step >= 0) & ~trained & ~of_trained[group]
+    calls, step, group = calls[keep], step[keep], group[keep]
     if calls.size == 0:
         return intervals.EMPTY
-    names, group = group_ids(events.name[calls])
     pairs = distinct(group.astype(np.int64) * len(steps) + step)
     in_steps = np.bincount(pairs // len(steps), minlength=names.size)
     return _set(events, calls[in_steps[group] == len(steps)])
