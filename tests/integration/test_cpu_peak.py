@@ -62,3 +62,18 @@ def test_a_bfloat16_autocast_run_on_the_cpu_measures_its_half_matmuls(tmp_path: 
         assert finding.evidence["bfloat16_native"] is False and finding.time_share > 0
         compute = [f for f in report.findings if f.id == "compute.bound"]
         assert all("bfloat16 autocast" not in f.recommendation for f in compute)
+
+
+def test_sdpas_cpu_attention_kernels_in_bfloat16_count_with_the_half_matmuls(tmp_path: Path) -> None:
+    """SDPA's CPU flash-attention kernels run their matmuls in ATen's CPU gemm too: in bfloat16 on a CPU
+    without its kernels, 112 ms against 25 ms in float32 for one forward and backward (B=4, H=8, L=256,
+    E=64). Their time and FLOPs (4 B H L S E forward, 2.5x that backward) join the half matmuls'."""
+    B, H, L, E = 2, 4, 64, 32
+    q, k, v = (torch.randn(B, H, L, E, dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
+    with torchscope.profile(out=tmp_path / "run", wait=0, warmup=1, active=3) as prof:
+        for _ in range(4):
+            torch.nn.functional.scaled_dot_product_attention(q, k, v).float().sum().backward()
+            prof.step()
+    patterns = torchscope.analyze(tmp_path / "run", jobs=1, use_cache=False).measurements.patterns
+    assert patterns.half_matmul_us_per_step["bfloat16"] > 0
+    assert patterns.half_matmul_gflop_per_step["bfloat16"] == pytest.approx((4 + 10) * B * H * L * L * E / 1e9, rel=0.01)
