@@ -280,18 +280,20 @@ def test_a_frozen_backbone_run_without_gradients_every_step_is_the_forward(workd
             backbone = torch.nn.Sequential(torch.nn.Linear(256, 1024), torch.nn.ReLU(), torch.nn.Linear(1024, 512)).eval()
             head = torch.nn.Linear(512, 8)
             opt = torch.optim.SGD(head.parameters(), lr=0.01)
-            x, y = torch.randn(128, 256), torch.randint(0, 8, (128,))
+            data = torch.utils.data.TensorDataset(torch.randn(2048, 256), torch.randint(0, 8, (2048,)))
 
             def evaluate():
                 with torch.no_grad():
                     for _ in range(10):
                         head(backbone(torch.randn(128, 256)))
 
-            for step in range(16):
+            for step, (x, y) in enumerate(torch.utils.data.DataLoader(data, batch_size=128)):
                 if step % 4 == 0:
                     evaluate()
                 with torch.no_grad():
                     features = backbone(x)
+                for _ in range(10):  # augmentation between the backbone and the head: no forward
+                    torch.sort(torch.randn(20000))
                 loss = torch.nn.functional.cross_entropy(head(features), y)
                 opt.zero_grad()
                 loss.backward()
@@ -311,6 +313,8 @@ def test_a_frozen_backbone_run_without_gradients_every_step_is_the_forward(workd
     # The backbone's call is a forward; the evaluation (10 backbone calls every 4th step) is not.
     assert report.phases["forward"].us > 0.5 * evaluation / 10 * 4, (report.phases, section)
     assert not any(f.id == "outside_steps.work" and "Sequential_0" in f.title for f in report.findings)
+    # The backbone's call is not stretched to the next backward as the training forward is (to hold its loss).
+    assert section.culprits_us_per_step.get("torch.sort", 0.0) > 0.25 * report.phases["other"].us, (report.phases, section)
 
 
 def test_stop_after_active_ends_the_script_early(workdir: Path) -> None:

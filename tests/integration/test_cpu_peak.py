@@ -68,12 +68,13 @@ def test_sdpas_cpu_attention_kernels_in_bfloat16_count_with_the_half_matmuls(tmp
     """SDPA's CPU flash-attention kernels run their matmuls in ATen's CPU gemm too: in bfloat16 on a CPU
     without its kernels, 112 ms against 25 ms in float32 for one forward and backward (B=4, H=8, L=256,
     E=64). Their time and FLOPs (4 B H L S E forward, 2.5x that backward) join the half matmuls'."""
-    B, H, L, E = 2, 4, 64, 32
-    q, k, v = (torch.randn(B, H, L, E, dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
+    B, H, L, S, E = 2, 4, 64, 128, 32  # keys longer than queries: the backward's inputs start with grad_out
+    q = torch.randn(B, H, L, E, dtype=torch.bfloat16, requires_grad=True)
+    k, v = (torch.randn(B, H, S, E, dtype=torch.bfloat16, requires_grad=True) for _ in range(2))
     with torchscope.profile(out=tmp_path / "run", wait=0, warmup=1, active=3) as prof:
         for _ in range(4):
             torch.nn.functional.scaled_dot_product_attention(q, k, v).float().sum().backward()
             prof.step()
     patterns = torchscope.analyze(tmp_path / "run", jobs=1, use_cache=False).measurements.patterns
     assert patterns.half_matmul_us_per_step["bfloat16"] > 0
-    assert patterns.half_matmul_gflop_per_step["bfloat16"] == pytest.approx((4 + 10) * B * H * L * L * E / 1e9, rel=0.01)
+    assert patterns.half_matmul_gflop_per_step["bfloat16"] == pytest.approx((4 + 10) * B * H * L * S * E / 1e9, rel=0.01)

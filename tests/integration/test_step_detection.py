@@ -194,3 +194,12 @@ def test_an_optimizer_that_never_steps_beside_model_calls_alone_is_said(tmp_path
                           capture_output=True, text=True, timeout=180)
     assert "599 step boundaries" in done.stderr  # 600 calls: the first one anchors the pattern
     assert "held for the optimizer the script built, which never stepped" in done.stderr, done.stderr
+
+
+def test_one_update_after_a_long_rollout_is_not_told_the_optimizer_never_stepped(tmp_path: Path) -> None:
+    script = ROLLOUT.replace("range(12)", "range(1)").replace("range(50)", "range(100)")
+    (tmp_path / "once.py").write_text(script)
+    done = subprocess.run([sys.executable, "-m", "torchscope", "run", "--no-report", "--out", str(tmp_path / "run"),
+                           "once.py"], cwd=tmp_path, env=dict(os.environ, PYTHONPATH=str(REPO)),
+                          capture_output=True, text=True, timeout=180)
+    assert "no trace was written" in done.stderr and "never stepped" not in done.stderr, done.stderr

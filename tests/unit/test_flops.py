@@ -146,5 +146,11 @@ def test_cpu_verdict_quotes_the_matmul_rate_against_the_rate_measured_at_capture
     assert slow_check.evidence["matmul_share_of_fp32_peak"] is None and slow_check.evidence["peak_fp32_gflops"] == 100.0
     assert "536.9 GFLOP/s, above the 100.0 GFLOP/s this CPU's FP32 matmul on 2 thread(s) reached at capture end" in slow_check.title
     assert "% of this CPU" not in slow_check.title
+    # With bfloat16 matmuls among them (a CPU with AMX beats its float32 rate) the share stands.
+    from torchscope.report.measurements import Measurements, Patterns
+
+    half = report(phases={"forward": 0.5, "backward": 0.3}, operators=[linear, addmm], manifest=manifest,
+                  measurements=Measurements(patterns=Patterns(half_matmuls_per_step=40.0)))
+    assert finding(half, "compute.bound").evidence["matmul_share_of_fp32_peak"] == pytest.approx(gflops / 100.0, rel=1e-3)
     unmeasured = finding(report(phases={"forward": 0.5, "backward": 0.3}, operators=[linear, addmm]), "compute.bound")
     assert unmeasured.evidence["peak_fp32_gflops"] is None and unmeasured.evidence["matmul_share_of_fp32_peak"] is None

@@ -96,10 +96,11 @@ def phase_partition(
     # (Lightning, LBFGS) is then the forward's, not the optimizer's.
     implicit = None if masks["forward"].any() else _implicit_forward(events, steps, sets["backward"], masks["optimizer"])
     nested = _merge(closures, sets["backward"], sets["forward"] if implicit is None else implicit)
-    if implicit is None:
-        sets["forward"] = _merge(sets["forward"], _unlabelled_forwards(events, steps, sets))
+    # Not stretched to the next backward as the labelled forwards are (to hold the loss): work between a
+    # teacher's call and the training forward (augmentation) is no forward.
+    unlabelled = _unlabelled_forwards(events, steps, sets) if implicit is None else intervals.EMPTY
     sets["optimizer"] = _optimizer_outside(events, masks["optimizer"], nested)
-    sets["forward"] = _merge(_forward_through_loss(sets, steps) if implicit is None else implicit, closures)
+    sets["forward"] = _merge(_forward_through_loss(sets, steps) if implicit is None else implicit, closures, unlabelled)
     windows = intervals.union(steps.start_us, steps.end_us)
     parts = intervals.priority_partition([sets[name] for name in PHASE_PRIORITY], windows)
     per_priority = _per_step(parts, steps)
@@ -144,11 +145,13 @@ def _unlabelled_forwards(events: EventTable, steps: StepWindows, sets: dict[str,
     """Calls of a model the run does not train, without gradients, in every step: a frozen backbone, a
     teacher. Once a run has trained, torchscope's hooks give a call without gradients no forward label (at
     capture it cannot be told from validation: capture/phases.py, `NO_GRAD_FORWARD`); a linear probe's
-    backbone then read as 56 % of the step "outside the phases", with advice to run it every N steps. Its
-    output feeds every step's loss: it is the forward, wherever it falls in the step (without a DataLoader,
-    a call at the start of an iteration lands in the step before, whose boundary waits for autograd). The
-    trained model's own calls without gradients (validation, metrics, an RL rollout; any module also called
-    inside a phase range) and calls in some steps only (validation every N steps) stay outside the phases.
+    backbone then read as 56 % of the step "outside the phases", with advice to run it every N steps. Such a
+    call usually feeds the loss: it is taken as the forward, wherever it falls in the step (without a
+    DataLoader, a call at the start of an iteration lands in the step before, whose boundary waits for
+    autograd). The trained model's own calls without gradients (validation, metrics, an RL rollout; any
+    module also called inside a phase range) and calls in some steps only (validation every N steps) stay
+    outside the phases. By module name, not data flow (the trace has none): an EMA copy evaluated every step
+    for a metric reads as forward, pseudo-labels from the trained model (FixMatch) as outside the phases.
     Needs stacks (the `nn.Module:` frames)."""
     calls = np.flatnonzero(events.name_mask(is_module_call) & events.kind_mask(Kind.PYTHON_FUNCTION) & main_thread_mask(events))
     if calls.size == 0 or sets["backward"][0].size == 0 or len(steps) == 0:

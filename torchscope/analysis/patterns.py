@@ -251,9 +251,10 @@ def _half_matmul_kernels(events: EventTable, ops: np.ndarray, n: int) -> tuple[d
 # SDPA's CPU kernels (the flash-attention loop, forward and backward): their matmuls run in ATen's CPU gemm,
 # which in bfloat16 falls back to scalar code as mm does (B=4, H=8, L=256, E=64 on an AVX2 CPU: 112 ms a
 # forward and backward in bfloat16, 25 ms in float32).
+# Per kernel: (the FLOPs' multiple of B H L S (E + Ev), the positions of query, key and value among its inputs).
 _CPU_ATTENTION = {
-    "aten::_scaled_dot_product_flash_attention_for_cpu": 4.0,  # Q K^T and P V: 2 x 2 B H L S E
-    "aten::_scaled_dot_product_flash_attention_for_cpu_backward": 10.0,  # 2.5x the forward (FlashAttention)
+    "aten::_scaled_dot_product_flash_attention_for_cpu": (2.0, 0),  # Q K^T and P V: 2 B H L S E + 2 B H L S Ev
+    "aten::_scaled_dot_product_flash_attention_for_cpu_backward": (5.0, 1),  # 2.5x (FlashAttention); grad_out first
 }
 
 
@@ -262,18 +263,19 @@ def _is_cpu_attention(name: str) -> bool:
 
 
 def _attention_flops(events: EventTable, rows: np.ndarray) -> np.ndarray:
-    """FLOPs of SDPA CPU kernels from query [B, H, L, E] and key [B, H, S, E] (the first two inputs of
-    both), without the causal mask's savings (unknown from the shapes: the float32 estimate is an upper bound);
-    NaN where the shapes are not recorded."""
+    """FLOPs of SDPA CPU kernels from query [B, H, L, E], key [B, Hk, S, E] and value [B, Hk, S, Ev] (the
+    backward's inputs start with the output's gradient), without the causal mask's savings (unknown from the
+    shapes: the float32 estimate is an upper bound); NaN where the shapes are not recorded."""
     key = (events.name[rows].astype(np.int64) << 32) | events.input_dims[rows].astype(np.int64)
     unique, inverse = np.unique(key, return_inverse=True)  # a few distinct (kernel, shapes) pairs
     strings = events.strings
     per_key = np.full(unique.size, np.nan)
     for i, k in enumerate(unique.tolist()):
         try:
+            multiple, first = _CPU_ATTENTION[strings[k >> 32]]
             shapes = msgspec.json.decode(strings[k & 0xFFFFFFFF])
-            (b, h, l, e), (_, _, s, _) = shapes[0], shapes[1]
-            per_key[i] = _CPU_ATTENTION[strings[k >> 32]] * b * h * l * s * e
+            (b, h, l, e), (_, _, s, _), (_, _, _, ev) = shapes[first:first + 3]
+            per_key[i] = multiple * b * h * l * s * (e + ev)
         except (msgspec.DecodeError, ValueError, TypeError, IndexError, KeyError):
             continue
     return per_key[inverse.reshape(-1)]

@@ -411,7 +411,9 @@ class Profiler:
             return
         c = self.config
         first_active = c.skip_first + c.wait + c.warmup
-        held = self._detector.held if self._detector is not None else 0
+        # Held boundaries explain a missing trace only while the optimizer never stepped (once it does, it marks
+        # the steps: a run with one update then simply made too few).
+        held = self._detector.held if self._detector is not None and self._detector.source != "optimizer" else 0
         if self.auto_step and self.steps_seen == 0 and held:
             self._problem(f"no trace was written: {held} step boundaries (DataLoader fetches or repeated model calls)"
                           " were held for the optimizer the script built, which never stepped; call"
