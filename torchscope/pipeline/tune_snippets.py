@@ -11,7 +11,7 @@ calls), is that call with the new count.
 from __future__ import annotations
 
 import ast
-from typing import Mapping, Optional, Sequence
+from typing import Callable, Mapping, Optional, Sequence
 
 from torchscope.capture.interventions import autocast_dtype, is_autocast, is_compile, label
 from torchscope.report.model import Fix
@@ -57,24 +57,14 @@ def code_change(fixes: Sequence[Fix], sites: Mapping[str, Sequence[str]]) -> lis
 
 def _threads_at(site: str, threads: object) -> Optional[list[str]]:
     """The script's own `set_num_threads(...)` call at `site` with `threads` instead, or None."""
-    path, _, line_text = site.rpartition(":")
-    if not path.endswith(".py") or not line_text.isdigit():
-        return None
-    try:
-        with open(path, encoding="utf-8") as handle:
-            source = handle.read()
-        tree = ast.parse(source)
-    except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
-        return None
-    line = int(line_text)
-    call = next((node for node in ast.walk(tree) if isinstance(node, ast.Call) and _name(node) == "set_num_threads"
-                 and node.lineno <= line <= (node.end_lineno or node.lineno)), None)
-    if call is None or call.end_lineno is None or call.end_col_offset is None:
-        return None
-    old_lines = source.splitlines()[call.lineno - 1:call.end_lineno]
-    new = f"{ast.get_source_segment(source, call.func) or ast.unparse(call.func)}({threads!r})"
-    return [f"--- {path}:{call.lineno}", *(f"- {text}" for text in old_lines),
-            f"+ {old_lines[0][:call.col_offset]}{new}{old_lines[-1][call.end_col_offset:]}"]
+    def find(tree: ast.AST, line: int) -> Optional[ast.Call]:
+        return next((node for node in ast.walk(tree) if isinstance(node, ast.Call) and _name(node) == "set_num_threads"
+                     and node.lineno <= line <= (node.end_lineno or node.lineno)), None)
+
+    def rewrite(source: str, call: ast.Call) -> str:
+        return f"{ast.get_source_segment(source, call.func) or ast.unparse(call.func)}({threads!r})"
+
+    return _call_replaced(site, find, rewrite)
 
 
 def _wrapped(places: Sequence[str], opener: str) -> list[str]:
@@ -139,24 +129,30 @@ def _generic(what: str, wanted: Mapping[str, object]) -> str:
 
 
 def _at_site(site: str, wanted: Mapping[str, object], what: str) -> Optional[list[str]]:
+    return _call_replaced(site, lambda tree, line: _call_at(tree, line, what),
+                          lambda source, call: _with_keywords(source, call, wanted))
+
+
+def _call_replaced(site: str, find: Callable[[ast.AST, int], Optional[ast.Call]],
+                   rewrite: Callable[[str, ast.Call], str]) -> Optional[list[str]]:
+    """`- old` / `+ new` lines for the call `find` picks at `site` ("file:line"), rewritten on one line by
+    `rewrite`; None where the file cannot be read or parsed or holds no such call."""
     path, _, line_text = site.rpartition(":")
     if not path.endswith(".py") or not line_text.isdigit():
         return None
-    line = int(line_text)
     try:
         with open(path, encoding="utf-8") as handle:
             source = handle.read()
         tree = ast.parse(source)
     except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
         return None
-    call = _call_at(tree, line, what)
+    call = find(tree, int(line_text))
     if call is None or call.end_lineno is None or call.end_col_offset is None:
         return None
-    new = _with_keywords(source, call, wanted)
     old_lines = source.splitlines()[call.lineno - 1:call.end_lineno]
     prefix = old_lines[0][:call.col_offset]
     suffix = old_lines[-1][call.end_col_offset:]
-    return [f"--- {path}:{call.lineno}", *(f"- {text}" for text in old_lines), f"+ {prefix}{new}{suffix}"]
+    return [f"--- {path}:{call.lineno}", *(f"- {text}" for text in old_lines), f"+ {prefix}{rewrite(source, call)}{suffix}"]
 
 
 def _call_at(tree: ast.AST, line: int, what: str) -> Optional[ast.Call]:
