@@ -222,7 +222,10 @@ def test_module_view_of_an_unmodified_script(workdir: Path) -> None:
     top = rows["Sequential_0"]
     children = [row for path, row in rows.items() if path.startswith("Sequential_0/")]
     assert len(children) == 3 and all(row.calls == 4 for row in [top, *children])
-    assert top.host_self_us_per_step == pytest.approx(top.host_us_per_step - sum(c.host_us_per_step for c in children))
+    # Self time is host less the children's host per call, a call's negative remainder counted as 0 (a child's
+    # frame outlasting its parent's by the tracer's clock): CI once read 36.6 us against 25.0 us a step.
+    remainder = top.host_us_per_step - sum(c.host_us_per_step for c in children)
+    assert remainder - 1e-6 <= top.host_self_us_per_step <= remainder + 0.02 * top.host_us_per_step
     # Sequential's own work is a loop over three children: far less than the step hook (~0.5-1 ms)
     assert 0 <= top.host_self_us_per_step < 0.1 * top.host_us_per_step
 
